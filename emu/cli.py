@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The ``emu`` command line.
+
+Subcommands register themselves from the module that owns them (``add_cli``),
+so this file stays a table of contents. Errors users can cause (a missing
+file, a file that is not a capture) print one line and exit 2; a traceback
+means a bug in emu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from emu import __version__
+
+
+class UserError(Exception):
+    """A mistake on the command line or in a file: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="emu",
+        description="Packet-level emulator of AI-fabric RDMA transports (RoCEv2, UET, MRC).",
+    )
+    parser.add_argument("--version", action="version", version=f"emu {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    from emu.wire import dissect, sample
+    from emu import wireshark
+
+    dissect.add_cli(sub)
+    sample.add_cli(sub)
+    wireshark.add_cli(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"emu {args.command}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `emu dissect big.pcap | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
