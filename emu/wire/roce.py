@@ -132,6 +132,10 @@ def register_opcode(opcode: int, name: str,
     """
     OPCODE_NAMES[opcode] = name
     OPCODES[name] = opcode
+    if "BTH" in globals():  # the enum field copied the table when BTH was defined
+        field = next(f for f in BTH.fields_desc if f.name == "opcode")
+        field.i2s[opcode] = name
+        field.s2i[name] = opcode
     OPCODE_CHAINS[opcode] = chain if callable(chain) else (lambda _bth, c=tuple(chain): c)
 
 
@@ -309,3 +313,7 @@ bind_layers(UDP, BTH, dport=ROCE_UDP_PORT)
 def cnp(dqpn: int) -> Packet:
     """A RoCEv2 CNP for destination QP ``dqpn`` (BECN set, 16 zero bytes)."""
     return BTH(opcode=CNP_OPCODE, becn=1, dqpn=dqpn) / CNPPadding()
+
+
+# MRC shares UDP 4791 and the BTH: make its opcodes known wherever RoCE is.
+from emu.wire import mrc as _mrc  # noqa: E402,F401  (registers MRC opcodes)
