@@ -17,15 +17,10 @@ import timeit
 from collections.abc import Callable
 
 from scapy.layers.inet import IP, UDP
-from scapy.layers.inet6 import IPv6
 
 from emu.wire import icrc
-from emu.wire import mrc as M
 from emu.wire import roce as R
-from emu.wire import uet as U
-from emu.wire.codec import mrc as CM
 from emu.wire.codec import roce as CR
-from emu.wire.codec import uet as CU
 
 PAYLOAD = bytes(range(256)) * 16  # 4 KiB
 GOAL = 20.0

@@ -28,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"emu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from emu.wire import dissect, sample
     from emu import wireshark
+    from emu.wire import dissect, sample
 
     dissect.add_cli(sub)
     sample.add_cli(sub)

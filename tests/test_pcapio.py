@@ -18,7 +18,7 @@ from emu.wire.errors import DecodeError
 
 def test_pcapng_writer_round_trips_through_scapy_and_tshark(tmp_path):
     path = tmp_path / "x.pcapng"
-    pkts = [bytes(Ether() / IP(dst="10.0.0.%d" % i) / UDP() / (b"x" * i)) for i in range(1, 4)]
+    pkts = [bytes(Ether() / IP(dst=f"10.0.0.{i}") / UDP() / (b"x" * i)) for i in range(1, 4)]
     with path.open("wb") as f:
         w = pcapio.PcapngWriter(f)
         w.write(pkts[0], 1.5, "h1-leaf1")

@@ -65,7 +65,8 @@ def read_frames(path: str | Path) -> Iterator[Frame]:
         elif len(head) == 4 and struct.unpack("<I", head)[0] == _PCAPNG_SHB:
             yield from _read_pcapng(f, p, head)
         else:
-            raise CaptureError(f"{p}: not a pcap or pcapng capture (starts with {head.hex() or 'nothing'})")
+            start = head.hex() or "nothing"
+            raise CaptureError(f"{p}: not a pcap or pcapng capture (starts with {start})")
 
 
 def _read_pcap(f: BinaryIO, p: Path, magic: bytes) -> Iterator[Frame]:

@@ -27,7 +27,6 @@ from scapy.fields import (
     ByteField,
     FCSField,
     IntField,
-    LongField,
     XBitField,
     XByteField,
     XIntField,
@@ -39,51 +38,22 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import Packet, Raw, bind_layers
 
 from emu.wire import icrc as _icrc
+from emu.wire.codec.roce import (  # noqa: F401  (re-exported: the tables live with the codec)
+    AETH_ACK,
+    AETH_NAK,
+    AETH_RNR_NAK,
+    CNP_OPCODE,
+    NAK_CODES,
+    OPERATIONS,
+    TRANSPORT_OPERATIONS,
+    TRANSPORT_PREFIX,
+    aeth_kind,
+    aeth_syndrome,
+)
 
 ROCE_UDP_PORT = 4791
 
-# --------------------------------------------------------------------------
 # Opcodes: generated from the transport prefix and the operation table.
-# --------------------------------------------------------------------------
-
-TRANSPORT_PREFIX = {"RC": 0x00, "UC": 0x20, "UD": 0x60}
-
-#: operation (low 5 bits) -> name, as in ``specs/rocev2.md``
-OPERATIONS = {
-    0x00: "SEND_FIRST",
-    0x01: "SEND_MIDDLE",
-    0x02: "SEND_LAST",
-    0x03: "SEND_LAST_IMM",
-    0x04: "SEND_ONLY",
-    0x05: "SEND_ONLY_IMM",
-    0x06: "WRITE_FIRST",
-    0x07: "WRITE_MIDDLE",
-    0x08: "WRITE_LAST",
-    0x09: "WRITE_LAST_IMM",
-    0x0A: "WRITE_ONLY",
-    0x0B: "WRITE_ONLY_IMM",
-    0x0C: "READ_REQUEST",
-    0x0D: "READ_RESP_FIRST",
-    0x0E: "READ_RESP_MIDDLE",
-    0x0F: "READ_RESP_LAST",
-    0x10: "READ_RESP_ONLY",
-    0x11: "ACKNOWLEDGE",
-    0x12: "ATOMIC_ACK",
-    0x13: "CMP_SWAP",
-    0x14: "FETCH_ADD",
-    0x16: "SEND_LAST_INV",
-    0x17: "SEND_ONLY_INV",
-}
-
-#: which operations each transport has (IBTA 9.2: UC has sends and writes, UD only SEND_ONLY[_IMM])
-TRANSPORT_OPERATIONS = {
-    "RC": tuple(OPERATIONS),
-    "UC": tuple(range(0x00, 0x0C)),
-    "UD": (0x04, 0x05),
-}
-
-CNP_OPCODE = 0x81
-
 OPCODE_NAMES: dict[int, str] = {
     TRANSPORT_PREFIX[t] | op: f"{t}_{OPERATIONS[op]}"
     for t, ops in TRANSPORT_OPERATIONS.items()
@@ -92,27 +62,6 @@ OPCODE_NAMES: dict[int, str] = {
 OPCODE_NAMES[CNP_OPCODE] = "CNP"
 #: name -> opcode, e.g. ``OPCODES["RC_WRITE_ONLY"] == 0x0A``
 OPCODES: dict[str, int] = {v: k for k, v in OPCODE_NAMES.items()}
-
-# AETH syndrome (specs/rocev2.md)
-AETH_ACK, AETH_RNR_NAK, AETH_NAK = 0, 1, 3
-NAK_CODES = {
-    0: "PSN_SEQUENCE_ERROR",
-    1: "INVALID_REQUEST",
-    2: "REMOTE_ACCESS_ERROR",
-    3: "REMOTE_OPERATIONAL_ERROR",
-    4: "INVALID_RD_REQUEST",
-}
-
-
-def aeth_syndrome(kind: int, value: int) -> int:
-    """Build an AETH syndrome byte: ``kind`` (ACK/RNR_NAK/NAK) in bits 6:5, ``value`` in 4:0."""
-    return ((kind & 0x3) << 5) | (value & 0x1F)
-
-
-def aeth_kind(syndrome: int) -> tuple[int, int]:
-    """Split an AETH syndrome into (kind, value): ACK credit, RNR timer code or NAK code."""
-    return (syndrome >> 5) & 0x3, syndrome & 0x1F
-
 
 # --------------------------------------------------------------------------
 # BTH

@@ -575,6 +575,6 @@ FIXED_CHAINS: dict[int, tuple[type[Header], ...]] = {
 }
 
 for _op in sorted(WRITE_OPCODES):
-    register_chain(_op, _write_chain)
+    register_chain(_op, _write_chain, MRC_OPCODES[_op])
 for _op, _chain in FIXED_CHAINS.items():
-    register_chain(_op, _chain)
+    register_chain(_op, _chain, MRC_OPCODES[_op])

@@ -24,6 +24,82 @@ _CNP = struct.Struct("!QQ")
 
 ICRC_SIZE = 4
 
+TRANSPORT_PREFIX = {"RC": 0x00, "UC": 0x20, "UD": 0x60}
+
+#: operation (low 5 bits) -> name, as in ``specs/rocev2.md``
+OPERATIONS = {
+    0x00: "SEND_FIRST",
+    0x01: "SEND_MIDDLE",
+    0x02: "SEND_LAST",
+    0x03: "SEND_LAST_IMM",
+    0x04: "SEND_ONLY",
+    0x05: "SEND_ONLY_IMM",
+    0x06: "WRITE_FIRST",
+    0x07: "WRITE_MIDDLE",
+    0x08: "WRITE_LAST",
+    0x09: "WRITE_LAST_IMM",
+    0x0A: "WRITE_ONLY",
+    0x0B: "WRITE_ONLY_IMM",
+    0x0C: "READ_REQUEST",
+    0x0D: "READ_RESP_FIRST",
+    0x0E: "READ_RESP_MIDDLE",
+    0x0F: "READ_RESP_LAST",
+    0x10: "READ_RESP_ONLY",
+    0x11: "ACKNOWLEDGE",
+    0x12: "ATOMIC_ACK",
+    0x13: "CMP_SWAP",
+    0x14: "FETCH_ADD",
+    0x16: "SEND_LAST_INV",
+    0x17: "SEND_ONLY_INV",
+}
+
+#: which operations each transport has (IBTA 9.2: UC has sends and writes, UD only SEND_ONLY[_IMM])
+TRANSPORT_OPERATIONS = {
+    "RC": tuple(OPERATIONS),
+    "UC": tuple(range(0x00, 0x0C)),
+    "UD": (0x04, 0x05),
+}
+
+CNP_OPCODE = 0x81
+
+# AETH syndrome (specs/rocev2.md)
+AETH_ACK, AETH_RNR_NAK, AETH_NAK = 0, 1, 3
+NAK_CODES = {
+    0: "PSN_SEQUENCE_ERROR",
+    1: "INVALID_REQUEST",
+    2: "REMOTE_ACCESS_ERROR",
+    3: "REMOTE_OPERATIONAL_ERROR",
+    4: "INVALID_RD_REQUEST",
+}
+
+
+def aeth_syndrome(kind: int, value: int) -> int:
+    """Build an AETH syndrome byte: ``kind`` (ACK/RNR_NAK/NAK) in bits 6:5, ``value`` in 4:0."""
+    return ((kind & 0x3) << 5) | (value & 0x1F)
+
+
+def aeth_kind(syndrome: int) -> tuple[int, int]:
+    """Split an AETH syndrome into (kind, value): ACK credit, RNR timer code or NAK code."""
+    return (syndrome >> 5) & 0x3, syndrome & 0x1F
+
+
+def opcode_name(opcode: int) -> str:
+    """``RC_WRITE_ONLY``, ``CNP``, an MRC name once registered, else ``0xNN``."""
+    return OPCODE_NAMES.get(opcode, f"0x{opcode:02x}")
+
+
+def aeth_meaning(syndrome: int) -> str:
+    """Read an AETH syndrome: ``ACK``, ``RNR_NAK(timer=14)``, ``NAK(REMOTE_ACCESS_ERROR)``."""
+    kind, value = aeth_kind(syndrome)
+    if kind == AETH_ACK:
+        return "ACK"
+    if kind == AETH_RNR_NAK:
+        return f"RNR_NAK(timer={value})"
+    if kind == AETH_NAK:
+        return f"NAK({NAK_CODES.get(value, value)})"
+    return f"RESERVED(0x{syndrome:02x})"
+
+
 
 @dataclass(slots=True)
 class BTH(Header):
@@ -255,21 +331,29 @@ _OPERATION_CHAINS: dict[int, tuple[type[Header], ...]] = {
     0x13: (AtomicETH,), 0x14: (AtomicETH,),
     0x16: (IETH,), 0x17: (IETH,),
 }
-_TRANSPORT_OPS = {0x00: tuple(_OPERATION_CHAINS), 0x20: tuple(range(0x0C)), 0x60: (0x04, 0x05)}
+
+#: opcode -> name; MRC adds its opcodes (:func:`register_chain`)
+OPCODE_NAMES: dict[int, str] = {
+    TRANSPORT_PREFIX[t] | op: f"{t}_{OPERATIONS[op]}"
+    for t, ops in TRANSPORT_OPERATIONS.items() for op in ops
+}
+OPCODE_NAMES[CNP_OPCODE] = "CNP"
 
 #: opcode -> headers after the BTH. MRC registers its opcodes here too
 #: (:func:`register_chain`); a function of the BTH where a flag decides.
 CHAINS: dict[int, tuple[type[Header], ...] | object] = {}
-for _prefix, _ops in _TRANSPORT_OPS.items():
+for _t, _ops in TRANSPORT_OPERATIONS.items():
     for _op in _ops:
         _c = _OPERATION_CHAINS[_op]
-        CHAINS[_prefix | _op] = (DETH, *_c) if _prefix == 0x60 else _c
-CHAINS[0x81] = (CNPPadding,)
+        CHAINS[TRANSPORT_PREFIX[_t] | _op] = (DETH, *_c) if _t == "UD" else _c
+CHAINS[CNP_OPCODE] = (CNPPadding,)
 
 
-def register_chain(opcode: int, chain: object) -> None:
+def register_chain(opcode: int, chain: object, name: str | None = None) -> None:
     """Declare the headers after the BTH for ``opcode`` (a tuple, or ``fn(bth) -> tuple``)."""
     CHAINS[opcode] = chain
+    if name is not None:
+        OPCODE_NAMES[opcode] = name
 
 
 def chain_for(bth: BTH) -> tuple[type[Header], ...]:
@@ -315,7 +399,8 @@ def decode_packet(data: bytes | bytearray | memoryview) -> RocePacket:
     need("ICRC", mv, off, ICRC_SIZE)
     end = len(mv) - ICRC_SIZE
     if end - off < bth.padcount:
-        raise DecodeError("BTH", 0, f"pad count {bth.padcount} exceeds payload of {end - off} bytes")
+        raise DecodeError("BTH", 0,
+                          f"pad count {bth.padcount} exceeds payload of {end - off} bytes")
     (icrc,) = struct.unpack_from("<I", mv, end)
     return RocePacket(bth, headers, mv[off:end - bth.padcount], icrc)
 
