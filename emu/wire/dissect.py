@@ -48,15 +48,14 @@ class Record:
 
     def line(self) -> str:
         """The human-readable one-line form."""
-        where = f"{self.src}:{self.sport}" if self.sport is not None else f"{self.src}"
-        to = f"{self.dst}:{self.dport}" if self.dport is not None else f"{self.dst}"
         parts = [f"{self.no:6d}", f"{self.time:14.6f}"]
         if self.interface:
             parts.append(self.interface)
-        parts.append(f"{where} > {to}" if self.src else "")
+        if self.src:
+            parts.append(f"{_endpoint(self.src, self.sport)} > {_endpoint(self.dst, self.dport)}")
         parts.append(f"{self.protocol:6s}")
         parts.append(self.type)
-        parts.extend(f"{k}={_fmt(v)}" for k, v in self.fields.items())
+        parts.extend(f"{k}={_fmt(k, v)}" for k, v in self.fields.items())
         if self.flags:
             parts.append("[" + ",".join(self.flags) + "]")
         if self.icrc:
@@ -66,12 +65,22 @@ class Record:
         return " ".join(p for p in parts if p)
 
 
-def _fmt(v: Any) -> str:
+#: fields shown in decimal; identifiers, addresses, keys and PSNs are shown in hex
+_DECIMAL = ("len", "length", "bytes", "count", "ooo", "msn", "mpr", "status")
+
+
+def _fmt(key: str, v: Any) -> str:
     if isinstance(v, bool):
         return str(int(v))
     if isinstance(v, int):
-        return f"0x{v:x}"
+        return str(v) if key.endswith(_DECIMAL) else f"0x{v:x}"
     return str(v)
+
+
+def _endpoint(addr: str | None, port: int | None) -> str:
+    if port is None:
+        return str(addr)
+    return f"[{addr}]:{port}" if addr and ":" in addr else f"{addr}:{port}"
 
 
 # --------------------------------------------------------------------------
@@ -79,25 +88,24 @@ def _fmt(v: Any) -> str:
 # --------------------------------------------------------------------------
 
 def _roce(rec: Record, dg: Datagram) -> None:
-    from emu.wire import names
-    from emu.wire.codec import roce
+    from emu.wire import ev, summary
+    from emu.wire.codec import mrc, roce
 
     pkt = roce.decode_packet(dg.l4)
     bth = pkt.bth
-    is_mrc = 0xC0 <= bth.opcode <= 0xDF
+    is_mrc = bth.opcode in mrc.MRC_OPCODES
     rec.protocol = "MRC" if is_mrc else "RoCEv2"
-    rec.type = names.roce_opcode(bth.opcode)
+    rec.type = roce.opcode_name(bth.opcode)
     rec.fields["qp"] = bth.dqpn
     rec.fields["psn"] = bth.psn
     rec.flags += [n for n, on in (("SE", bth.solicited), ("AckReq", bth.ackreq),
                                   ("FECN", bth.fecn), ("BECN", bth.becn)) if on]
     if is_mrc:
         rec.flags += [n for n, on in (("RTX", bth.rtx), ("TS", bth.ts)) if on]
-        from emu.wire import ev
-        rec.fields["ev"] = ev.ev_from_fields(dg.sport or 0, dg.flow_label,
-                                             ev.EV_MODE_STEV if dg.version == 6 else ev.EV_MODE_UDP)
+        mode = ev.EVMode.STEV if dg.version == 6 else ev.EVMode.UDP
+        rec.fields["ev"] = ev.ev_from_fields(dg.sport or 0, dg.flow_label, mode)
     for h in pkt.headers:
-        rec.fields.update(names.header_summary(h))
+        rec.fields.update(summary.header_summary(h))
     if len(pkt.payload):
         rec.fields["len"] = len(pkt.payload)
     rec.icrc = "ok" if _icrc.compute_icrc(dg.ip) == pkt.icrc else "BAD"
@@ -183,6 +191,7 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(asdict(rec)) if args.json else rec.line())
     except pcapio.CaptureError as e:
         raise UserError(str(e)) from None
+    sys.stdout.flush()
     if not args.json:
         print(f"# {counts['packets']} packets, {counts['shown']} shown, "
               f"{counts['malformed']} malformed, {counts['icrc_bad']} with a bad ICRC",

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Short, filterable summaries of decoded headers for ``emu dissect``.
+
+Works on codec objects (no scapy): each header contributes the fields an
+engineer looks for, with codes turned into names (AETH syndromes, NACK
+reasons, SACK marks). Reserved fields are left out; everything else of a
+header without a special rule is shown under its own name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from emu.wire.codec import mrc as CM
+from emu.wire.codec import roce as CR
+from emu.wire.codec._base import Header
+
+_RESERVED = ("resv", "rsvd", "reserved")
+
+
+def _plain(h: Header) -> dict[str, Any]:
+    return {k: v for k, v in h.values().items() if not k.startswith(_RESERVED)}
+
+
+def _aeth(h: CR.AETH) -> dict[str, Any]:
+    return {"aeth": CR.aeth_meaning(h.syndrome), "msn": h.msn}
+
+
+def _seth(h: CM.SETH) -> dict[str, Any]:
+    out: dict[str, Any] = {"cack_psn": h.cack_psn, "ev_echo": h.ev,
+                           "spdcid": h.spdcid, "dpdcid": h.dpdcid}
+    if h.m:
+        out["mark"] = CM.SACK_M.get(h.m, h.m)
+    if h.pr:
+        out["probe_reply"] = True
+    if h.sack_bitmap:
+        out["sack"] = ",".join(f"0x{p:x}" for p in CM.sack_bitmap_psns(h.cack_psn, h.sack_offset,
+                                                                      h.sack_bitmap))
+    return out
+
+
+def _neth(h: CM.NETH) -> dict[str, Any]:
+    return {"nack": CM.NACK_REASONS.get(h.nack_reason, f"0x{h.nack_reason:02x}"),
+            "nack_psn": h.nack_psn, "ev_echo": h.ev, "spdcid": h.spdcid, "dpdcid": h.dpdcid}
+
+
+def _cc_state(h: CM.CC_STATE) -> dict[str, Any]:
+    return {"ooo": h.ooo_count, "rcvd_bytes": h.rcvd_bytes * 256, "ts_echo": h.tx_timestamp}
+
+
+def _tseth(h: CM.TSETH) -> dict[str, Any]:
+    return {"tx_ts": h.tx_timestamp}
+
+
+def _eeth(h: CM.EETH) -> dict[str, Any]:
+    return {"status": CM.EETH_STATUS.get(h.status, h.status), "request_id": h.request_id,
+            "port_status_mask": h.port_status_mask}
+
+
+def _erth(h: CM.ERTH) -> dict[str, Any]:
+    return {"op": CM.ERTH_OPS.get(h.op, h.op), "port_status_mask": h.port_status_mask}
+
+
+_RULES: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "AETH": _aeth, "SETH": _seth, "NETH": _neth, "CC_STATE": _cc_state, "TSETH": _tseth,
+    "EETH": _eeth, "ERTH": _erth, "CNPPadding": lambda h: {},
+}
+
+
+def header_summary(h: Header) -> dict[str, Any]:
+    """The fields of one decoded header worth a place on a one-line summary."""
+    rule = _RULES.get(h.NAME)
+    return rule(h) if rule else _plain(h)
