@@ -65,8 +65,9 @@ def roce_samples() -> list[Sample]:
     out = []
     for op in sorted(o for o in R.OPCODE_CHAINS if o < 0xC0):
         name = R.OPCODE_NAMES[op]
-        bth = R.BTH(opcode=op, dqpn=0x000100 + op, psn=0x010000 + op, ackreq=op & 1 if op != R.CNP_OPCODE else 0,
-                    becn=int(op == R.CNP_OPCODE))
+        cnp = op == R.CNP_OPCODE
+        bth = R.BTH(opcode=op, dqpn=0x000100 + op, psn=0x010000 + op,
+                    ackreq=0 if cnp else op & 1, becn=int(cnp))
         pkt = _v4(0xC000 + op, R.ROCE_UDP_PORT) / bth
         for cls in R.header_chain(bth):
             pkt = pkt / cls(**_HEADER_VALUES[cls.__name__])

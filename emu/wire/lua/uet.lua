@@ -40,7 +40,7 @@ if not proto_ok then return end
 -- field it shows belongs to "uet".
 local uet_ip = Proto("uet_ip", "Ultra Ethernet Transport over IP")
 
-local band, bor, rshift, lshift = bit32.band, bit32.bor, bit32.rshift, bit32.lshift
+local band, rshift, lshift = bit32.band, bit32.rshift, bit32.lshift
 local fmt = string.format
 
 ---------------------------------------------------------------------------
@@ -137,11 +137,11 @@ uet.prefs.ip_crc_trailer = Pref.bool("Native IP: CRC32C trailer", false,
     "Native-IP packets without TSS end in a 4-byte CRC32C trailer (uet-ref-prov)")
 uet.prefs.use_rsv_bit = Pref.enum("SYN pdc_info use_rsv_pdc bit", RSV_BIT_W,
     "Bit of the 16-bit SYN word that carries use_rsv_pdc",
-    { { 1, "bit 15 (Wireshark, xdp2)", RSV_BIT_W }, { 2, "bit 12 (uet-ref-prov)", RSV_BIT_R } },
+    { { "w", "bit 15 (Wireshark, xdp2)", RSV_BIT_W }, { "r", "bit 12 (uet-ref-prov)", RSV_BIT_R } },
     false)
 uet.prefs.rsp_data_small = Pref.enum("Small response with data size", 4,
     "Layout of the SES small response with data header (next header 6)",
-    { { 1, "4 bytes (Wireshark)", 4 }, { 2, "12 bytes (+job_id, original request PSN)", 12 } },
+    { { "4", "4 bytes (Wireshark)", 4 }, { "12", "12 bytes (+job_id, original request PSN)", 12 } },
     false)
 uet.prefs.mswap_cswap = Pref.bool("MSWAP uses compare-and-swap ext", false,
     "Atomic opcode MSWAP (0x13) carries the 36-byte compare-and-swap extension")
@@ -263,58 +263,41 @@ field("std_rsv4", U32, "ses.std.reserved4", "Reserved", HEX, nil, 0xFFFFC000)
 field("std_pay_len", U32, "ses.std.payload_length", "Payload Length", DEC, nil, 0x00003FFF)
 field("std_msg_off", U32, "ses.std.message_offset", "Message Offset", DEC)
 field("std_req_len", U32, "ses.std.request_length", "Request Length", DEC)
--- SES small request (optimized non-matching)
-field("sm_rsv", U8, "ses.small_req.rsv", "Reserved", HEX, nil, 0xC0)
-field("sm_flags", U8, "ses.small_req.flags", "Flags", HEX)
-field("sm_ver", U8, "ses.small_req.flags.ver", "Version", DEC, nil, 0xC0)
-field("sm_dc", BOOL, "ses.small_req.flags.dc", "Delivery Complete (DC)", 8, nil, 0x20)
-field("sm_ie", BOOL, "ses.small_req.flags.ie", "Initiator Error (IE)", 8, nil, 0x10)
-field("sm_rel", BOOL, "ses.small_req.flags.rel", "Relative", 8, REL_TFS, 0x08)
+-- SES small (optimized non-matching) and medium requests: same first 12 bytes
+for p, name in pairs({ sm_ = "ses.small_req", md_ = "ses.med_req" }) do
+    field(p .. "rsv", U8, name .. ".rsv", "Reserved", HEX, nil, 0xC0)
+    field(p .. "flags", U8, name .. ".flags", "Flags", HEX)
+    field(p .. "ver", U8, name .. ".flags.ver", "Version", DEC, nil, 0xC0)
+    field(p .. "dc", BOOL, name .. ".flags.dc", "Delivery Complete (DC)", 8, nil, 0x20)
+    field(p .. "ie", BOOL, name .. ".flags.ie", "Initiator Error (IE)", 8, nil, 0x10)
+    field(p .. "rel", BOOL, name .. ".flags.rel", "Relative", 8, REL_TFS, 0x08)
+    field(p .. "eom", BOOL, name .. ".eom", "End of Msg(EOM)", 8, nil, 0x02)
+    field(p .. "som", BOOL, name .. ".som", "Start of Msg(SOM)", 8, nil, 0x01)
+    field(p .. "rsv2", U16, name .. ".flags.rsv2", "Reserved", HEX, nil, 0xC000)
+    field(p .. "req_len", U16, name .. ".req_length", "Request Length", DEC, nil, 0x3FFF)
+    field(p .. "job", U24, name .. ".job_id", "Job ID", DEC)
+    field(p .. "rsv3", U16, name .. ".rsv3", "Reserved", HEX, nil, 0xF000)
+    field(p .. "pid", U16, name .. ".pidonfep", "PIDonFEP", DEC, nil, 0x0FFF)
+    field(p .. "rsv4", U16, name .. ".rsv4", "Reserved", HEX, nil, 0xF000)
+    field(p .. "ri", U16, name .. ".resource_index", "Resource Index", DEC, nil, 0x0FFF)
+    field(p .. "buf_off", U64, name .. ".buffer_offset", "Buffer Offset", DEC_HEX)
+end
 field("sm_frsvd", U8, "ses.small_req.flags.rsvd", "Reserved", DEC, nil, 0x04)
-field("sm_eom", BOOL, "ses.small_req.eom", "End of Msg(EOM)", 8, nil, 0x02)
-field("sm_som", BOOL, "ses.small_req.som", "Start of Msg(SOM)", 8, nil, 0x01)
-field("sm_rsv2", U16, "ses.small_req.flags.rsv2", "Reserved", HEX, nil, 0xC000)
-field("sm_req_len", U16, "ses.small_req.req_length", "Request Length", DEC, nil, 0x3FFF)
 field("sm_ri_gen", U8, "ses.small_req.index_generation", "Index Generation", DEC)
-field("sm_job", U24, "ses.small_req.job_id", "Job ID", DEC)
-field("sm_rsv3", U16, "ses.small_req.rsv3", "Reserved", HEX, nil, 0xF000)
-field("sm_pid", U16, "ses.small_req.pidonfep", "PIDonFEP", DEC, nil, 0x0FFF)
-field("sm_rsv4", U16, "ses.small_req.rsv4", "Reserved", HEX, nil, 0xF000)
-field("sm_ri", U16, "ses.small_req.resource_index", "Resource Index", DEC, nil, 0x0FFF)
-field("sm_buf_off", U64, "ses.small_req.buffer_offset", "Buffer Offset", DEC_HEX)
--- SES medium request
-field("md_rsv", U8, "ses.med_req.rsv", "Reserved", HEX, nil, 0xC0)
-field("md_flags", U8, "ses.med_req.flags", "Flags", HEX)
-field("md_ver", U8, "ses.med_req.flags.ver", "Version", DEC, nil, 0xC0)
-field("md_dc", BOOL, "ses.med_req.flags.dc", "Delivery Complete (DC)", 8, nil, 0x20)
-field("md_ie", BOOL, "ses.med_req.flags.ie", "Initiator Error (IE)", 8, nil, 0x10)
-field("md_rel", BOOL, "ses.med_req.flags.rel", "Relative", 8, REL_TFS, 0x08)
 field("md_hd", BOOL, "ses.med_req.flags.hd", "HD", 8, nil, 0x04)
-field("md_eom", BOOL, "ses.med_req.eom", "End of Msg(EOM)", 8, nil, 0x02)
-field("md_som", BOOL, "ses.med_req.som", "Start of Msg(SOM)", 8, nil, 0x01)
-field("md_rsv2", U16, "ses.med_req.flags.rsv2", "Reserved", HEX, nil, 0xC000)
-field("md_req_len", U16, "ses.med_req.req_length", "Request Length", DEC, nil, 0x3FFF)
 field("md_ri_gen", U8, "ses.med_req.resource_index_generation", "Resource Index Generation", DEC)
-field("md_job", U24, "ses.med_req.job_id", "Job ID", DEC)
-field("md_rsv3", U16, "ses.med_req.rsv3", "Reserved", HEX, nil, 0xF000)
-field("md_pid", U16, "ses.med_req.pidonfep", "PIDonFEP", DEC, nil, 0x0FFF)
-field("md_rsv4", U16, "ses.med_req.rsv4", "Reserved", HEX, nil, 0xF000)
-field("md_ri", U16, "ses.med_req.resource_index", "Resource Index", DEC, nil, 0x0FFF)
-field("md_buf_off", U64, "ses.med_req.buffer_offset", "Buffer Offset", DEC_HEX)
 field("md_hdr_data", U64, "ses.med_req.header_data", "Header Data", DEC_HEX)
 field("md_initiator", U32, "ses.med_req.initiator", "Initiator", HEX)
 field("md_mkey", U64, "ses.med_req.mem_key_match_bits", "Match Bits/Memory Key", HEX)
 -- extension headers
 field("amo", BYTES, "ses.atomic_op_ext_hdr", "Atomic Operation Extension Header")
-field("amo_op", U8, "ses.atomic_op_ext_hdr.atomic_opcode", "Atomic Opcode", HEX, AMO_OPCODES)
-field("amo_dt", U8, "ses.atomic_op_ext_hdr.atomic_data_type", "Atomic Data type", HEX, AMO_TYPES)
-field("amo_sem", U8, "ses.atomic_op_ext_hdr.sem_ctl", "Semantic Control", DEC, SEM_CTL)
-field("amo_rsvd", U8, "ses.atomic_op_ext_hdr.rsvd", "Rsvd", HEX)
 field("cas", BYTES, "ses.comp_swap_ext_hdr", "Compare and Swap Operation Atomic Header")
-field("cas_op", U8, "ses.comp_swap_ext_hdr.atomic_opcode", "Atomic Opcode", HEX, AMO_OPCODES)
-field("cas_dt", U8, "ses.comp_swap_ext_hdr.atomic_data_type", "Atomic Data type", HEX, AMO_TYPES)
-field("cas_sem", U8, "ses.comp_swap_ext_hdr.sem_ctl", "Semantic Control", DEC, SEM_CTL)
-field("cas_rsvd", U8, "ses.comp_swap_ext_hdr.rsvd", "Rsvd", HEX)
+for p, name in pairs({ amo_ = "ses.atomic_op_ext_hdr", cas_ = "ses.comp_swap_ext_hdr" }) do
+    field(p .. "op", U8, name .. ".atomic_opcode", "Atomic Opcode", HEX, AMO_OPCODES)
+    field(p .. "dt", U8, name .. ".atomic_data_type", "Atomic Data type", HEX, AMO_TYPES)
+    field(p .. "sem", U8, name .. ".sem_ctl", "Semantic Control", DEC, SEM_CTL)
+    field(p .. "rsvd", U8, name .. ".rsvd", "Rsvd", HEX)
+end
 field("cas_cmp", BYTES, "ses.comp_swap_ext_hdr.comp_value", "Compare Value")
 field("cas_swap", BYTES, "ses.comp_swap_ext_hdr.swap_value", "Swap Value")
 field("rdv", BYTES, "ses.rendv_ext_hdr", "Rendezvous Extension Header")
@@ -380,9 +363,11 @@ local function need(tvb, off, len, item, ef, what)
     return false
 end
 
--- Header item spanning min(len, available) bytes.
+-- Header item spanning min(len, available) bytes; the parent tree itself when
+-- no byte is left (a zero-length range at the very end is out of bounds).
 local function header_item(tree, f, tvb, off, len)
-    local avail = math.max(math.min(len, tvb:len() - off), 0)
+    local avail = math.min(len, tvb:len() - off)
+    if avail <= 0 then return tree end
     return tree:add(f, tvb(off, avail))
 end
 
@@ -702,7 +687,12 @@ local function dissect_rsp(tvb, s, o, nh)
 end
 
 local function dissect_ses(tvb, tree, o, nh)
-    local s = tree:add(F.ses, tvb(o, math.max(tvb:len() - o, 0)))
+    if o >= tvb:len() then
+        tree:add_proto_expert_info(E.ses, fmt("%s header missing (PDS next header %d)",
+            NH_NAMES[nh] or "SES", nh))
+        return nil
+    end
+    local s = tree:add(F.ses, tvb(o, tvb:len() - o))
     s:set_text("SES: " .. (NH_NAMES[nh] or fmt("next header %d", nh)))
     local n, text
     if nh == 3 then
@@ -752,7 +742,7 @@ local PDS_BODY = { req = dissect_req, ack = dissect_ack, nack = dissect_nack }
 
 -- Returns bytes consumed (PDS + SES) and a list of Info parts.
 local function dissect_pds(tvb, tree, o)
-    local t = tree:add(F.pds, tvb(o, math.max(math.min(4, tvb:len() - o), 0)))
+    local t = tree:add(F.pds, tvb(o, math.min(4, tvb:len() - o)))  -- caller: o < len
     if not need(tvb, o, 4, t, E.pds, "PDS header") then return tvb:len() - o, { "PDS" } end
     local word = tvb(o, 2):uint()
     local ptype, nh, flags = rshift(word, 11), band(rshift(word, 7), 0xF), band(word, 0x7F)
