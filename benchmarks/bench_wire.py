@@ -17,9 +17,12 @@ import timeit
 from collections.abc import Callable
 
 from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
 
 from emu.wire import icrc
+from emu.wire import mrc as M
 from emu.wire import roce as R
+from emu.wire.codec import mrc as CM
 from emu.wire.codec import roce as CR
 
 PAYLOAD = bytes(range(256)) * 16  # 4 KiB
@@ -62,8 +65,30 @@ def roce_codec() -> None:
     assert pkt.headers[0].dmalen == 4096 and len(pkt.payload) == 4096
 
 
+# ---- MRC: WRITE_ONLY = BTH + METH + RETH + 4 KiB + ICRC over IPv6, EV in sport/flow label --
+
+def mrc_scapy() -> None:
+    pkt = M.ip6_udp("fd00::1", "fd00::2", ev=0x12345678) / M.write(
+        0xCA, dqpn=0x11, psn=5, rqmsn=1, msn=2, va=0x1000, rkey=7, dmalen=4096, payload=PAYLOAD)
+    wire = bytes(pkt)
+    back = IPv6(wire)
+    assert back[R.RETH].dmalen == 4096 and len(back[R.RETH].payload.load) == 4096
+
+
+def mrc_codec() -> None:
+    udp_payload = CR.encode_packet(CR.BTH(opcode=0xCA, dqpn=0x11, psn=5),
+                                   (CM.METH(1, 2), CR.RETH(0x1000, 7, 4096)), PAYLOAD)
+    iph, udph = _ipv6_udp(len(udp_payload), 0x1234, 4791, 0x5678)
+    body = memoryview(udp_payload)
+    udp_payload[-4:] = icrc.pack_icrc(icrc.icrc_parts(iph, udph, body[:12], body[12:-4]))
+    pkt = CR.decode_packet(udp_payload)
+    assert icrc.icrc_parts(iph, udph, body[:12], body[12:-4]) == pkt.icrc
+    assert pkt.headers[1].dmalen == 4096 and len(pkt.payload) == 4096
+
+
 CASES: dict[str, tuple[Callable[[], None], Callable[[], None], str]] = {
     "roce": (roce_scapy, roce_codec, "RC_WRITE_ONLY: BTH+RETH+4 KiB+ICRC (IPv4)"),
+    "mrc": (mrc_scapy, mrc_codec, "MRC_WRITE_ONLY: BTH+METH+RETH+4 KiB+ICRC (IPv6)"),
 }
 
 

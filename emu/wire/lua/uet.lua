@@ -40,6 +40,15 @@ if not proto_ok then return end
 -- field it shows belongs to "uet".
 local uet_ip = Proto("uet_ip", "Ultra Ethernet Transport over IP")
 
+-- Wireshark 4.0 embeds Lua 5.2, which has bit32; later Lua versions may not.
+-- Then build the same functions from the native operators (compiled at run
+-- time, so this file still parses under Lua 5.2).
+local bit32 = rawget(_G, "bit32") or assert(load([[
+    local M = 0xFFFFFFFF
+    return { band = function(a, b) return a & b end, bor = function(a, b) return a | b end,
+             bxor = function(a, b) return a ~ b end,
+             lshift = function(a, n) return (a << n) & M end,
+             rshift = function(a, n) return (a & M) >> n end }]]))()
 local band, rshift, lshift = bit32.band, bit32.rshift, bit32.lshift
 local fmt = string.format
 
@@ -796,7 +805,8 @@ local function dissect_uet(tvb, pinfo, tree, native_ip)
         top:add(F.entropy, tvb(0, 2))
         top:add(F.entropy_rsvd, tvb(2, 2))
         o = 4
-    else
+    elseif limit > 0 then
+        -- over UDP the source port is the entropy
         top:add(F.entropy, tvb(0, 0), pinfo.src_port):set_generated()
     end
     if limit - o < 1 then
@@ -808,7 +818,6 @@ local function dissect_uet(tvb, pinfo, tree, native_ip)
     if rshift(tvb(o, 1):uint(), 3) == 1 then
         local _, text = dissect_tss(tvb, top, o, limit)
         info = { text }
-        o = limit
     else
         local with_crc = native_ip and uet.prefs.ip_crc_trailer and limit - o >= 8
         if with_crc then limit = limit - 4 end
@@ -818,7 +827,6 @@ local function dissect_uet(tvb, pinfo, tree, native_ip)
         o = o + n
         if o < limit then data_dissector:call(tvb(o, limit - o):tvb(), pinfo, tree) end
         if with_crc then top:add(F.crc32c, tvb(limit, 4)) end
-        o = tvb:len()
     end
     pinfo.cols.info:set(table.concat(info, " "))
     return tvb:len()
