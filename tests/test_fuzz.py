@@ -24,6 +24,7 @@ def _decoders():
         "roce": roce_codec.decode_packet,
         "mrc": roce_codec.decode_packet,
         "uet": uet_codec.decode_packet,
+        "uet-native": lambda data: uet_codec.decode_packet(data, native_ip=True),
     }
 
 
@@ -32,7 +33,7 @@ def _valid(protocol: str) -> list[bytes]:
     return [p for proto, _name, p in sample.transport_payloads() if proto == protocol]
 
 
-@pytest.mark.parametrize("protocol", ["roce", "mrc", "uet"])
+@pytest.mark.parametrize("protocol", ["roce", "mrc", "uet", "uet-native"])
 def test_fuzz_random_truncated_and_mutated(protocol):
     decode = _decoders()[protocol]
     valid = _valid(protocol)
@@ -69,7 +70,7 @@ def test_fuzz_random_truncated_and_mutated(protocol):
     assert outcomes["error"] > N // 10
 
 
-@pytest.mark.parametrize("protocol", ["roce", "mrc", "uet"])
+@pytest.mark.parametrize("protocol", ["roce", "mrc", "uet", "uet-native"])
 def test_every_truncation_into_the_headers_is_an_error(protocol):
     """Cut anywhere before the payload (headers, or RoCE's ICRC) and the decoder must say so."""
     decode = _decoders()[protocol]

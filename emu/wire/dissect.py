@@ -112,12 +112,12 @@ def _roce(rec: Record, dg: Datagram) -> None:
 
 
 def _uet(rec: Record, dg: Datagram, native: bool) -> None:
-    from emu.wire import names
+    from emu.wire import summary
     from emu.wire.codec import uet
 
     pkt = uet.decode_packet(dg.l4, native_ip=native)
     rec.protocol = "UET"
-    rec.type, fields, flags = names.uet_summary(pkt)
+    rec.type, fields, flags = summary.uet_summary(pkt)
     if dg.sport is not None:
         fields = {"entropy": dg.sport, **fields}
     rec.fields.update(fields)

@@ -122,18 +122,155 @@ def mrc_samples() -> list[Sample]:
     return out
 
 
+def uet_samples() -> list[Sample]:
+    """Every UET PDS type, SES header and extension header; UDP (v4, v6), native IP and TSS."""
+    from emu.wire import uet as U
+    from emu.wire import uet_defs as D
+
+    T, NH, OP = D.PDS_TYPE, D.NEXT_HDR, D.SES_OPCODE
+    pdc = {"spdcid": 0x0A01, "dpdcid": 0x0B02}
+    job = {"ri_generation": 1, "job_id": 0x00ABCD, "pid_on_fep": 0x012, "resource_index": 0x034}
+    data = bytes(range(64))
+
+    def udp(entropy: int, *layers: Packet, v6: bool = False) -> Packet:
+        pkt = (_v6 if v6 else _v4)(entropy, D.UET_UDP_PORT)
+        for layer in layers:
+            pkt = pkt / layer
+        return pkt
+
+    def req(t: str = "RUD_REQ", nh: str = "REQ_STD", psn: int = 0x1000, **kw: int) -> Packet:
+        cls = U.PdsCcRequest if t.endswith("_CC_REQ") else U.PdsRequest
+        extra = {"ccc_id": 3, "credit_target": 0x4000} if cls is U.PdsCcRequest else {}
+        return cls(type=T[t], next_hdr=NH[nh], psn=psn, clear_psn_offset=-4, **pdc,
+                   **extra, **kw)
+
+    def std(opcode: str, mid: int = 0x77, **kw: int) -> Packet:
+        som = kw.pop("som", 1)
+        cls = U.SesStandardRequestSom if som else U.SesStandardRequest
+        fields = {"message_id": mid, "buffer_offset": 0x7F0000000000, "initiator": 0x11,
+                  "mem_key_match_bits": 0xC0DE, "request_length": 4096, **job, **kw}
+        if som:
+            fields.setdefault("header_data", 0xFEEDFACE)
+        return cls(opcode=OP[opcode], som=som, eom=1, **fields)
+
+    out = [
+        Sample("uet", "RUD_REQ+SYN / SES std WRITE (SOM)", udp(
+            0xC001, U.PdsRequestSyn(type=T["RUD_REQ"], next_hdr=NH["REQ_STD"], ar=1,
+                                    psn=0x98765432, spdcid=0x3456, pdc_info=0, psn_offset=5),
+            std("WRITE"), Raw(data))),
+        Sample("uet", "RUD_REQ / SES std SEND (middle)", udp(
+            0xC002, req(psn=0x98765433), std("SEND", som=0, payload_length=64,
+                                            message_offset=4096), Raw(data))),
+        Sample("uet", "ROD_REQ / SES small WRITE", udp(
+            0xC003, req("ROD_REQ", "REQ_SMALL"), U.SesSmallRequest(
+                opcode=OP["WRITE"], som=1, eom=1, request_length=64,
+                buffer_offset=0x1000, **job), Raw(data))),
+        Sample("uet", "RUD_REQ / SES medium SEND", udp(
+            0xC004, req(nh="REQ_MEDIUM", retx=1), U.SesMediumRequest(
+                opcode=OP["SEND"], som=1, eom=1, hd=1, request_length=64, buffer_offset=0x55,
+                initiator=0x11, mem_key_match_bits=0x99, **job), Raw(data))),
+        Sample("uet", "RUD_CC_REQ / SES std TAGGED_SEND", udp(
+            0xC005, req("RUD_CC_REQ"), std("TAGGED_SEND", mem_key_match_bits=0x1234_5678),
+            Raw(data))),
+        Sample("uet", "ROD_CC_REQ+SYN / SES std READ", udp(
+            0xC006, U.PdsCcRequestSyn(type=T["ROD_CC_REQ"], next_hdr=NH["REQ_STD"], ar=1,
+                                      psn=0x2000, spdcid=0x0A01, psn_offset=0, ccc_id=1,
+                                      credit_target=0x8000), std("READ"))),
+        Sample("uet", "RUD_REQ / SES std ATOMIC / atomic ext", udp(
+            0xC007, req(), std("ATOMIC", request_length=8),
+            U.SesAtomic(amo_opcode=D.AMO_OPCODE["SUM"], datatype=3), Raw(bytes(8)))),
+        Sample("uet", "RUD_REQ / SES std FETCHING_ATOMIC / compare-and-swap ext", udp(
+            0xC008, req(), std("FETCHING_ATOMIC", request_length=8),
+            U.SesCompareSwap(amo_opcode=D.AMO_OPCODE["CSWAP"], datatype=3, compare=5,
+                             swap=7))),
+        Sample("uet", "RUD_REQ / SES std RENDEZVOUS_SEND / rendezvous ext", udp(
+            0xC009, req(), std("RENDEZVOUS_SEND", request_length=1 << 20),
+            U.SesRendezvous(eager_length=64, read_pid_on_fep=0x12, read_resource_index=0x34,
+                            read_offset=0x2000, read_match_bits=0xABC), Raw(data))),
+        Sample("uet", "RUDI_REQ / SES small WRITE", udp(
+            0xC00A, U.PdsRudi(type=T["RUDI_REQ"], next_hdr=NH["REQ_SMALL"], pkt_id=0x99887766),
+            U.SesSmallRequest(opcode=OP["WRITE"], som=1, eom=1, request_length=64, **job),
+            Raw(data))),
+        Sample("uet", "RUDI_RESP / SES response", udp(
+            0xC00B, U.PdsRudi(type=T["RUDI_RESP"], next_hdr=NH["RSP"], pkt_id=0x99887766),
+            U.SesResponse(opcode=D.RSP_OPCODE["RESPONSE"], return_code=D.RETURN_CODE["OK"],
+                          message_id=0x77, job_id=0xABCD, modified_length=64))),
+        Sample("uet", "UUD_REQ / SES std DATAGRAM_SEND", udp(
+            0xC00C, U.PdsUud(type=T["UUD_REQ"], next_hdr=NH["REQ_STD"]),
+            std("DATAGRAM_SEND"), Raw(data))),
+        Sample("uet", "ACK / SES response", udp(
+            0xC001, U.PdsAck(type=T["ACK"], next_hdr=NH["RSP"], ack_psn_offset=1,
+                             cack_psn=0x98765432, spdcid=0x0B02, dpdcid=0x3456),
+            U.SesResponse(opcode=D.RSP_OPCODE["RESPONSE"], return_code=D.RETURN_CODE["OK"],
+                          message_id=0x77, job_id=0xABCD, modified_length=4096))),
+        Sample("uet", "ACK / SES response with data (READ)", udp(
+            0xC006, U.PdsAck(type=T["ACK"], next_hdr=NH["RSP_DATA"], cack_psn=0x2000,
+                             spdcid=0x0B02, dpdcid=0x0A01),
+            U.SesResponseData(opcode=D.RSP_OPCODE["RESPONSE_W_DATA"], return_code=1,
+                              message_id=0x78, job_id=0xABCD, read_req_message_id=0x77,
+                              payload_length=64, modified_length=64, message_offset=0),
+            Raw(data))),
+        Sample("uet", "ACK / SES small response with data", udp(
+            0xC006, U.PdsAck(type=T["ACK"], next_hdr=NH["RSP_DATA_SMALL"], cack_psn=0x2001,
+                             spdcid=0x0B02, dpdcid=0x0A01),
+            U.SesSmallResponseData(opcode=D.RSP_OPCODE["RESPONSE_W_DATA"], return_code=1,
+                                   payload_length=64), Raw(data))),
+        Sample("uet", "ACK_CC NSCC", udp(
+            0xC002, U.PdsAckCcNscc(type=T["ACK_CC"], m=1, cack_psn=0x98765433, spdcid=0x0B02,
+                                   dpdcid=0x3456, cc_type=0, mpr=1, sack_psn_offset=2,
+                                   sack_bitmap=0b1101, service_time=0x120, restore_cwnd=1,
+                                   rcv_cwnd_pend=3, rcvd_bytes=0x4000, ooo_count=2))),
+        Sample("uet", "ACK_CC credit", udp(
+            0xC003, U.PdsAckCcCredit(type=T["ACK_CC"], cack_psn=0x1000, spdcid=0x0B02,
+                                     dpdcid=0x0A01, cc_type=1, mpr=1, credit=0x8000,
+                                     ooo_count=1))),
+        Sample("uet", "ACK_CCX", udp(
+            0xC004, U.PdsAckCcx(type=T["ACK_CCX"], cack_psn=0x1001, spdcid=0x0B02,
+                                dpdcid=0x0A01, mpr=1, sack_bitmap=1, ccx_state=(1 << 100) | 5))),
+        Sample("uet", "NACK TRIMMED", udp(
+            0xC005, U.PdsNack(type=T["NACK"], nack_code=D.NACK_CODE["TRIMMED"],
+                              nack_psn=0x1002, spdcid=0x0B02, dpdcid=0x0A01,
+                              nack_payload=0x1003))),
+        Sample("uet", "NACK_CCX", udp(
+            0xC006, U.PdsNackCcx(type=T["NACK_CCX"], nack_code=D.NACK_CODE["NEW_START_PSN"],
+                                 nack_psn=0x1004, spdcid=0x0B02, dpdcid=0x0A01,
+                                 nack_payload=0x5000, nccx_state=0xABC))),
+    ]
+    for ctl in ("ACK_REQ", "CLEAR", "CLOSE", "PROBE", "CREDIT"):
+        out.append(Sample("uet", f"CP {ctl}", udp(0xC010, U.PdsControl(
+            type=T["CP"], ctl_type=D.CTL_TYPE[ctl], ar=int(ctl in ("ACK_REQ", "CLOSE")),
+            psn=0x1005, probe_opaque=0x42 if ctl == "PROBE" else 0,
+            ctl_payload=0x100 if ctl == "CREDIT" else 0, **pdc))))
+    out.append(Sample("uet", "CP NOOP+SYN", udp(0xC011, U.PdsControlSyn(
+        type=T["CP"], ctl_type=D.CTL_TYPE["NOOP"], psn=0x1006, spdcid=0x0A01, psn_offset=6))))
+    out.append(Sample("uet", "TSS / ciphertext", udp(0xC012, U.UetTss(
+        an=1, sdi=0x000123, tsc=0x0000_0001_0000_0002), Raw(bytes(48)))))
+    out.append(Sample("uet", "TSS+SSI / ciphertext", udp(0xC013, U.UetTssSsi(
+        sdi=0x000124, ssi=0xCAFE, tsc=3), Raw(bytes(48)))))
+    out.append(Sample("uet", "RUD_REQ / SES std WRITE over IPv6", udp(
+        0xC014, req(psn=0x98765434), std("WRITE", mid=0x79), Raw(data), v6=True)))
+    native = Ether(src=MAC_A, dst=MAC_B) / IP(src=V4_A, dst=V4_B, proto=U.UET_IP_PROTO) / \
+        U.UetEntropy(entropy=0xE001) / req(psn=0x98765435) / std("WRITE", mid=0x7A) / Raw(data)
+    out.append(Sample("uet", "native IP: entropy / RUD_REQ / SES std WRITE", native,
+                      native_ip=True))
+    return out
+
+
 def all_samples() -> list[Sample]:
     """Every sample packet of every protocol."""
-    return roce_samples() + mrc_samples()  # + uet_samples()
+    return roce_samples() + mrc_samples() + uet_samples()
 
 
 def transport_payloads() -> list[tuple[str, str, bytes]]:
-    """(protocol, name, bytes handed to the transport decoder) for every sample."""
+    """(decoder, name, bytes handed to the transport decoder) for every sample.
+
+    decoder is the protocol, or ``uet-native`` for native-IP UET (IP payload).
+    """
     out = []
     for s in all_samples():
         if s.native_ip:
             ip = s.frame.getlayer(IP) or s.frame.getlayer(IPv6)
-            out.append((s.protocol, s.name, bytes(ip.payload)))
+            out.append((s.protocol + "-native", s.name, bytes(ip.payload)))
         else:
             out.append((s.protocol, s.name, bytes(s.frame[UDP].payload)))
     return out

@@ -72,3 +72,63 @@ def header_summary(h: Header) -> dict[str, Any]:
     """The fields of one decoded header worth a place on a one-line summary."""
     rule = _RULES.get(h.NAME)
     return rule(h) if rule else _plain(h)
+
+
+# --------------------------------------------------------------------------
+# UET
+# --------------------------------------------------------------------------
+
+_UET_FLAGS = ("syn", "ar", "retx", "m", "p", "nt")
+_SES_SHORT = {"standard": "std", "small": "small", "medium": "medium"}
+
+
+def uet_summary(pkt: Any) -> tuple[str, dict[str, Any], list[str]]:
+    """(type, fields, flags) of a decoded :class:`emu.wire.codec.uet.UetPacket`."""
+    from emu.wire import uet_defs as D
+
+    fields: dict[str, Any] = {}
+    flags: list[str] = []
+    if pkt.entropy is not None:
+        fields["entropy"] = pkt.entropy.entropy
+    if pkt.tss is not None:
+        t = pkt.tss
+        fields.update(sdi=t.sdi, tsc=t.tsc, ciphertext_len=len(pkt.payload))
+        if getattr(t, "ssi", None) is not None:
+            fields["ssi"] = t.ssi
+        return "TSS", fields, flags
+    pds = pkt.pds
+    v = pds.values()
+    kind = D.PDS_TYPES.get(pds.type, str(pds.type))
+    if "ctl_type" in v:
+        kind += " " + D.CTL_TYPES.get(pds.ctl_type, str(pds.ctl_type))
+    for key in ("psn", "cack_psn", "nack_psn", "pkt_id", "spdcid", "dpdcid", "psn_offset"):
+        if key in v:
+            fields[key] = v[key]
+    if v.get("syn"):
+        fields["start_psn"] = pds.start_psn()
+    if "nack_code" in v:
+        fields["nack"] = D.NACK_CODES.get(pds.nack_code, f"0x{pds.nack_code:02x}")
+    if "sack_bitmap" in v and pds.sack_bitmap:
+        fields["sack"] = ",".join(f"0x{p:x}" for p in pds.sacked_psns())
+    if "req" in v and pds.req:
+        fields["ack_req"] = D.ACK_REQS.get(pds.req, pds.req)
+    flags += [f.upper() for f in _UET_FLAGS if v.get(f)]
+    ses = pkt.ses
+    if ses is not None:
+        s = ses.values()
+        if "return_code" in s:
+            kind += " / " + D.RSP_OPCODES.get(ses.opcode, str(ses.opcode))
+            fields["rc"] = D.RETURN_CODES.get(ses.return_code, ses.return_code)
+        else:
+            shape = next((short for word, short in _SES_SHORT.items() if word in ses.NAME), "?")
+            kind += f" / {shape} {D.SES_OPCODES.get(ses.opcode, ses.opcode)}"
+            flags += [f.upper() for f in ("som", "eom") if s.get(f)]
+        for key in ("message_id", "job_id", "request_length", "payload_length",
+                    "message_offset", "modified_length"):
+            if key in s:
+                fields[key] = s[key]
+    if pkt.ext is not None:
+        fields.update((k, w) for k, w in pkt.ext.values().items() if not k.startswith("rsvd"))
+    if len(pkt.payload):
+        fields["len"] = len(pkt.payload)
+    return kind, fields, flags
