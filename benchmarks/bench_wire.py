@@ -22,8 +22,10 @@ from scapy.layers.inet6 import IPv6
 from emu.wire import icrc
 from emu.wire import mrc as M
 from emu.wire import roce as R
+from emu.wire import uet as U
 from emu.wire.codec import mrc as CM
 from emu.wire.codec import roce as CR
+from emu.wire.codec import uet as CU
 
 PAYLOAD = bytes(range(256)) * 16  # 4 KiB
 GOAL = 20.0
@@ -86,8 +88,32 @@ def mrc_codec() -> None:
     assert pkt.headers[1].dmalen == 4096 and len(pkt.payload) == 4096
 
 
+# ---- UET: RUD_REQ + SES standard WRITE (SOM) + 4 KiB over UDP 4793 -------------------
+
+_UET_REQ = {"type": 2, "next_hdr": 3, "ar": 1, "psn": 0x1000, "spdcid": 1, "dpdcid": 2}
+_UET_SES = {"opcode": 1, "som": 1, "eom": 1, "message_id": 7, "job_id": 0xABC,
+            "buffer_offset": 0x1000, "mem_key_match_bits": 0x55, "request_length": 4096}
+
+
+def uet_scapy() -> None:
+    pkt = IP(src="10.0.1.1", dst="10.0.2.1") / UDP(sport=0xC001, dport=4793) / \
+        U.PdsRequest(**_UET_REQ) / U.SesStandardRequestSom(**_UET_SES) / PAYLOAD
+    wire = bytes(pkt)
+    back = IP(wire)
+    assert back[U.SesStandardRequestSom].request_length == 4096
+    assert len(back[U.SesStandardRequestSom].payload.load) == 4096
+
+
+def uet_codec() -> None:
+    udp_payload = CU.encode_packet(CU.PdsRequest(**_UET_REQ),
+                                   CU.SesStandardRequestSom(**_UET_SES), None, PAYLOAD)
+    pkt = CU.decode_packet(udp_payload)
+    assert pkt.ses.request_length == 4096 and len(pkt.payload) == 4096
+
+
 CASES: dict[str, tuple[Callable[[], None], Callable[[], None], str]] = {
     "roce": (roce_scapy, roce_codec, "RC_WRITE_ONLY: BTH+RETH+4 KiB+ICRC (IPv4)"),
+    "uet": (uet_scapy, uet_codec, "RUD_REQ+SES std WRITE+4 KiB (IPv4/UDP)"),
     "mrc": (mrc_scapy, mrc_codec, "MRC_WRITE_ONLY: BTH+METH+RETH+4 KiB+ICRC (IPv6)"),
 }
 

@@ -293,7 +293,7 @@ class METH(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> METH:
         need("METH", buf, offset, 4)
-        return cls(*_HH.unpack_from(buf, offset))
+        return cls._trusted(*_HH.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -318,7 +318,7 @@ class TSETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> TSETH:
         need("TSETH", buf, offset, 4)
         ts, w = _HH.unpack_from(buf, offset)
-        return cls(ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
+        return cls._trusted(ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
 
 
 @dataclass(slots=True)
@@ -360,7 +360,7 @@ class SETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> SETH:
         need("SETH", buf, offset, 28)
         fl, apo, ev, sp, dp, w, cc, mpr, so, bm = _SETH.unpack_from(buf, offset)
-        return cls(fl >> 7, (fl >> 5) & 3, (fl >> 2) & 7, (fl >> 1) & 1, fl & 1,
+        return cls._trusted(fl >> 7, (fl >> 5) & 3, (fl >> 2) & 7, (fl >> 1) & 1, fl & 1,
                    apo, ev, sp, dp, w >> 24, w & 0xFFFFFF, cc >> 4, cc & 0xF, mpr, so, bm)
 
     def psns(self) -> list[int]:
@@ -392,7 +392,7 @@ class CC_STATE(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> CC_STATE:
         need("CC_STATE", buf, offset, 8)
         ts, w1, w2 = _CC.unpack_from(buf, offset)
-        return cls(ts, w1 >> 15, w1 & 0x7FFF, w2 >> 31, (w2 >> 24) & 0x7F, w2 & 0xFFFFFF)
+        return cls._trusted(ts, w1 >> 15, w1 & 0x7FFF, w2 >> 31, (w2 >> 24) & 0x7F, w2 & 0xFFFFFF)
 
 
 @dataclass(slots=True)
@@ -428,7 +428,7 @@ class NETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> NETH:
         need("NETH", buf, offset, 20)
         fl, reason, vi, ev, sp, dp, w, cc, r1, ts = _NETH.unpack_from(buf, offset)
-        return cls(fl, reason, vi, ev, sp, dp, w >> 24, w & 0xFFFFFF, cc >> 4, cc & 0xF, r1, ts)
+        return cls._trusted(fl, reason, vi, ev, sp, dp, w >> 24, w & 0xFFFFFF, cc >> 4, cc & 0xF, r1, ts)
 
 
 @dataclass(slots=True)
@@ -462,7 +462,7 @@ class PETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> PETH:
         need("PETH", buf, offset, 16)
         w0, pid, r1, sp, dp, ts, w = _PETH.unpack_from(buf, offset)
-        return cls(w0 >> 8, w0 & 0xFF, pid, r1, sp, dp, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
+        return cls._trusted(w0 >> 8, w0 & 0xFF, pid, r1, sp, dp, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
 
 
 @dataclass(slots=True)
@@ -497,7 +497,7 @@ class ERTH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> ERTH:
         need("ERTH", buf, offset, 16)
         r0, b1, r2, vi, psm, r3, ts, w = _ERTH.unpack_from(buf, offset)
-        return cls(r0, b1 >> 2, b1 & 3, r2, vi, psm, r3, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
+        return cls._trusted(r0, b1 >> 2, b1 & 3, r2, vi, psm, r3, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
 
 
 @dataclass(slots=True)
@@ -534,7 +534,7 @@ class EETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> EETH:
         need("EETH", buf, offset, 36)
         r0, b1, st, vi, rid, n, r2, psm, ev, ts, r3, hi, lo = _EETH.unpack_from(buf, offset)
-        return cls(r0, b1 >> 2, b1 & 3, st, vi, rid, n, r2, psm, ev, ts, r3, (hi << 64) | lo)
+        return cls._trusted(r0, b1 >> 2, b1 & 3, st, vi, rid, n, r2, psm, ev, ts, r3, (hi << 64) | lo)
 
     def port_state(self, port: int) -> int:
         """State of ``port`` (:data:`PORT_STATES`)."""

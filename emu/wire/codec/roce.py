@@ -141,7 +141,7 @@ class BTH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> BTH:
         need("BTH", buf, offset, 12)
         op, b1, pkey, w2, w3 = _BTH.unpack_from(buf, offset)
-        return cls(op, b1 >> 7, (b1 >> 6) & 1, (b1 >> 4) & 3, b1 & 0xF, pkey,
+        return cls._trusted(op, b1 >> 7, (b1 >> 6) & 1, (b1 >> 4) & 3, b1 & 0xF, pkey,
                    w2 >> 31, (w2 >> 30) & 1, (w2 >> 24) & 0x3F, w2 & 0xFFFFFF,
                    w3 >> 31, (w3 >> 30) & 1, (w3 >> 29) & 1, (w3 >> 28) & 1, (w3 >> 24) & 0xF,
                    w3 & 0xFFFFFF)
@@ -166,7 +166,7 @@ class RETH(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> RETH:
         need("RETH", buf, offset, 16)
-        return cls(*_RETH.unpack_from(buf, offset))
+        return cls._trusted(*_RETH.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -188,7 +188,7 @@ class AETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> AETH:
         need("AETH", buf, offset, 4)
         (w,) = _U32.unpack_from(buf, offset)
-        return cls(w >> 24, w & 0xFFFFFF)
+        return cls._trusted(w >> 24, w & 0xFFFFFF)
 
 
 @dataclass(slots=True)
@@ -208,7 +208,7 @@ class ImmDt(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> ImmDt:
         need("ImmDt", buf, offset, 4)
-        return cls(*_U32.unpack_from(buf, offset))
+        return cls._trusted(*_U32.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -228,7 +228,7 @@ class IETH(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> IETH:
         need("IETH", buf, offset, 4)
-        return cls(*_U32.unpack_from(buf, offset))
+        return cls._trusted(*_U32.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -251,7 +251,7 @@ class AtomicETH(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> AtomicETH:
         need("AtomicETH", buf, offset, 28)
-        return cls(*_ATOMIC.unpack_from(buf, offset))
+        return cls._trusted(*_ATOMIC.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -271,7 +271,7 @@ class AtomicAckETH(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> AtomicAckETH:
         need("AtomicAckETH", buf, offset, 8)
-        return cls(*_U64.unpack_from(buf, offset))
+        return cls._trusted(*_U64.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -294,7 +294,7 @@ class DETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> DETH:
         need("DETH", buf, offset, 8)
         qkey, w = _DETH.unpack_from(buf, offset)
-        return cls(qkey, w >> 24, w & 0xFFFFFF)
+        return cls._trusted(qkey, w >> 24, w & 0xFFFFFF)
 
 
 @dataclass(slots=True)
@@ -315,7 +315,7 @@ class CNPPadding(Header):
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> CNPPadding:
         need("CNPPadding", buf, offset, 16)
-        return cls(*_CNP.unpack_from(buf, offset))
+        return cls._trusted(*_CNP.unpack_from(buf, offset))
 
 
 # --------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class UetEntropy(Header):
     @classmethod
     def decode(cls, buf: Buf, offset: int = 0) -> UetEntropy:
         need(cls.NAME, buf, offset, 4)
-        return cls(*_ENT.unpack_from(buf, offset))
+        return cls._trusted(*_ENT.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -84,7 +84,7 @@ class UetTss(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> UetTss:
         need(cls.NAME, buf, offset, 12)
         w, tsc = _TSS.unpack_from(buf, offset)
-        return cls(w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, tsc)
+        return cls._trusted(w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, tsc)
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ class UetTssSsi(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> UetTssSsi:
         need(cls.NAME, buf, offset, 16)
         w, ssi, tsc = _TSS_SSI.unpack_from(buf, offset)
-        return cls(w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, ssi, tsc)
+        return cls._trusted(w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, ssi, tsc)
 
 
 # --------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class PdsRequest(Header, RequestView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsRequest:
         need(cls.NAME, buf, offset, 12)
         w, off, psn, s, d = _REQ.unpack_from(buf, offset)
-        return cls(*_req_prologue(w), off, psn, s, d)
+        return cls._trusted(*_req_prologue(w), off, psn, s, d)
 
 
 @dataclass(slots=True)
@@ -194,7 +194,7 @@ class PdsRequestSyn(Header, RequestView, SynView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsRequestSyn:
         need(cls.NAME, buf, offset, 12)
         w, off, psn, s, x = _REQ.unpack_from(buf, offset)
-        return cls(*_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF)
+        return cls._trusted(*_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF)
 
 
 @dataclass(slots=True)
@@ -228,7 +228,7 @@ class PdsCcRequest(Header, RequestView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsCcRequest:
         need(cls.NAME, buf, offset, 16)
         w, off, psn, s, d, c = _CC_REQ.unpack_from(buf, offset)
-        return cls(*_req_prologue(w), off, psn, s, d, c >> 24, c & 0xFFFFFF)
+        return cls._trusted(*_req_prologue(w), off, psn, s, d, c >> 24, c & 0xFFFFFF)
 
 
 @dataclass(slots=True)
@@ -264,7 +264,7 @@ class PdsCcRequestSyn(Header, RequestView, SynView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsCcRequestSyn:
         need(cls.NAME, buf, offset, 16)
         w, off, psn, s, x, c = _CC_REQ.unpack_from(buf, offset)
-        return cls(*_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF, c >> 24, c & 0xFFFFFF)
+        return cls._trusted(*_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF, c >> 24, c & 0xFFFFFF)
 
 
 # --------------------------------------------------------------------------
@@ -298,7 +298,7 @@ class PdsRudi(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsRudi:
         need(cls.NAME, buf, offset, 8)
         w, r, pid = _RUDI.unpack_from(buf, offset)
-        return cls(w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF,
+        return cls._trusted(w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF,
                    r, pid)
 
 
@@ -324,7 +324,7 @@ class PdsUud(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsUud:
         need(cls.NAME, buf, offset, 4)
         w, r = _UUD.unpack_from(buf, offset)
-        return cls(w >> 11, (w >> 7) & 0xF, w & 0x7F, r)
+        return cls._trusted(w >> 11, (w >> 7) & 0xF, w & 0x7F, r)
 
 
 # --------------------------------------------------------------------------
@@ -375,7 +375,7 @@ class PdsAck(Header, AckView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAck:
         need(cls.NAME, buf, offset, 12)
         w, off, cack, s, d = _ACK.unpack_from(buf, offset)
-        return cls(*_ack_prologue(w), off, cack, s, d)
+        return cls._trusted(*_ack_prologue(w), off, cack, s, d)
 
 
 @dataclass(slots=True)
@@ -415,7 +415,7 @@ class PdsAckCc(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCc:
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st = _ACK_CC.unpack_from(buf, offset)
-        return cls(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
+        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
 
 
 @dataclass(slots=True)
@@ -461,7 +461,7 @@ class PdsAckCcNscc(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCcNscc:
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st, x, ooo = _ACK_NSCC.unpack_from(buf, offset)
-        return cls(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st,
+        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st,
                    x >> 31, (x >> 24) & 0x7F, x & 0xFFFFFF, ooo)
 
 
@@ -505,7 +505,7 @@ class PdsAckCcCredit(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCcCredit:
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st = _ACK_CC.unpack_from(buf, offset)
-        return cls(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm,
+        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm,
                    st >> 40, (st >> 16) & 0xFFFFFF, st & 0xFFFF)
 
 
@@ -547,7 +547,7 @@ class PdsAckCcx(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCcx:
         need(cls.NAME, buf, offset, 40)
         w, off, cack, s, d, cc, mpr, soff, bm, hi, lo = _ACK_CCX.unpack_from(buf, offset)
-        return cls(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm,
+        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm,
                    (hi << 64) | lo)
 
 
@@ -599,7 +599,7 @@ class PdsNack(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsNack:
         need(cls.NAME, buf, offset, 16)
         w, code, vc, psn, s, d, pl = _NACK.unpack_from(buf, offset)
-        return cls(*_nack_prologue(w), code, vc, psn, s, d, pl)
+        return cls._trusted(*_nack_prologue(w), code, vc, psn, s, d, pl)
 
 
 @dataclass(slots=True)
@@ -635,7 +635,7 @@ class PdsNackCcx(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsNackCcx:
         need(cls.NAME, buf, offset, 32)
         w, code, vc, psn, s, d, pl, hi, lo = _NACK_CCX.unpack_from(buf, offset)
-        return cls(*_nack_prologue(w), code, vc, psn, s, d, pl, (hi << 64) | lo)
+        return cls._trusted(*_nack_prologue(w), code, vc, psn, s, d, pl, (hi << 64) | lo)
 
 
 # --------------------------------------------------------------------------
@@ -686,7 +686,7 @@ class PdsControl(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsControl:
         need(cls.NAME, buf, offset, 16)
         w, po, psn, s, d, pl = _CP.unpack_from(buf, offset)
-        return cls(*_cp_prologue(w), po, psn, s, d, pl)
+        return cls._trusted(*_cp_prologue(w), po, psn, s, d, pl)
 
 
 @dataclass(slots=True)
@@ -721,7 +721,7 @@ class PdsControlSyn(Header, SynView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsControlSyn:
         need(cls.NAME, buf, offset, 16)
         w, po, psn, s, x, pl = _CP.unpack_from(buf, offset)
-        return cls(*_cp_prologue(w), po, psn, s, x >> 12, x & 0xFFF, pl)
+        return cls._trusted(*_cp_prologue(w), po, psn, s, x >> 12, x & 0xFFF, pl)
 
 
 # --------------------------------------------------------------------------

@@ -95,7 +95,7 @@ class SesStandardRequest(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesStandardRequest:
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, pl, mo, rl = _STD.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, pl >> 14, pl & 0x3FFF, mo, rl)
 
 
@@ -142,7 +142,7 @@ class SesStandardRequestSom(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesStandardRequestSom:
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, hdr, rl = _STD_SOM.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, hdr, rl)
 
 
@@ -187,7 +187,7 @@ class SesSmallRequest(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesSmallRequest:
         need(cls.NAME, buf, offset, 20)
         b0, b1, rl, w4, w8, w10, bo = _SMALL.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, *_unflags(b1), rl >> 14, rl & 0x3FFF, w4 >> 24,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), rl >> 14, rl & 0x3FFF, w4 >> 24,
                    w4 & 0xFFFFFF, w8 >> 12, w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo)
 
 
@@ -233,7 +233,7 @@ class SesMediumRequest(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesMediumRequest:
         need(cls.NAME, buf, offset, 32)
         b0, b1, rl, w4, w8, w10, bo, ini, mk = _MEDIUM.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, *_unflags(b1), rl >> 14, rl & 0x3FFF, w4 >> 24,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), rl >> 14, rl & 0x3FFF, w4 >> 24,
                    w4 & 0xFFFFFF, w8 >> 12, w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk)
 
 
@@ -268,7 +268,7 @@ class SesResponse(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesResponse:
         need(cls.NAME, buf, offset, 12)
         b0, b1, mid, w4, ml = _RSP.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, ml)
+        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, ml)
 
 
 @dataclass(slots=True)
@@ -304,7 +304,7 @@ class SesResponseData(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesResponseData:
         need(cls.NAME, buf, offset, 20)
         b0, b1, mid, w4, rmid, pl, ml, mo = _RSP_DATA.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid,
                    pl >> 14, pl & 0x3FFF, ml, mo)
 
 
@@ -333,7 +333,7 @@ class SesSmallResponseData(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesSmallResponseData:
         need(cls.NAME, buf, offset, 4)
         b0, b1, pl = _RSP_SMALL.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, pl >> 14, pl & 0x3FFF)
+        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, pl >> 14, pl & 0x3FFF)
 
 
 @dataclass(slots=True)
@@ -365,7 +365,7 @@ class SesSmallResponseData12(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesSmallResponseData12:
         need(cls.NAME, buf, offset, 12)
         b0, b1, pl, w4, psn = _RSP_SMALL12.unpack_from(buf, offset)
-        return cls(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, pl >> 14, pl & 0x3FFF, w4 >> 24,
+        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, pl >> 14, pl & 0x3FFF, w4 >> 24,
                    w4 & 0xFFFFFF, psn)
 
 
@@ -393,7 +393,7 @@ class SesAtomic(Header):
     @classmethod
     def decode(cls, buf: Buf, offset: int = 0) -> SesAtomic:
         need(cls.NAME, buf, offset, 4)
-        return cls(*_ATOMIC.unpack_from(buf, offset))
+        return cls._trusted(*_ATOMIC.unpack_from(buf, offset))
 
 
 @dataclass(slots=True)
@@ -421,7 +421,7 @@ class SesCompareSwap(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesCompareSwap:
         need(cls.NAME, buf, offset, 36)
         op, dt, sc, r, ch, cl, sh, sl = _CAS.unpack_from(buf, offset)
-        return cls(op, dt, sc, r, (ch << 64) | cl, (sh << 64) | sl)
+        return cls._trusted(op, dt, sc, r, (ch << 64) | cl, (sh << 64) | sl)
 
 
 @dataclass(slots=True)
@@ -450,7 +450,7 @@ class SesRendezvous(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesRendezvous:
         need(cls.NAME, buf, offset, 24)
         el, p, r, ro, mb = _RDV.unpack_from(buf, offset)
-        return cls(el, p >> 14, p & 0x3FFF, r >> 12, r & 0xFFF, ro, mb)
+        return cls._trusted(el, p >> 14, p & 0x3FFF, r >> 12, r & 0xFFF, ro, mb)
 
 
 #: class name -> class for SES and extension headers (names from uet_defs)
