@@ -428,7 +428,8 @@ class NETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> NETH:
         need("NETH", buf, offset, 20)
         fl, reason, vi, ev, sp, dp, w, cc, r1, ts = _NETH.unpack_from(buf, offset)
-        return cls._trusted(fl, reason, vi, ev, sp, dp, w >> 24, w & 0xFFFFFF, cc >> 4, cc & 0xF, r1, ts)
+        return cls._trusted(
+            fl, reason, vi, ev, sp, dp, w >> 24, w & 0xFFFFFF, cc >> 4, cc & 0xF, r1, ts)
 
 
 @dataclass(slots=True)
@@ -462,7 +463,8 @@ class PETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> PETH:
         need("PETH", buf, offset, 16)
         w0, pid, r1, sp, dp, ts, w = _PETH.unpack_from(buf, offset)
-        return cls._trusted(w0 >> 8, w0 & 0xFF, pid, r1, sp, dp, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
+        return cls._trusted(
+            w0 >> 8, w0 & 0xFF, pid, r1, sp, dp, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
 
 
 @dataclass(slots=True)
@@ -497,7 +499,8 @@ class ERTH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> ERTH:
         need("ERTH", buf, offset, 16)
         r0, b1, r2, vi, psm, r3, ts, w = _ERTH.unpack_from(buf, offset)
-        return cls._trusted(r0, b1 >> 2, b1 & 3, r2, vi, psm, r3, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
+        return cls._trusted(
+            r0, b1 >> 2, b1 & 3, r2, vi, psm, r3, ts, w >> 15, (w >> 4) & 0x7FF, w & 0xF)
 
 
 @dataclass(slots=True)
@@ -534,7 +537,8 @@ class EETH(Header):
     def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> EETH:
         need("EETH", buf, offset, 36)
         r0, b1, st, vi, rid, n, r2, psm, ev, ts, r3, hi, lo = _EETH.unpack_from(buf, offset)
-        return cls._trusted(r0, b1 >> 2, b1 & 3, st, vi, rid, n, r2, psm, ev, ts, r3, (hi << 64) | lo)
+        return cls._trusted(
+            r0, b1 >> 2, b1 & 3, st, vi, rid, n, r2, psm, ev, ts, r3, (hi << 64) | lo)
 
     def port_state(self, port: int) -> int:
         """State of ``port`` (:data:`PORT_STATES`)."""

@@ -112,7 +112,8 @@ class UetTssSsi(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> UetTssSsi:
         need(cls.NAME, buf, offset, 16)
         w, ssi, tsc = _TSS_SSI.unpack_from(buf, offset)
-        return cls._trusted(w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, ssi, tsc)
+        return cls._trusted(
+            w >> 27, (w >> 26) & 1, (w >> 25) & 1, (w >> 24) & 1, w & 0xFFFFFF, ssi, tsc)
 
 
 # --------------------------------------------------------------------------
@@ -264,7 +265,8 @@ class PdsCcRequestSyn(Header, RequestView, SynView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsCcRequestSyn:
         need(cls.NAME, buf, offset, 16)
         w, off, psn, s, x, c = _CC_REQ.unpack_from(buf, offset)
-        return cls._trusted(*_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF, c >> 24, c & 0xFFFFFF)
+        return cls._trusted(
+            *_req_prologue(w), off, psn, s, x >> 12, x & 0xFFF, c >> 24, c & 0xFFFFFF)
 
 
 # --------------------------------------------------------------------------
@@ -298,7 +300,8 @@ class PdsRudi(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsRudi:
         need(cls.NAME, buf, offset, 8)
         w, r, pid = _RUDI.unpack_from(buf, offset)
-        return cls._trusted(w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF,
+        return cls._trusted(
+            w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF)
                    r, pid)
 
 
@@ -415,7 +418,8 @@ class PdsAckCc(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCc:
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st = _ACK_CC.unpack_from(buf, offset)
-        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
+        return cls._trusted(
+            *_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
 
 
 @dataclass(slots=True)
@@ -461,7 +465,8 @@ class PdsAckCcNscc(Header, SackView):
     def decode(cls, buf: Buf, offset: int = 0) -> PdsAckCcNscc:
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st, x, ooo = _ACK_NSCC.unpack_from(buf, offset)
-        return cls._trusted(*_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st,
+        return cls._trusted(
+            *_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
                    x >> 31, (x >> 24) & 0x7F, x & 0xFFFFFF, ooo)
 
 

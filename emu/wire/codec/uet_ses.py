@@ -95,7 +95,8 @@ class SesStandardRequest(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesStandardRequest:
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, pl, mo, rl = _STD.unpack_from(buf, offset)
-        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
+        return cls._trusted(
+            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12)
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, pl >> 14, pl & 0x3FFF, mo, rl)
 
 
@@ -142,7 +143,8 @@ class SesStandardRequestSom(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesStandardRequestSom:
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, hdr, rl = _STD_SOM.unpack_from(buf, offset)
-        return cls._trusted(b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
+        return cls._trusted(
+            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12)
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, hdr, rl)
 
 
@@ -268,7 +270,8 @@ class SesResponse(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesResponse:
         need(cls.NAME, buf, offset, 12)
         b0, b1, mid, w4, ml = _RSP.unpack_from(buf, offset)
-        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, ml)
+        return cls._trusted(
+            b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, ml)
 
 
 @dataclass(slots=True)
@@ -304,7 +307,8 @@ class SesResponseData(Header):
     def decode(cls, buf: Buf, offset: int = 0) -> SesResponseData:
         need(cls.NAME, buf, offset, 20)
         b0, b1, mid, w4, rmid, pl, ml, mo = _RSP_DATA.unpack_from(buf, offset)
-        return cls._trusted(b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid,
+        return cls._trusted(
+            b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid)
                    pl >> 14, pl & 0x3FFF, ml, mo)
 
 
