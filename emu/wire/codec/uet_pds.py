@@ -301,7 +301,7 @@ class PdsRudi(Header):
         need(cls.NAME, buf, offset, 8)
         w, r, pid = _RUDI.unpack_from(buf, offset)
         return cls._trusted(
-            w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF)
+            w >> 11, (w >> 7) & 0xF, (w >> 6) & 1, (w >> 5) & 1, (w >> 4) & 1, w & 0xF,
                    r, pid)
 
 
@@ -466,7 +466,7 @@ class PdsAckCcNscc(Header, SackView):
         need(cls.NAME, buf, offset, 32)
         w, off, cack, s, d, cc, mpr, soff, bm, st, x, ooo = _ACK_NSCC.unpack_from(buf, offset)
         return cls._trusted(
-            *_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st)
+            *_ack_prologue(w), off, cack, s, d, cc >> 4, cc & 0xF, mpr, soff, bm, st,
                    x >> 31, (x >> 24) & 0x7F, x & 0xFFFFFF, ooo)
 
 

@@ -96,7 +96,7 @@ class SesStandardRequest(Header):
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, pl, mo, rl = _STD.unpack_from(buf, offset)
         return cls._trusted(
-            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12)
+            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, pl >> 14, pl & 0x3FFF, mo, rl)
 
 
@@ -144,7 +144,7 @@ class SesStandardRequestSom(Header):
         need(cls.NAME, buf, offset, 44)
         b0, b1, mid, w4, w8, w10, bo, ini, mk, hdr, rl = _STD_SOM.unpack_from(buf, offset)
         return cls._trusted(
-            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12)
+            b0 >> 6, b0 & 0x3F, *_unflags(b1), mid, w4 >> 24, w4 & 0xFFFFFF, w8 >> 12,
                    w8 & 0xFFF, w10 >> 12, w10 & 0xFFF, bo, ini, mk, hdr, rl)
 
 
@@ -308,7 +308,7 @@ class SesResponseData(Header):
         need(cls.NAME, buf, offset, 20)
         b0, b1, mid, w4, rmid, pl, ml, mo = _RSP_DATA.unpack_from(buf, offset)
         return cls._trusted(
-            b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid)
+            b0 >> 6, b0 & 0x3F, b1 >> 6, b1 & 0x3F, mid, w4 >> 24, w4 & 0xFFFFFF, rmid,
                    pl >> 14, pl & 0x3FFF, ml, mo)
 
 
