@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The in-memory model of a cluster: what the topology files produce and the fabric builds.
+
+Pure data, no I/O. Everything the fabric needs is resolved here — node names,
+interface names (≤ 15 characters, unique per node), addresses, per-direction
+link settings — so that building is a mechanical walk and two builds of the
+same file are identical.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Literal
+
+NodeKind = Literal["host", "switch"]
+
+#: Linux's IFNAMSIZ - 1
+MAX_IFNAME = 15
+
+
+class TopologyError(ValueError):
+    """A topology file or parameter that cannot describe a cluster.
+
+    ``where`` names the file (and line or key) so the message reads
+    ``"namespaces/leaf-spine.toml: links[3].b: unknown node 'leaf9'"``.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass
+class Direction:
+    """What one direction of a link does to packets (egress of the sending side).
+
+    ``rate_bps`` None = unlimited. ``loss`` and ``ecn_ce`` are probabilities
+    in [0, 1]. ``delay_s``/``jitter_s`` need netem (feature-detected by the
+    fabric; refused with a clear error where the kernel lacks it).
+    """
+
+    rate_bps: int | None = None
+    loss: float = 0.0
+    ecn_ce: float = 0.0
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+
+    def is_default(self) -> bool:
+        return self == Direction()
+
+
+@dataclass
+class Endpoint:
+    """One end of a link: the node, its interface name there, and its addresses."""
+
+    node: str
+    ifname: str
+    ipv4: ipaddress.IPv4Interface | None = None
+    ipv6: ipaddress.IPv6Interface | None = None
+
+
+@dataclass
+class Link:
+    """A cable: two endpoints, an MTU, and what each direction does.
+
+    ``name`` is how users refer to it (``emu link h1:leaf1 down``, capture
+    interface names): ``"<a.node>-<b.node>"`` plus ``#k`` for the k-th
+    parallel link between the same pair.
+    """
+
+    name: str
+    a: Endpoint
+    b: Endpoint
+    mtu: int = 9000
+    a_to_b: Direction = field(default_factory=Direction)
+    b_to_a: Direction = field(default_factory=Direction)
+    plane: int | None = None
+    up: bool = True
+
+    def end(self, node: str) -> Endpoint:
+        """The endpoint on ``node``."""
+        if self.a.node == node:
+            return self.a
+        if self.b.node == node:
+            return self.b
+        raise KeyError(f"link {self.name} does not touch {node}")
+
+    def peer(self, node: str) -> Endpoint:
+        """The endpoint opposite ``node``."""
+        return self.b if self.a.node == node else self.a
+
+
+@dataclass
+class Node:
+    """A host (runs a NIC daemon) or a switch (forwards). ``role`` is leaf/spine/rail/…"""
+
+    name: str
+    kind: NodeKind
+    role: str = ""
+    plane: int | None = None
+    #: loopback / router-id addresses (switches), used for SRv6 locators
+    loopback4: ipaddress.IPv4Address | None = None
+    loopback6: ipaddress.IPv6Address | None = None
+
+
+@dataclass
+class Event:
+    """A scheduled change: ``at`` seconds after ``emu up`` finishes, do ``action`` on ``target``.
+
+    ``action`` is ``down``/``up`` (a link, a switch, or ``plane:<n>``) or
+    ``impair`` with ``settings`` ({"loss": 0.01, …}, optionally "direction").
+    """
+
+    at_s: float
+    action: str
+    target: str
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class Topology:
+    """A whole cluster, resolved and validated."""
+
+    name: str
+    source: str
+    nodes: dict[str, Node] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    params: dict[str, object] = field(default_factory=dict)
+    #: ECMP hash seed (fib_multipath_hash_seed) where the kernel has it; None = kernel default
+    hash_seed: int | None = None
+    #: "ecmp" (kernel multipath routing) or "srv6" (source-routed planes)
+    routing: str = "ecmp"
+
+    def hosts(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "host"]
+
+    def switches(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "switch"]
+
+    def links_of(self, node: str) -> list[Link]:
+        return [lk for lk in self.links if node in (lk.a.node, lk.b.node)]
+
+    def link(self, spec: str) -> Link:
+        """Find a link by name (``h1-leaf1``) or by ``A:B`` (either order; first of parallels)."""
+        for lk in self.links:
+            if lk.name == spec:
+                return lk
+        if ":" in spec:
+            x, y = spec.split(":", 1)
+            for lk in self.links:
+                if {lk.a.node, lk.b.node} == {x, y}:
+                    return lk
+        raise KeyError(f"no link {spec!r} in cluster {self.name}")
