@@ -138,6 +138,8 @@ _PDS_ACK = {  # rsvd_ack mask 0x41: bits 6 and 0
     "flag_rsvd0": P("uet.pds.flags.rsvd_ack", 6, 1), "m": "uet.pds.flags.m",
     "retx": "uet.pds.flags.retx", "p": "uet.pds.flags.p", "req": "uet.pds.flags.req",
     "flag_rsvd1": P("uet.pds.flags.rsvd_ack", 0, 1),
+    # with P set uet.lua shows these 16 bits as uet.pds.ctrl_probe_opaque (u16) instead;
+    # the samples send no probe reply
     "ack_psn_offset": "uet.pds.ack_psn_offset", "cack_psn": "uet.pds.cack_psn",
     "spdcid": "uet.pds.spdcid", "dpdcid": "uet.pds.dpdcid",
 }
@@ -363,7 +365,9 @@ FIELD_MAP: dict[tuple[str, str], tuple[str, str | None, dict[str, str | T]]] = {
         "read_match_bits": "uet.ses.rendv_ext_hdr.read_match_bits"}),
 }
 
-#: (protocol, class, scapy field) -> why tshark 4.0 + our Lua show no field for it
+#: (protocol, class, scapy field) -> why tshark 4.0 + our Lua show no field for it.
+#: Empty on purpose: with tshark 4.0.17 every scapy field, reserved bits included, has
+#: a tshark field (alone, or as bits of a covering reserved/flags field — see P()).
 NOT_IN_WIRESHARK: dict[tuple[str, str, str], str] = {}
 
 #: tshark fields the Lua derives from header fields: (protocol, class, tshark field) ->
