@@ -103,6 +103,10 @@ class Node:
     #: loopback / router-id addresses (switches), used for SRv6 locators
     loopback4: ipaddress.IPv4Address | None = None
     loopback6: ipaddress.IPv6Address | None = None
+    #: 16-bit SRv6 micro-SID (switches 0x0001.., hosts 0x8000+n); see emu/topology/addressing.py
+    usid: int | None = None
+    #: SRv6 uSID locator fc00:0:<usid>::/48 (32-bit block fc00:0000 + the 16-bit uSID)
+    locator6: ipaddress.IPv6Network | None = None
 
 
 @dataclass
