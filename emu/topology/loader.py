@@ -1,0 +1,291 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Topology files → a validated, fully resolved :class:`Topology`.
+
+File format (TOML; every table optional except ``[topology]``)::
+
+    [topology]      kind = "pair"|"leaf-spine"|"rail-optimized"|"multi-plane"|"custom"
+                    name = "ls" (cluster name; default: file stem), description = "…"
+    [params]        generator parameters (see emu.topology.generators.GENERATORS)
+    [defaults.link] mtu (9000), up (true), rate, loss, ecn_ce, delay, jitter,
+                    a_to_b = {…}, b_to_a = {…} (per-direction values win)
+    [[link]]        generated kinds: match = "leaf1-spine1" | "leaf1:spine*" + settings
+                    custom: a, b, a_if, b_if, plane + settings
+    [[node]]        custom only: name, kind = "host"|"switch", role, plane
+    [[event]]       at = "2s", action = "down"|"up"|"impair", target = link name |
+                    "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, delay, jitter
+    [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1
+
+``--set`` overrides (``load(path, ["hosts_per_leaf=8", "link.mtu=1500"])``):
+a bare key or ``params.<k>`` sets a generator parameter; ``link.<k>`` (or
+``defaults.link.<k>``, also ``link.a_to_b.rate``) sets a link default;
+``routing.<k>`` sets routing. Values are read as TOML when they parse
+(``8``, ``0.01``, ``false``) and as strings otherwise (``10gbit``).
+
+Every problem raises :class:`TopologyError` with a one-line message
+``file[:line]: key.path: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from emu.topology import addressing
+from emu.topology.generators import GENERATORS, Builder
+from emu.topology.locate import Locator, line_index
+from emu.topology.model import MAX_IFNAME, Topology, TopologyError
+from emu.topology.settings import (
+    apply_overrides,
+    check_keys,
+    check_table,
+    parse_events,
+    parse_settings,
+    parse_value,
+)
+from emu.topology.units import parse_int
+
+__all__ = ["load", "loads", "KINDS", "NODE_NAME_RE", "MAX_NODE_NAME", "MAX_CLUSTER_NAME"]
+
+KINDS = (*GENERATORS, "custom")
+NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_NODE_NAME = 32
+MAX_CLUSTER_NAME = 12
+_TOP = {"topology", "params", "defaults", "link", "node", "event", "routing"}
+_IFNAME_BAD = re.compile(r"[/:\s]")
+
+
+def load(path: str | Path, overrides: Mapping[str, object] | Sequence[str] | None = None,
+         name: str | None = None) -> Topology:
+    """Read, validate and resolve a topology file (``name`` overrides the cluster name)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TopologyError(str(path), f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise TopologyError(str(path), f"not UTF-8 text: {e.reason}") from None
+    return loads(text, str(path), overrides, name, stem=path.stem)
+
+
+def loads(text: str, source: str = "<string>",
+          overrides: Mapping[str, object] | Sequence[str] | None = None,
+          name: str | None = None, stem: str | None = None) -> Topology:
+    """Like :func:`load` for text already in memory; ``source`` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        msg = re.sub(r"\s*\(at line.*\)", "", str(e)).replace("\n", " ")
+        where = f"{source}:{m.group(1)}:{m.group(2)}" if m else source
+        raise TopologyError(where, f"TOML syntax: {msg}") from None
+    loc = Locator(source, line_index(text))
+    _apply_set(data, overrides, loc)
+    return _build(data, loc, name, stem)
+
+
+def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | None,
+               loc: Locator) -> None:
+    """Fold ``--set k=v`` into the parsed file so the normal checks apply to them."""
+    if overrides is None:
+        return
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        items = []
+        for arg in overrides:
+            if "=" not in arg:
+                raise TopologyError(f"{loc.source}: --set {arg}", "expected KEY=VALUE")
+            k, v = arg.split("=", 1)
+            items.append((k.strip(), v.strip()))
+    for key, value in items:
+        arg = f"{key}={value}"
+        if isinstance(value, str):
+            try:
+                value = tomllib.loads(f"v = {value}")["v"]
+            except tomllib.TOMLDecodeError:
+                pass
+        parts = key.split(".")
+        if parts[0] == "link":
+            parts = ["defaults", *parts]
+        elif len(parts) == 1:
+            parts = ["params", *parts]
+        if parts[0] not in ("params", "defaults", "routing") or len(parts) < 2 or not all(parts):
+            raise TopologyError(f"{loc.source}: --set {arg}", f"unknown setting {key!r}: use a "
+                                "parameter name, link.<key> or routing.<key>")
+        table = data
+        for p in parts[:-1]:
+            table = table.setdefault(p, {})
+            if not isinstance(table, dict):
+                raise TopologyError(f"{loc.source}: --set {arg}", f"{p} is not a table in the file")
+        table[parts[-1]] = value
+        loc.from_set[".".join(parts)] = arg
+
+
+def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topology:
+    check_keys(data, _TOP, "", loc)
+    top = check_table(data.get("topology"), "topology", loc) if "topology" in data else None
+    if top is None:
+        raise loc.error("topology", "missing [topology] table with kind = one of "
+                        + ", ".join(KINDS))
+    check_keys(top, {"kind", "name", "description"}, "topology", loc)
+    kind = top.get("kind")
+    if kind not in KINDS:
+        raise loc.error("topology.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    for key in ("params", "defaults", "routing"):
+        if key in data:
+            check_table(data[key], key, loc)
+    for key in ("link", "node", "event"):
+        if key in data and not isinstance(data[key], list):
+            raise loc.error(key, f"expected an array of tables ([[{key}]])")
+
+    if kind == "custom":
+        if data.get("params"):
+            raise loc.error("params." + next(iter(data["params"])),
+                            "unknown parameter: kind 'custom' takes no parameters")
+        topo = _custom(data, loc)
+        params: dict[str, object] = {}
+    else:
+        if "node" in data:
+            raise loc.error("node[0]", "[[node]] is only allowed with kind = 'custom'")
+        gen = GENERATORS[kind]
+        params = {k: p.default for k, p in gen.params.items()}
+        for key, value in data.get("params", {}).items():
+            if key not in gen.params:
+                raise loc.error(f"params.{key}", f"unknown parameter for {kind} "
+                                f"(known: {', '.join(gen.params)})")
+            p = gen.params[key]
+            params[key] = parse_value(lambda v, p=p: parse_int(v, p.lo, p.hi), value,
+                                      f"params.{key}", loc)
+        topo = gen.func(**params)
+    topo.source = loc.source
+    topo.params = params
+    topo.name = _cluster_name(top, name, stem, loc)
+    _check_graph(topo, loc, kind == "custom")
+
+    defaults = check_table(data.get("defaults", {}), "defaults", loc)
+    check_keys(defaults, {"link"}, "defaults", loc)
+    dl = check_table(defaults.get("link", {}), "defaults.link", loc)
+    base = parse_settings(dl, "defaults.link", loc)
+    for lk in topo.links:
+        base.apply(lk)
+    if kind == "custom":
+        for i, entry in enumerate(data.get("link", [])):
+            parse_settings(entry, f"link[{i}]", loc, extra=_CUSTOM_LINK).apply(topo.links[i])
+    else:
+        apply_overrides(topo, data.get("link", []), loc)
+
+    routing = check_table(data.get("routing", {}), "routing", loc)
+    check_keys(routing, {"mode", "hash_seed"}, "routing", loc)
+    topo.routing = routing.get("mode", "ecmp")
+    if topo.routing not in ("ecmp", "srv6"):
+        raise loc.error("routing.mode", f"{topo.routing!r} is not one of ecmp, srv6")
+    if "hash_seed" in routing:
+        topo.hash_seed = parse_value(lambda v: parse_int(v, 0, 2**32 - 1), routing["hash_seed"],
+                                     "routing.hash_seed", loc)
+    topo.events = parse_events(topo, data.get("event", []), loc)
+    node_index = {n: i for i, n in enumerate(topo.nodes)}
+    addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
+                      else loc.where("params"))
+    return topo
+
+
+_CUSTOM_LINK = {"a", "b", "a_if", "b_if", "plane"}
+
+
+def _cluster_name(top: dict, name: str | None, stem: str | None, loc: Locator) -> str:
+    if name is not None:
+        where, value = f"{loc.source}: --name", name
+    elif "name" in top:
+        where, value = loc.where("topology.name"), top["name"]
+    else:
+        where, value = f"{loc.source}: topology.name (default: the file name)", stem or "emu"
+    if not isinstance(value, str):
+        raise TopologyError(where, f"expected a string, got {value!r}")
+    if not NODE_NAME_RE.match(value) or len(value) > MAX_CLUSTER_NAME:
+        raise TopologyError(where, f"cluster name {value!r} must match [a-z0-9][a-z0-9-]* and be "
+                            f"at most {MAX_CLUSTER_NAME} characters (set [topology] name or "
+                            "use --name)")
+    return value
+
+
+def _custom(data: dict, loc: Locator) -> Topology:
+    """``[[node]]`` + ``[[link]]`` (a, b, a_if, b_if, plane) → an unaddressed topology."""
+    b = Builder()
+    first: dict[str, int] = {}
+    for i, entry in enumerate(data.get("node", [])):
+        path = f"node[{i}]"
+        entry = check_table(entry, path, loc)
+        check_keys(entry, {"name", "kind", "role", "plane"}, path, loc)
+        nname = entry.get("name")
+        _check_node_name(nname, f"{path}.name", loc)
+        if nname in first:
+            raise loc.error(f"{path}.name", f"duplicate node name {nname!r} "
+                            f"(first at node[{first[nname]}])")
+        first[nname] = i
+        nkind = entry.get("kind")
+        if nkind not in ("host", "switch"):
+            raise loc.error(f"{path}.kind", f"{nkind!r} is not one of host, switch")
+        role = entry.get("role", "host" if nkind == "host" else "")
+        if not isinstance(role, str):
+            raise loc.error(f"{path}.role", f"expected a string, got {role!r}")
+        plane = entry.get("plane")
+        if plane is not None:
+            plane = parse_value(lambda v: parse_int(v, 0, 253), plane, f"{path}.plane", loc)
+        b.node(nname, nkind, role, plane)
+    if not b.nodes:
+        raise loc.error("node", "kind 'custom' needs [[node]] entries")
+    for i, entry in enumerate(data.get("link", [])):
+        path = f"link[{i}]"
+        entry = check_table(entry, path, loc)
+        ends = []
+        for key in ("a", "b"):
+            n = entry.get(key)
+            if not isinstance(n, str):
+                raise loc.error(f"{path}.{key}", "missing or not a string: the node at this end")
+            if n not in b.nodes:
+                raise loc.error(f"{path}.{key}", f"unknown node {n!r}")
+            ends.append(n)
+        if ends[0] == ends[1]:
+            raise loc.error(f"{path}.b", f"link from {ends[0]!r} to itself")
+        ifs = []
+        for key in ("a_if", "b_if"):
+            v = entry.get(key)
+            if v is not None and not isinstance(v, str):
+                raise loc.error(f"{path}.{key}", f"expected a string, got {v!r}")
+            ifs.append(v)
+        plane = entry.get("plane")
+        if plane is not None:
+            plane = parse_value(lambda v: parse_int(v, 0, 253), plane, f"{path}.plane", loc)
+        else:
+            plane = next((b.nodes[n].plane for n in ends if b.nodes[n].plane is not None), None)
+        b.link(ends[0], ends[1], plane, ifs[0], ifs[1])
+    return b.build()
+
+
+def _check_node_name(value: object, path: str, loc: Locator) -> None:
+    if not isinstance(value, str):
+        raise loc.error(path, f"missing or not a string: {value!r}")
+    if not NODE_NAME_RE.match(value) or len(value) > MAX_NODE_NAME:
+        raise loc.error(path, f"node name {value!r} must match [a-z0-9][a-z0-9-]* and be at most "
+                        f"{MAX_NODE_NAME} characters (it becomes part of a namespace name)")
+
+
+def _check_graph(topo: Topology, loc: Locator, custom: bool) -> None:
+    """Interface names: non-empty, ≤ 15 characters, legal for Linux, unique per node."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, lk in enumerate(topo.links):
+        for key, end in (("a", lk.a), ("b", lk.b)):
+            path = f"link[{i}].{key}_if" if custom else "params"
+            name = end.ifname
+            problem = None
+            if not name or name in (".", "..") or _IFNAME_BAD.search(name):
+                problem = "is not a valid Linux interface name"
+            elif len(name) > MAX_IFNAME:
+                problem = f"is {len(name)} characters, more than Linux allows ({MAX_IFNAME})"
+            elif (end.node, name) in seen:
+                problem = f"is used twice (also by link[{seen[end.node, name]}])"
+            if problem:
+                raise loc.error(path, f"interface {name!r} on {end.node!r} {problem}")
+            seen[end.node, name] = i
