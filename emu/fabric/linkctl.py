@@ -1,0 +1,653 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Link control: rate, loss, ECN-CE marking, delay, link up/down — on one interface's egress.
+
+A :class:`~emu.topology.model.Direction` describes what one direction of a cable
+does; it is applied to the *egress* of the sending end's interface inside that
+end's namespace (``a_to_b`` on ``link.a.ifname`` in ``<cluster>-<a.node>``).
+
+Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
+--------------------------------------------------------------------------
+* **Rate** — a ``tbf`` root qdisc with handle ``e3e0:`` (the emu marker: only a
+  root qdisc with that major is ever replaced or deleted). Built with pyroute2,
+  but with our own netlink message (:class:`_TbfMsg`) because pyroute2 0.9.7's tbf
+  plug-in sends no ``TCA_TBF_RATE64``/``TCA_TBF_BURST`` and so cannot express
+  rates ≥ 2³² B/s (34.4 Gbit/s) — emulated 100–800G links. Sizes (``frame`` =
+  MTU + 14, the Ethernet header; veth has no FCS)::
+
+      burst = max(frame, ceil(rate_bytes_per_s × 1 ms))
+      limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 10 ms))
+
+  ``burst`` holds at least one whole frame (a smaller bucket never passes a
+  full-size frame; GSO super-packets are segmented by tbf itself) and ~1 ms of
+  line rate so the qdisc watchdog's timer granularity does not pull the achieved
+  rate below the setting. ``limit`` (bytes queued before tail drop) adds a
+  ~10 ms queue, at least four frames: a shallow switch-like buffer. Both can be
+  overridden per call (tests use fixed values so drops can be counted).
+* **Loss and ECN-CE** — nftables, one table per interface called
+  ``emu_lc_<ifname>`` (family ``netdev``, chain ``egress`` on the **netdev
+  egress hook**, Linux ≥ 5.16 with ``CONFIG_NETFILTER_EGRESS``; present here on
+  6.18). That hook runs in ``__dev_queue_xmit`` for every packet leaving the
+  device — locally generated and forwarded alike, IPv4, IPv6 and anything else —
+  before the qdisc, so a dropped packet never consumes rate. Where the kernel
+  lacks it (feature-detected) the table is ``inet`` with a ``postrouting``
+  chain matching ``oifname``; postrouting also sees both forwarded and local
+  packets (not non-IP frames). Rules:
+  ``numgen random mod 1000000 < round(p × 10⁶) counter drop comment "emu:loss"``
+  and ``ip ecn {ect0, ect1} numgen random mod 1000000 < K counter ip ecn set ce``
+  (same for ``ip6``, comments ``emu:ce4``/``emu:ce6``). Probabilities therefore
+  have a resolution of 10⁻⁶. **CE is set only on ECN-capable packets** (ECT(0)
+  or ECT(1)); Not-ECT packets are left alone (RFC 3168 §5: a router must not
+  set CE on a Not-ECT packet — it would drop instead; RoCEv2 sends ECT) and CE
+  packets are already marked. Loss is applied before marking. Both act per skb:
+  a GSO super-packet is dropped or marked as a whole (the fabric turns GSO off
+  on veths when per-segment accuracy matters).
+  nftables is driven with the ``nft`` binary (ruleset on stdin, ``nft -f -``,
+  run inside the namespace by a ``setns`` pre-exec hook): pyroute2 0.9.7's
+  ``nftables`` module has message classes but no expression builders for
+  ``numgen``, ECN payload matches or checksum-updating payload mangling, and a
+  ruleset file is applied atomically (the add/delete/add idiom replaces our
+  table in one transaction). Rulesets are generated from numbers and interface
+  names we validate, never from user strings.
+* **Delay/jitter** — ``netem`` where the kernel has it: feature-detected once per
+  process by adding a netem qdisc to a veth in a scratch namespace
+  (:func:`features`). This kernel has no netem, so a ``Direction`` with
+  ``delay_s``/``jitter_s`` raises :class:`FeatureMissing` naming
+  ``CONFIG_NET_SCH_NETEM``. With netem, netem is the root (``e3e0:``) and tbf
+  its child (``e3e1:``).
+* **Link down/up** — admin state of the interface (pyroute2). A cable cut is both
+  ends down (:func:`set_link`): both kernels see the nexthop die at once and
+  route around it. The kernel deletes what hangs off a downed interface
+  (IPv4 single-path routes, IPv6 addresses and routes); :func:`set_link_state`
+  snapshots the interface's addresses and routes into ``state_dir`` before
+  taking it down and puts them back after bringing it up (routes with
+  lightweight tunnel encapsulation — SRv6 — are reported, not restored).
+
+Every change appends one JSON line to the caller's event log:
+``{"t": epoch, "cluster": …, "link": …, "direction": …, "action": …, "settings": …}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import re
+import secrets
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute, netns
+from pyroute2.netlink import (
+    NLM_F_ACK,
+    NLM_F_CREATE,
+    NLM_F_REPLACE,
+    NLM_F_REQUEST,
+    nla,
+    nlmsg,
+)
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
+
+from emu.topology.model import Direction, Link
+
+#: root qdisc handle major of emu's qdiscs ("e3e0:"); child tbf under netem is e3e1:
+QDISC_MAJOR = 0xE3E0
+QDISC_HANDLE = QDISC_MAJOR << 16
+CHILD_HANDLE = (QDISC_MAJOR + 1) << 16
+#: every nftables table we make starts with this
+NFT_PREFIX = "emu_lc_"
+#: numgen modulus: probabilities have a resolution of 1 / PROB_SCALE
+PROB_SCALE = 1_000_000
+ETH_HLEN = 14
+DEFAULT_STATE_DIR = Path("/run/emu/linkctl")
+NETNS_DIR = Path("/run/netns")
+
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class LinkCtlError(RuntimeError):
+    """A link-control operation that could not be done; the message says why."""
+
+
+class FeatureMissing(LinkCtlError):
+    """The kernel lacks what a setting needs (e.g. netem for delay)."""
+
+
+def ns_name(cluster: str, node: str) -> str:
+    """The namespace of ``node`` in ``cluster``."""
+    return f"{cluster}-{node}"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ns_path(ns: str) -> Path:
+    p = NETNS_DIR / ns
+    if "/" in ns or not p.exists():
+        raise LinkCtlError(f"network namespace {ns!r} does not exist")
+    return p
+
+
+def _check_ifname(ifname: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_.:@#+=-]{1,15}", ifname):
+        raise LinkCtlError(f"bad interface name {ifname!r}")
+
+
+def run_in_ns(ns: str, argv: Sequence[str], input: str | None = None,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` inside namespace ``ns`` (setns in the child before exec)."""
+    fd = os.open(_ns_path(ns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        def enter() -> None:
+            if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                os._exit(126)
+
+        proc = subprocess.run(list(argv), input=input, capture_output=True, text=True,
+                              preexec_fn=enter, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+    if check and proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise LinkCtlError(f"{ns}: {argv[0]} failed ({proc.returncode}): "
+                           + " | ".join(msg[-3:]))
+    return proc
+
+
+def _nft(ns: str, script: str) -> None:
+    run_in_ns(ns, ["nft", "-f", "-"], input=script)
+
+
+def _ipr(ns: str) -> IPRoute:
+    _ns_path(ns)
+    ipr = IPRoute(netns=ns)
+    # pyroute2 0.9.7: the sync nlm_request() reads this key without setting it
+    ipr.status.setdefault("nlm_generator", False)
+    return ipr
+
+
+def _ifindex(ipr: IPRoute, ns: str, ifname: str) -> int:
+    idx = ipr.link_lookup(ifname=ifname)
+    if not idx:
+        raise LinkCtlError(f"{ns}: no interface {ifname!r}")
+    return idx[0]
+
+
+def log_event(path: str | os.PathLike[str] | None, *, cluster: str = "", link: str = "",
+              direction: str = "", action: str, settings: object = None) -> dict:
+    """Append one JSON-lines event to ``path`` (if given) and return it."""
+    ev = {"t": time.time(), "cluster": cluster, "link": link, "direction": direction,
+          "action": action, "settings": settings if settings is not None else {}}
+    if path is not None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(ev, sort_keys=False) + "\n")
+    return ev
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class Features:
+    """What this kernel offers link control (probed once per process)."""
+
+    netem: bool
+    nft_egress: bool
+
+    def describe(self) -> str:
+        return ("netem: " + ("present" if self.netem else "absent (delay/jitter unavailable)")
+                + "; loss/CE hook: " + ("netdev egress" if self.nft_egress
+                                        else "inet postrouting"))
+
+
+_features: Features | None = None
+
+
+def features(refresh: bool = False) -> Features:
+    """Probe netem and the nftables netdev egress hook on a veth in a scratch namespace."""
+    global _features
+    if _features is not None and not refresh:
+        return _features
+    scratch = "emuprobe-" + secrets.token_hex(3)
+    netns.create(scratch)
+    try:
+        with _ipr(scratch) as ipr:
+            ipr.link("add", ifname="p0", kind="veth", peer="p1")
+            idx = _ifindex(ipr, scratch, "p0")
+            ipr.link("set", index=idx, state="up")
+            try:
+                ipr.tc("add", "netem", index=idx, handle=QDISC_HANDLE, delay=1000)
+                has_netem = True
+            except NetlinkError:
+                has_netem = False
+        proc = run_in_ns(scratch, ["nft", "-f", "-"], check=False, input=(
+            f"table netdev {NFT_PREFIX}probe {{\n chain egress {{\n"
+            '  type filter hook egress device "p0" priority 0; policy accept;\n }\n}\n'))
+        has_egress = proc.returncode == 0
+    finally:
+        netns.remove(scratch)
+    _features = Features(netem=has_netem, nft_egress=has_egress)
+    return _features
+
+
+# --------------------------------------------------------------------------- qdiscs
+
+
+class _TbfMsg(nlmsg):
+    """RTM_NEWQDISC for tbf with the 64-bit rate and byte-burst attributes.
+
+    Derived from ``nlmsg``, not pyroute2's ``tcmsg``: pyroute2 caches the compiled
+    attribute table on the class, and a subclass would inherit tcmsg's.
+    """
+
+    prefix = "TCA_"
+    fields = (("family", "B"), ("pad1", "B"), ("pad2", "H"), ("index", "i"),
+              ("handle", "I"), ("parent", "I"), ("info", "I"))
+    nla_map = (
+        ("TCA_UNSPEC", "none"),
+        ("TCA_KIND", "asciiz"),
+        ("TCA_OPTIONS", "tbf_options"),
+    )
+
+    class tbf_options(nla):
+        nla_map = (
+            ("TCA_TBF_UNSPEC", "none"),
+            ("TCA_TBF_PARMS", "tbf_parms"),
+            ("TCA_TBF_RTAB", "hex"),
+            ("TCA_TBF_PTAB", "hex"),
+            ("TCA_TBF_RATE64", "uint64"),
+            ("TCA_TBF_PRATE64", "uint64"),
+            ("TCA_TBF_BURST", "uint32"),
+            ("TCA_TBF_PBURST", "uint32"),
+            ("TCA_TBF_PAD", "hex"),
+        )
+
+        class tbf_parms(nla):
+            # struct tc_tbf_qopt: two tc_ratespec, limit, buffer, mtu
+            fields = (
+                ("rate_cell_log", "B"), ("rate_linklayer", "B"), ("rate_overhead", "H"),
+                ("rate_cell_align", "h"), ("rate_mpu", "H"), ("rate", "I"),
+                ("peak_cell_log", "B"), ("peak_linklayer", "B"), ("peak_overhead", "H"),
+                ("peak_cell_align", "h"), ("peak_mpu", "H"), ("peak", "I"),
+                ("limit", "I"), ("buffer", "I"), ("mtu", "I"),
+            )
+
+
+def tbf_sizes(rate_bps: int, mtu: int) -> tuple[int, int]:
+    """(burst, limit) in bytes for a tbf at ``rate_bps`` on a link of ``mtu`` (see module doc)."""
+    frame = mtu + ETH_HLEN
+    rate_Bps = rate_bps / 8
+    burst = max(frame, math.ceil(rate_Bps * 1e-3))
+    limit = burst + max(4 * frame, math.ceil(rate_Bps * 10e-3))
+    return burst, limit
+
+
+def _add_tbf(ipr: IPRoute, index: int, handle: int, parent: int, rate_bps: int,
+             burst: int, limit: int) -> None:
+    rate_Bps = max(1, rate_bps // 8)
+    msg = _TbfMsg()
+    msg["family"] = socket.AF_UNSPEC
+    msg["index"] = index
+    msg["handle"] = handle
+    msg["parent"] = parent
+    parms = {name: 0 for name, _ in _TbfMsg.tbf_options.tbf_parms.fields}
+    # linklayer ethernet: the kernel computes from the rate itself, no rate table
+    parms.update(rate_linklayer=1, rate=min(rate_Bps, 0xFFFFFFFF), limit=limit)
+    attrs: list[list[object]] = [["TCA_TBF_PARMS", parms], ["TCA_TBF_BURST", burst]]
+    if rate_Bps >= 1 << 32:
+        attrs.append(["TCA_TBF_RATE64", rate_Bps])
+    msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", {"attrs": attrs}]]
+    ipr.nlm_request(msg, msg_type=RTM_NEWQDISC,
+                    msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+
+
+def _root_qdisc(ipr: IPRoute, index: int):
+    for q in ipr.get_qdiscs(index=index):
+        if q["parent"] == TC_H_ROOT:
+            return q
+    return None
+
+
+def _del_our_qdisc(ipr: IPRoute, index: int) -> bool:
+    q = _root_qdisc(ipr, index)
+    if q is None or q["handle"] >> 16 != QDISC_MAJOR:
+        return False
+    ipr.tc("del", index=index, handle=q["handle"], parent=TC_H_ROOT)
+    return True
+
+
+# --------------------------------------------------------------------------- nftables
+
+
+def nft_table(ifname: str) -> str:
+    """The nftables table emu uses for ``ifname`` (an nft identifier)."""
+    safe = re.sub(r"[^A-Za-z0-9_]", "_", ifname)
+    if safe != ifname:  # keep distinct names distinct after sanitising
+        safe += "_" + format(sum(ifname.encode()) * 2654435761 % (1 << 24), "06x")
+    return NFT_PREFIX + safe
+
+
+def _prob(p: float, what: str) -> int:
+    if not 0.0 <= p <= 1.0:
+        raise LinkCtlError(f"{what} must be a probability in [0, 1], not {p}")
+    return round(p * PROB_SCALE)
+
+
+def _nft_ruleset(ifname: str, loss: int, ce: int, egress: bool) -> str:
+    table = nft_table(ifname)
+    family = "netdev" if egress else "inet"
+    if egress:
+        hook = f'type filter hook egress device "{ifname}" priority 0; policy accept;'
+        match = ""
+    else:
+        hook = "type filter hook postrouting priority 0; policy accept;"
+        match = f'oifname "{ifname}" '
+    rules = []
+    if loss:
+        rules.append(f"{match}numgen random mod {PROB_SCALE} < {loss} counter drop"
+                     ' comment "emu:loss"')
+    if ce:
+        for fam, tag in (("ip", "ce4"), ("ip6", "ce6")):
+            rules.append(f"{match}{fam} ecn {{ ect0, ect1 }} numgen random mod {PROB_SCALE}"
+                         f' < {ce} counter {fam} ecn set ce comment "emu:{tag}"')
+    body = "".join(f"    {r}\n" for r in rules)
+    return (f"table {family} {table} {{}}\n"
+            f"delete table {family} {table}\n"
+            f"table {family} {table} {{\n"
+            f'  comment "emu linkctl {ifname}"\n'
+            f"  chain egress {{\n    {hook}\n{body}  }}\n}}\n")
+
+
+def _nft_tables(ns: str) -> list[tuple[str, str]]:
+    proc = run_in_ns(ns, ["nft", "-j", "list", "tables"])
+    out = json.loads(proc.stdout or '{"nftables": []}')
+    return [(o["table"]["family"], o["table"]["name"]) for o in out["nftables"] if "table" in o]
+
+
+def _del_our_table(ns: str, ifname: str) -> bool:
+    table = nft_table(ifname)
+    found = [(fam, name) for fam, name in _nft_tables(ns) if name == table]
+    if found:
+        _nft(ns, "".join(f"delete table {fam} {name}\n" for fam, name in found))
+    return bool(found)
+
+
+# --------------------------------------------------------------------------- apply / clear
+
+
+def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = None,
+                    burst: int | None = None, limit: int | None = None,
+                    event_log: str | os.PathLike[str] | None = None, cluster: str = "",
+                    link: str = "", direction: str = "") -> dict:
+    """Make ``ifname``'s egress in ``ns`` do what ``d`` says (replacing our previous settings).
+
+    Returns the settings applied (the event's ``settings``). ``mtu`` defaults to
+    the interface's; ``burst``/``limit`` (bytes) override :func:`tbf_sizes`.
+    """
+    _check_ifname(ifname)
+    loss = _prob(d.loss, "loss")
+    ce = _prob(d.ecn_ce, "ecn_ce")
+    if d.delay_s < 0 or d.jitter_s < 0:
+        raise LinkCtlError("delay and jitter must not be negative")
+    if d.rate_bps is not None and d.rate_bps <= 0:
+        raise LinkCtlError(f"rate must be positive, not {d.rate_bps}")
+    feats = features()
+    wants_netem = d.delay_s > 0 or d.jitter_s > 0
+    if wants_netem and not feats.netem:
+        raise FeatureMissing(
+            f"{ns}/{ifname}: delay {d.delay_s}s / jitter {d.jitter_s}s need the netem qdisc, "
+            "which this kernel lacks (CONFIG_NET_SCH_NETEM); netem: absent")
+    settings: dict[str, object] = {k: v for k, v in asdict(d).items()}
+    with _ipr(ns) as ipr:
+        idx = _ifindex(ipr, ns, ifname)
+        if mtu is None:
+            mtu = ipr.get_links(idx)[0].get_attr("IFLA_MTU")
+        q = _root_qdisc(ipr, idx)
+        if q is not None and q["handle"] >> 16 != QDISC_MAJOR and q.get_attr("TCA_KIND") not in (
+                "noqueue", "pfifo_fast", "mq", "pfifo", "bfifo") and (d.rate_bps or wants_netem):
+            raise LinkCtlError(f"{ns}/{ifname}: root qdisc {q.get_attr('TCA_KIND')} is not emu's;"
+                               " refusing to replace it")
+        _del_our_qdisc(ipr, idx)
+        if d.rate_bps:
+            b_def, l_def = tbf_sizes(d.rate_bps, mtu)
+            b = burst if burst is not None else b_def
+            lim = limit if limit is not None else l_def
+            settings.update(burst=b, limit=lim)
+        if wants_netem:
+            ipr.tc("add", "netem", index=idx, handle=QDISC_HANDLE, parent=TC_H_ROOT,
+                   delay=int(d.delay_s * 1e6), jitter=int(d.jitter_s * 1e6), limit=10000)
+            if d.rate_bps:
+                _add_tbf(ipr, idx, CHILD_HANDLE, QDISC_HANDLE | 1, d.rate_bps, b, lim)
+        elif d.rate_bps:
+            _add_tbf(ipr, idx, QDISC_HANDLE, TC_H_ROOT, d.rate_bps, b, lim)
+    if loss or ce:
+        _nft(ns, _nft_ruleset(ifname, loss, ce, feats.nft_egress))
+        settings["hook"] = "netdev egress" if feats.nft_egress else "inet postrouting"
+    else:
+        _del_our_table(ns, ifname)
+    log_event(event_log, cluster=cluster, link=link, direction=direction or f"{ns}/{ifname}",
+              action="impair", settings=settings)
+    return settings
+
+
+def clear_direction(ns: str, ifname: str, *, event_log: str | os.PathLike[str] | None = None,
+                    cluster: str = "", link: str = "", direction: str = "") -> dict:
+    """Remove our qdisc and our nftables table from ``ifname`` (nothing else)."""
+    _check_ifname(ifname)
+    with _ipr(ns) as ipr:
+        idx = _ifindex(ipr, ns, ifname)
+        q = _del_our_qdisc(ipr, idx)
+    t = _del_our_table(ns, ifname)
+    settings = {"qdisc_removed": q, "nft_table_removed": t}
+    log_event(event_log, cluster=cluster, link=link, direction=direction or f"{ns}/{ifname}",
+              action="clear", settings=settings)
+    return settings
+
+
+def apply_link(cluster: str, link: Link, *, event_log: str | os.PathLike[str] | None = None,
+               **kw: object) -> None:
+    """Apply both directions of a model link (``a_to_b`` on a's egress, ``b_to_a`` on b's)."""
+    for src, d, label in ((link.a, link.a_to_b, "a_to_b"), (link.b, link.b_to_a, "b_to_a")):
+        ns = ns_name(cluster, src.node)
+        if d.is_default():
+            clear_direction(ns, src.ifname, event_log=event_log, cluster=cluster,
+                            link=link.name, direction=label)
+        else:
+            apply_direction(ns, src.ifname, d, mtu=link.mtu, event_log=event_log,
+                            cluster=cluster, link=link.name, direction=label, **kw)
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def counters(ns: str, ifname: str) -> dict[str, object]:
+    """nft rule counters (dropped, marked) and root qdisc stats of ``ifname`` in ``ns``."""
+    _check_ifname(ifname)
+    out: dict[str, object] = {"dropped": 0, "marked": 0, "nft_table": None,
+                              "qdisc": None, "sent_bytes": 0, "sent_packets": 0,
+                              "qdisc_dropped": 0, "overlimits": 0, "backlog": 0}
+    table = nft_table(ifname)
+    for fam, name in _nft_tables(ns):
+        if name != table:
+            continue
+        out["nft_table"] = f"{fam} {name}"
+        proc = run_in_ns(ns, ["nft", "-j", "list", "table", fam, name])
+        for obj in json.loads(proc.stdout)["nftables"]:
+            rule = obj.get("rule")
+            if not rule:
+                continue
+            pkts = sum(e["counter"]["packets"] for e in rule["expr"] if "counter" in e)
+            if rule.get("comment") == "emu:loss":
+                out["dropped"] = int(out["dropped"]) + pkts
+            elif rule.get("comment") in ("emu:ce4", "emu:ce6"):
+                out["marked"] = int(out["marked"]) + pkts
+    with _ipr(ns) as ipr:
+        idx = _ifindex(ipr, ns, ifname)
+        q = _root_qdisc(ipr, idx)
+        if q is not None:
+            out["qdisc"] = f"{q.get_attr('TCA_KIND')} {q['handle'] >> 16:x}:"
+            st = q.get_attr("TCA_STATS2")
+            basic = st.get_attr("TCA_STATS_BASIC") if st else None
+            queue = st.get_attr("TCA_STATS_QUEUE") if st else None
+            if basic:
+                out["sent_bytes"] = basic["bytes"]
+                out["sent_packets"] = basic["packets"]
+            if queue:
+                out["qdisc_dropped"] = queue["drops"]
+                out["overlimits"] = queue["overlimits"]
+                out["backlog"] = queue["backlog"]
+    return out
+
+
+# --------------------------------------------------------------------------- link state
+
+
+def _state_file(state_dir: Path, ns: str, ifname: str) -> Path:
+    return state_dir / ns / f"{ifname}.json"
+
+
+_ROUTE_KEYS = ("dst", "dst_len", "table", "priority", "proto", "scope", "type", "gateway",
+               "prefsrc", "tos")
+
+
+def _snapshot(ipr: IPRoute, idx: int) -> dict[str, list[dict]]:
+    """Addresses on ``idx`` and routes through it, in a form ``route("replace")`` takes."""
+    addrs = []
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        for a in ipr.get_addr(family=fam, index=idx):
+            if a["scope"] != 0:  # link-local comes back by itself
+                continue
+            addrs.append({"family": fam, "address": a.get_attr("IFA_ADDRESS"),
+                          "prefixlen": a["prefixlen"]})
+    routes, skipped = [], []
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        for r in ipr.get_routes(family=fam):
+            table = r.get_attr("RTA_TABLE") or r["table"]
+            if table == 255 or r["proto"] == 2:  # local table / proto kernel: automatic
+                continue
+            oif = r.get_attr("RTA_OIF")
+            mp = r.get_attr("RTA_MULTIPATH")
+            hops = [{"gateway": h.get_attr("RTA_GATEWAY"), "oif": h["oif"],
+                     "hops": h["hops"]} for h in (mp or [])]
+            if oif != idx and all(h["oif"] != idx for h in hops):
+                continue
+            spec = {"family": fam, "dst": r.get_attr("RTA_DST"), "dst_len": r["dst_len"],
+                    "table": table, "priority": r.get_attr("RTA_PRIORITY"),
+                    "proto": r["proto"], "scope": r["scope"], "type": r["type"],
+                    "gateway": r.get_attr("RTA_GATEWAY"), "prefsrc": r.get_attr("RTA_PREFSRC"),
+                    "oif": oif, "multipath": hops or None}
+            if r.get_attr("RTA_ENCAP") is not None:
+                skipped.append(spec)
+                continue
+            routes.append({k: v for k, v in spec.items() if v is not None})
+    return {"addresses": addrs, "routes": routes, "skipped_encap": skipped}
+
+
+def _restore(ipr: IPRoute, idx: int, snap: dict) -> dict[str, int]:
+    restored = failed = 0
+    for a in snap.get("addresses", []):
+        with contextlib.suppress(NetlinkError):  # EEXIST: kept by the kernel
+            ipr.addr("add", index=idx, address=a["address"], prefixlen=a["prefixlen"],
+                     family=a["family"])
+    up = {lk["index"] for lk in ipr.get_links() if lk["flags"] & 1}
+    for spec in snap.get("routes", []):
+        spec = dict(spec)
+        fam = spec["family"]
+        if spec.get("multipath"):
+            hops = [{k: v for k, v in h.items() if v is not None}
+                    for h in spec["multipath"] if h["oif"] in up]
+            if not hops:
+                failed += 1
+                continue
+            spec["multipath"] = hops
+        if fam == socket.AF_INET6 and not spec.get("dst"):
+            spec["dst"] = "::"
+        try:
+            ipr.route("replace", **spec)
+            restored += 1
+        except NetlinkError:
+            failed += 1
+    return {"routes_restored": restored, "routes_failed": failed,
+            "routes_not_restored_encap": len(snap.get("skipped_encap", []))}
+
+
+def set_link_state(ns: str, ifname: str, up: bool, *,
+                   event_log: str | os.PathLike[str] | None = None, cluster: str = "",
+                   link: str = "", state_dir: str | os.PathLike[str] | None = DEFAULT_STATE_DIR,
+                   ) -> dict:
+    """Bring ``ifname`` in ``ns`` administratively up or down.
+
+    Going down, the interface's addresses and the routes through it are saved to
+    ``state_dir/<ns>/<ifname>.json`` (``None``: not saved); coming up, they are put
+    back (the kernel deletes them on down) and the file removed.
+    """
+    _check_ifname(ifname)
+    sdir = Path(state_dir) if state_dir is not None else None
+    info: dict[str, object] = {"ns": ns, "ifname": ifname, "up": up}
+    with _ipr(ns) as ipr:
+        idx = _ifindex(ipr, ns, ifname)
+        if not up:
+            if sdir is not None:
+                f = _state_file(sdir, ns, ifname)
+                if not f.exists():  # a second "down" must not overwrite the good snapshot
+                    snap = _snapshot(ipr, idx)
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    f.write_text(json.dumps(snap))
+                    info["saved_routes"] = len(snap["routes"])
+            ipr.link("set", index=idx, state="down")
+        else:
+            ipr.link("set", index=idx, state="up")
+            if sdir is not None:
+                f = _state_file(sdir, ns, ifname)
+                if f.exists():
+                    info.update(_restore(ipr, idx, json.loads(f.read_text())))
+                    f.unlink()
+                    with contextlib.suppress(OSError):
+                        f.parent.rmdir()
+    log_event(event_log, cluster=cluster, link=link, direction=f"{ns}/{ifname}",
+              action="up" if up else "down", settings=info)
+    return info
+
+
+def set_link(cluster: str, link: Link, up: bool, **kw: object) -> None:
+    """Cut (both ends down) or mend a model link.
+
+    Going up, both ends come up before either restores routes, so a route via
+    the peer finds its nexthop reachable.
+    """
+    ends = [(ns_name(cluster, e.node), e.ifname) for e in (link.a, link.b)]
+    if up:
+        # both ends administratively up first (no restore), then restore
+        for ns, ifn in ends:
+            with _ipr(ns) as ipr:
+                ipr.link("set", index=_ifindex(ipr, ns, ifn), state="up")
+    for ns, ifn in ends:
+        set_link_state(ns, ifn, up, cluster=cluster, link=link.name, **kw)  # type: ignore[arg-type]
+
+
+def fail_switch(cluster: str, links: Iterable[Link], node: str, up: bool = False,
+                **kw: object) -> list[str]:
+    """Whole-switch failure (or repair): every link touching ``node`` down (up)."""
+    done = []
+    for lk in links:
+        if node in (lk.a.node, lk.b.node):
+            set_link(cluster, lk, up, **kw)
+            done.append(lk.name)
+    return done
+
+
+def fail_plane(cluster: str, links: Iterable[Link], plane: int, up: bool = False,
+               **kw: object) -> list[str]:
+    """Whole-plane failure (or repair): every link of ``plane`` down (up)."""
+    done = []
+    for lk in links:
+        if lk.plane == plane:
+            set_link(cluster, lk, up, **kw)
+            done.append(lk.name)
+    return done
