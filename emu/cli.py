@@ -28,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"emu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from emu import wireshark
+    from emu import cluster_cli, wireshark
     from emu.wire import dissect, sample
 
+    cluster_cli.add_cli(sub)
     dissect.add_cli(sub)
     sample.add_cli(sub)
     wireshark.add_cli(sub)

@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
 import selectors
 import signal
@@ -92,6 +93,7 @@ class IfaceStats:
     outgoing: int = 0
     kernel_drops: int = 0
     checksums_completed: int = 0
+    link_down_events: int = 0
 
 
 @dataclass
@@ -343,6 +345,13 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                     data, anc, flags, addr = s.recvmsg(bufsize, 256)
                 except (BlockingIOError, InterruptedError):
                     return
+                except OSError as e:
+                    # A link taken down mid-capture (emu link … down) reports ENETDOWN
+                    # once; the socket stays bound and resumes when the link is up.
+                    if e.errno in (errno.ENETDOWN, errno.ENXIO):
+                        st.link_down_events += 1
+                        return
+                    raise
                 ts = None
                 status = 0
                 orig = len(data)

@@ -1,0 +1,350 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Cluster commands: ``emu up/down/status/exec/link/impair/clean/graph/capture``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from emu.cli import UserError
+
+
+def _cluster_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", "-c", metavar="C",
+                   help="cluster name (default: the only cluster that is up)")
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="bring up a cluster from a topology file")
+    p.add_argument("topology", help="topology file (e.g. namespaces/leaf-spine.toml)")
+    p.add_argument("--name", "-n", help="cluster name (default: the file's topology.name)")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
+                   help="override a parameter, e.g. --set hosts_per_leaf=8 (repeatable)")
+    p.add_argument("--no-schedule", action="store_true",
+                   help="do not run the file's [[event]] schedule")
+    p.add_argument("--json", action="store_true", help="print the status as JSON when up")
+    p.set_defaults(func=_up)
+
+    p = sub.add_parser("down", help="tear down a cluster")
+    p.add_argument("cluster", nargs="?", help="cluster name (default: the only one up)")
+    p.set_defaults(func=_down)
+
+    p = sub.add_parser("status", help="nodes, links, addresses, state and counters")
+    p.add_argument("cluster", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_status)
+
+    p = sub.add_parser("exec", help="run a command inside a node: emu exec h1 -- ping h2")
+    p.add_argument("node", help="node, or CLUSTER:node")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    _cluster_arg(p)
+    p.set_defaults(func=_exec)
+
+    p = sub.add_parser("link", help="take a link down or up: emu link leaf1:spine1 down")
+    p.add_argument("link", help="link name (leaf1-spine1) or A:B")
+    p.add_argument("state", choices=["down", "up"])
+    _cluster_arg(p)
+    p.set_defaults(func=_link)
+
+    p = sub.add_parser("impair", help="set rate, loss, ECN-CE marking, delay on a live link")
+    p.add_argument("link", help="link name or A:B (A:B makes --direction a_to_b mean A→B)")
+    p.add_argument("--direction", "-d", choices=["a_to_b", "b_to_a", "both"], default="both")
+    p.add_argument("--rate", help="e.g. 10gbit, 100mbit, unlimited")
+    p.add_argument("--loss", help="probability, e.g. 1%% or 0.01")
+    p.add_argument("--ecn", "--ecn-ce", dest="ecn_ce", help="CE-marking probability")
+    p.add_argument("--delay", help="e.g. 100us (needs netem)")
+    p.add_argument("--jitter", help="e.g. 10us (needs netem)")
+    p.add_argument("--clear", action="store_true", help="remove every impairment first")
+    _cluster_arg(p)
+    p.set_defaults(func=_impair)
+
+    p = sub.add_parser("clean", help="remove leftovers of crashed runs (emu's own, by state file)")
+    p.add_argument("--all", action="store_true", help="tear down every cluster that is up, too")
+    p.set_defaults(func=_clean)
+
+    p = sub.add_parser("graph", help="draw a topology file or a running cluster (SVG or PNG)")
+    p.add_argument("what", help="topology file, or the name of a running cluster")
+    p.add_argument("-o", "--output", required=True, help="out.svg, out.png or out.dot")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="K=V")
+    p.set_defaults(func=_graph)
+
+    p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)")
+    p.add_argument("what", nargs="?", default="all", help="all, a link, or a node (its links)")
+    p.add_argument("-w", "--write", required=True, metavar="FILE")
+    p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
+    p.add_argument("--count", type=int, help="stop after this many packets")
+    p.add_argument("--filter", "-f", help="BPF capture filter, e.g. 'udp port 4791'")
+    _cluster_arg(p)
+    p.set_defaults(func=_capture)
+
+
+def _load(path: str, overrides: list[str], name: str | None = None):
+    from emu.topology import TopologyError, load
+
+    try:
+        return load(path, overrides, name=name)
+    except TopologyError as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror}") from None
+
+
+def _errors():
+    """Exceptions that are the user's or the machine's situation, not emu bugs."""
+    from emu.cluster import ClusterError
+    from emu.fabric import FabricError
+    from emu.fabric.linkctl import LinkCtlError
+
+    return (ClusterError, FabricError, LinkCtlError, KeyError, ValueError, PermissionError)
+
+
+def _root() -> None:
+    if os.geteuid() != 0:
+        raise UserError("needs root (namespaces and netlink): run with sudo")
+
+
+def _up(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import render, status
+
+    _root()
+    topo = _load(a.topology, a.set, a.name)
+    try:
+        fabric = C.up(topo, a.name, schedule=not a.no_schedule,
+                      progress=lambda m: print(m, file=sys.stderr))
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    t = fabric.timings
+    print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "
+          f"switches, {len(topo.links)} links in {t.get('up', 0):.2f} s", file=sys.stderr)
+    s = status(fabric.cluster)
+    print(json.dumps(s, indent=1) if a.json else render(s))
+    return 0
+
+
+def _down(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+
+    _root()
+    try:
+        name = C.resolve(a.cluster)
+        removed = C.down(name)
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    print(f"cluster {name} down: removed {removed.get('namespaces', 0)} namespaces, "
+          f"{removed.get('pids', 0)} processes")
+    return 0
+
+
+def _status(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import render, state, status
+
+    if not a.cluster and not state.clusters():
+        print("no cluster is up" if not a.json else "[]")
+        return 0
+    try:
+        names = [C.resolve(a.cluster)] if a.cluster or len(state.clusters()) == 1 \
+            else state.clusters()
+        out = [_with_links(status(n), n) for n in names]
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    if a.json:
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+    else:
+        print("\n\n".join(render(s) + _impairment_table(s) for s in out))
+    return 0
+
+
+def _with_links(s: dict, name: str) -> dict:
+    """Add each link's configured settings and emu's counters (drops, CE marks) to status."""
+    from emu import cluster as C
+    from emu.fabric import linkctl
+
+    try:
+        topo = C.model(name)
+    except C.ClusterError:
+        return s
+    s["event_log"] = C.event_log(name)
+    by_name = {lk.name: lk for lk in topo.links}
+    for rec in s["links"]:
+        lk = by_name.get(rec["name"])
+        if lk is None:
+            continue
+        rec["mtu"] = lk.mtu
+        for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
+            d = getattr(lk, label)
+            rec[label] = dataclasses.asdict(d)
+            if not d.is_default():
+                try:
+                    rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
+                                                              end.ifname)
+                except Exception as e:  # noqa: BLE001 - a vanished link must not break status
+                    rec[label]["counters"] = {"error": str(e)}
+    return s
+
+
+def _impairment_table(s: dict) -> str:
+    rows = []
+    for rec in s["links"]:
+        for label in ("a_to_b", "b_to_a"):
+            d = rec.get(label)
+            if not d or all(not d.get(k) for k in ("rate_bps", "loss", "ecn_ce", "delay_s")):
+                continue
+            c = d.get("counters", {})
+            rate = f"{d['rate_bps'] / 1e9:g}G" if d.get("rate_bps") else "-"
+            rows.append(f"{rec['name']:<18} {label:<7} {rate:>8} {d['loss']:>7.2%} "
+                        f"{d['ecn_ce']:>7.2%} {c.get('dropped', '-')!s:>8} "
+                        f"{c.get('marked', '-')!s:>8} {c.get('qdisc_dropped', '-')!s:>8}")
+    if not rows:
+        return ""
+    head = (f"\n\n{'IMPAIRED LINK':<18} {'DIR':<7} {'RATE':>8} {'LOSS':>7} {'CE':>7} "
+            f"{'DROPPED':>8} {'MARKED':>8} {'Q-DROPS':>8}")
+    return head + "\n" + "\n".join(rows)
+
+
+def _exec(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import exec_argv
+
+    _root()
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        raise UserError("no command: emu exec NODE -- CMD [ARGS]")
+    try:
+        name, node = C.split_node(a.node, a.cluster)
+        full = exec_argv(name, node, argv)
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    try:
+        os.execvp(full[0], full)
+    except FileNotFoundError:
+        raise UserError(f"{full[0]}: command not found") from None
+    return 127
+
+
+def _link(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import linkctl
+
+    _root()
+    try:
+        name = C.resolve(a.cluster)
+        topo = C.model(name)
+        lk = topo.link(a.link)
+        linkctl.set_link(name, lk, a.state == "up", event_log=C.event_log(name))
+        lk.up = a.state == "up"
+        C.save_model(name, topo)
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    print(f"{name}: link {lk.name} {a.state}")
+    return 0
+
+
+def _impair(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import linkctl
+    from emu.topology import Event
+    from emu.topology.model import Direction
+    from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
+
+    _root()
+    try:
+        name = C.resolve(a.cluster)
+        topo = C.model(name)
+        lk = topo.link(a.link)
+        direction = a.direction
+        if ":" in a.link and a.link.split(":", 1)[0] == lk.b.node and direction != "both":
+            direction = "b_to_a" if direction == "a_to_b" else "a_to_b"
+        settings: dict[str, object] = {}
+        if a.clear:
+            for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
+                if direction in (label, "both"):
+                    setattr(lk, label, Direction())
+                    linkctl.clear_direction(linkctl.ns_name(name, end.node), end.ifname,
+                                            event_log=C.event_log(name))
+        for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
+                                ("ecn_ce", "ecn_ce", parse_prob), ("delay", "delay_s", parse_time),
+                                ("jitter", "jitter_s", parse_time)):
+            value = getattr(a, opt)
+            if value is not None:
+                try:
+                    settings[key] = parse(value)
+                except UnitError as e:
+                    raise UserError(f"--{opt.replace('_ce', '')}: {e}") from None
+        if settings:
+            from emu.fabric.events import apply_event
+            apply_event(topo, Event(0.0, "impair", lk.name, {**settings, "direction": direction}),
+                        event_log=C.event_log(name), cluster=name)
+        elif not a.clear:
+            raise UserError("nothing to set: give --rate, --loss, --ecn, --delay or --clear")
+        C.save_model(name, topo)
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
+    return 0
+
+
+def _fmt_dir(d) -> str:
+    parts = []
+    if d.rate_bps:
+        parts.append(f"rate {d.rate_bps / 1e6:g}Mbit")
+    if d.loss:
+        parts.append(f"loss {d.loss:.3%}")
+    if d.ecn_ce:
+        parts.append(f"ce {d.ecn_ce:.3%}")
+    if d.delay_s:
+        parts.append(f"delay {d.delay_s * 1e6:g}us")
+    return ",".join(parts) or "clean"
+
+
+def _clean(a: argparse.Namespace) -> int:
+    from emu.fabric import clean
+
+    _root()
+    done = clean(all_clusters=a.all)
+    print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else ""))
+    return 0
+
+
+def _graph(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import state
+    from emu.topology.graph import render
+
+    if a.what in state.clusters():
+        topo = C.model(a.what)
+        down = [lk.name for lk in topo.links if not lk.up]
+    else:
+        topo = _load(a.what, a.set)
+        down = []
+    try:
+        render(topo, a.output, down=down)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise UserError(str(e)) from None
+    print(f"wrote {a.output}")
+    return 0
+
+
+def _capture(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.fabric import capture as cap
+
+    _root()
+    try:
+        name = C.resolve(a.cluster)
+        topo = C.model(name)
+        targets = cap.targets_for(topo, a.what, cluster=name)
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
+          + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
+    try:
+        result = cap.capture(targets, a.write, duration=a.duration, count=a.count, bpf=a.filter)
+    except cap.CaptureFailed as e:
+        raise UserError(str(e)) from None
+    print(result.report(), file=sys.stderr)
+    return 0
