@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Build and remove emulated clusters; compare with Mininet where it is installed.
+
+Times a 64-host leaf-spine (8 leaves × 8 hosts, 4 spines) build + teardown,
+and a 256-host one; if Mininet is installed (Debian ``mininet`` and
+``bridge-utils``), times ``mn --topo tree,depth=2,fanout=8 --switch lxbr
+--controller none --test none`` (64 hosts, 9 switches) in the same run and
+prints the ratio. Goal (issue #3): emu ≤ 1/5 of Mininet's time.
+Never runs ``mn -c``: it kills processes by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from emu.fabric import build_and_destroy
+from emu.topology import load
+
+GOAL = 5.0
+LEAF_SPINE = "namespaces/leaf-spine.toml"
+
+
+def emu_build(overrides: list[str], repeat: int) -> dict[str, float]:
+    topo = load(LEAF_SPINE, overrides)
+    runs = []
+    for i in range(repeat):
+        print(f"  emu {len(topo.hosts())} hosts: run {i + 1}/{repeat}", file=sys.stderr,
+              flush=True)
+        runs.append(build_and_destroy(topo))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    med["hosts"] = len(topo.hosts())
+    med["switches"] = len(topo.switches())
+    return med
+
+
+def mininet(repeat: int) -> float | None:
+    if not (shutil.which("mn") and shutil.which("brctl")):
+        return None
+    times = []
+    for i in range(repeat):
+        print(f"  mininet tree,depth=2,fanout=8: run {i + 1}/{repeat}", file=sys.stderr,
+              flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(["mn", "--topo", "tree,depth=2,fanout=8", "--switch", "lxbr",
+                        "--controller", "none", "--test", "none"],
+                       check=True, capture_output=True, timeout=600)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-256", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    print("measuring ...", file=sys.stderr)
+    e64 = emu_build(["spines=4", "leaves=8", "hosts_per_leaf=8"], args.repeat)
+    mn = mininet(args.repeat)
+    e256 = None if args.skip_256 else emu_build(
+        ["spines=4", "leaves=16", "hosts_per_leaf=16"], 1)
+    out = {"emu_64": e64, "mininet_64_s": mn, "emu_256": e256,
+           "ratio": (mn / e64["total"]) if mn else None, "goal": GOAL}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{'build + teardown':<44} {'hosts':>6} {'switches':>9} {'up s':>7} {'down s':>7} "
+          f"{'total s':>8}")
+    for label, r in (("emu leaf-spine 8 leaves × 8 hosts, 4 spines", e64),
+                     ("emu leaf-spine 16 leaves × 16 hosts, 4 spines", e256)):
+        if r:
+            print(f"{label:<44} {r['hosts']:>6.0f} {r['switches']:>9.0f} {r.get('up', 0):>7.2f} "
+                  f"{r.get('down', 0):>7.2f} {r['total']:>8.2f}")
+    if mn is None:
+        print("mininet: not installed (apt-get install mininet bridge-utils to compare)")
+    else:
+        print(f"{'mininet tree,depth=2,fanout=8 (lxbr)':<44} {64:>6} {9:>9} {'':>7} {'':>7} "
+              f"{mn:>8.2f}")
+        ok = "✓" if out["ratio"] >= GOAL else "✕"
+        print(f"\nemu is {out['ratio']:.1f}× faster than Mininet for 64 hosts "
+              f"(goal ≥ {GOAL:.0f}×) {ok}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
