@@ -1,0 +1,19 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The emulated hardware: namespaces, veths, ECMP and SRv6 routes — built with netlink only.
+
+Public API::
+
+    Fabric(topology, cluster=None)      # context manager; .up() / .down() / .ns(node)
+    down(cluster)                       # by state file, works after a SIGKILLed up
+    clean(all_clusters=False)           # leftovers of crashed ups, by state files only
+    status(cluster) -> dict; render(status_dict) -> str
+    exec_argv(cluster, node, argv) -> argv for running inside a node
+    build_and_destroy(topology) -> timings (benchmark hook)
+"""
+
+from emu.fabric.build import Fabric, FabricError, build_and_destroy
+from emu.fabric.state import clean, clusters, down
+from emu.fabric.status import exec_argv, render, status
+
+__all__ = ["Fabric", "FabricError", "build_and_destroy", "clean", "clusters", "down",
+           "exec_argv", "render", "status"]

@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The cluster commands end to end, as a user runs them (root, real namespaces).
+
+Every test uses its own cluster name and tears it down in a finalizer, then
+checks that none of its namespaces remain — also when the test failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emu.fabric import state
+from emu.wire.pcapio import read_frames
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+
+
+def emu(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def our_namespaces(cluster: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{cluster}-")]
+
+
+@pytest.fixture
+def cluster():
+    """A fresh cluster name; whatever happens, the cluster is gone afterwards."""
+    name = "c" + secrets.token_hex(3)
+    yield name
+    if state.load(name) is not None:
+        emu("down", name, check=False)
+    assert our_namespaces(name) == [], "namespaces left behind"
+    assert state.load(name) is None
+
+
+def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
+    up = emu("up", "namespaces/leaf-spine.toml", "--name", cluster, "--json")
+    s = json.loads(up.stdout)
+    assert {n["name"] for n in s["nodes"]} == {"h1", "h2", "h3", "h4", "leaf1", "leaf2",
+                                                "spine1", "spine2"}
+    assert all(lk["a"]["state"] == "up" for lk in s["links"])
+
+    # every host reaches every other host, IPv4 and IPv6
+    for src in ("h1", "h3"):
+        for dst4, dst6 in (("10.0.1.12", "fd00:0:1::12"), ("10.0.2.12", "fd00:0:2::12")):
+            emu("exec", f"{cluster}:{src}", "--", "ping", "-c1", "-W2", dst4)
+            emu("exec", f"{cluster}:{src}", "--", "ping", "-6", "-c1", "-W2", dst6)
+
+    # live impairment shows in status with its counters
+    emu("impair", "-c", cluster, "leaf1:spine1", "--loss", "2%", "--ecn", "1%")
+    st = json.loads(emu("status", cluster, "--json").stdout)
+    lk = next(x for x in st["links"] if x["name"] == "leaf1-spine1")
+    assert lk["a_to_b"]["loss"] == pytest.approx(0.02) and "counters" in lk["a_to_b"]
+    emu("impair", "-c", cluster, "leaf1:spine1", "--clear")
+
+    # a spine link down: traffic still flows (via the other spine), and the change is logged
+    emu("link", "-c", cluster, "leaf2-spine2", "down")
+    emu("exec", f"{cluster}:h1", "--", "ping", "-c1", "-W2", "10.0.2.12")
+    events = [json.loads(x) for x in Path(st["event_log"]).read_text().splitlines()]
+    assert any(e["link"] == "leaf2-spine2" and e["action"] == "down" for e in events)
+    emu("link", "-c", cluster, "leaf2-spine2", "up")
+
+    # capture every link while h1 pings h4; the pcapng names its interfaces after links
+    cap = tmp_path / "all.pcapng"
+    proc = subprocess.Popen([sys.executable, "-m", "emu", "capture", "all", "-c", cluster,
+                             "-w", str(cap), "--duration", "3"], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # let the capture open its sockets (correctness does not depend on it)
+    emu("exec", f"{cluster}:h1", "--", "ping", "-c3", "-i0.2", "-W2", "10.0.2.12")
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    names = {f.interface for f in read_frames(cap)}
+    assert {"h1-leaf1", "h4-leaf2"} <= names
+    assert names <= {lk["name"] for lk in s["links"]}
+
+    down = emu("down", cluster)
+    assert "down" in down.stdout
+    assert our_namespaces(cluster) == []
+
+
+def test_scheduled_event_takes_a_link_down(cluster, tmp_path):
+    topo = tmp_path / "sched.toml"
+    topo.write_text((ROOT / "namespaces/pair.toml").read_text().replace(
+        'name = "pair"', f'name = "{cluster}"')
+        + '\n[[event]]\nat = "300ms"\naction = "down"\ntarget = "h1-h2"\n')
+    emu("up", str(topo))
+    log = Path(state.load(cluster)["event_log"])
+    for _ in range(200):  # poll: the schedule runs in the background
+        if log.exists() and '"down"' in log.read_text():
+            break
+        time.sleep(0.05)
+    assert '"down"' in log.read_text()
+    st = json.loads(emu("status", cluster, "--json").stdout)
+    assert st["links"][0]["a"]["state"] != "up"
+
+
+def test_bad_topology_is_one_line_naming_file_and_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[topology]\nkind = "leaf-spine"\nname = "x"\n[params]\nspines = "two"\n')
+    p = emu("up", str(bad), check=False)
+    assert p.returncode == 2
+    err = p.stderr.strip()
+    assert "\n" not in err and "bad.toml" in err and "spines" in err
+    p = emu("up", "namespaces/leaf-spine.toml", "--set", "bogus=1", check=False)
+    assert p.returncode == 2 and "bogus" in p.stderr
+
+
+def test_two_clusters_coexist_and_down_after_sigkill(cluster):
+    other = cluster + "b"
+    try:
+        emu("up", "namespaces/pair.toml", "--name", cluster)
+        # an `emu up` killed half way leaves a state file; `emu down` still removes everything
+        proc = subprocess.Popen([sys.executable, "-m", "emu", "up", "namespaces/leaf-spine.toml",
+                                 "--name", other, "--set", "hosts_per_leaf=16"], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):
+            if our_namespaces(other):
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert state.load(cluster) is not None  # the first cluster is untouched
+        emu("exec", f"{cluster}:h1", "--", "ping", "-c1", "-W2", "10.0.1.12")
+        if state.load(other) is not None:
+            emu("down", other)
+        assert our_namespaces(other) == []
+    finally:
+        if state.load(other) is not None:
+            emu("down", other, check=False)
+
+
+def test_graph_of_a_file(tmp_path):
+    out = tmp_path / "g.svg"
+    emu("graph", "namespaces/multi-plane.toml", "-o", str(out))
+    assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
