@@ -53,9 +53,11 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
         for lk in impaired:
             linkctl.apply_link(name, lk, event_log=log)
-        for lk in topology.links:
-            if not lk.up:
-                linkctl.set_link(name, lk, False, event_log=log)
+        initially_down = [lk for lk in topology.links if not lk.up]
+        for lk in initially_down:
+            linkctl.set_link(name, lk, False, event_log=log)
+        if initially_down:
+            reconverge(name, topology)
         if impaired:
             progress(f"applied link settings to {len(impaired)} link(s) "
                      f"({linkctl.features().describe()})")
@@ -123,6 +125,26 @@ def save_model(cluster: str, topology: Topology) -> None:
         if st is not None:
             st["model"] = to_dict(topology)
             state.save(st)
+
+
+def reconverge(cluster: str, topology: Topology) -> int:
+    """Re-route around every link that is down, as a converged routing protocol would.
+
+    Taking a veth down removes the kernel's single-path routes through it and
+    only the local member of multipath routes; the far side of the fabric would
+    keep hashing flows into a dead end. Returns the number of routes written.
+    """
+    down_links = {lk.name for lk in topology.links if not lk.up}
+    return Fabric(topology, cluster=cluster).reconverge(down_links)
+
+
+def set_links(cluster: str, topology: Topology, names: list[str], up: bool) -> None:
+    """Record links as up/down in the model, re-route, and save the model."""
+    for lk in topology.links:
+        if lk.name in names:
+            lk.up = up
+    reconverge(cluster, topology)
+    save_model(cluster, topology)
 
 
 def split_node(spec: str, cluster: str | None) -> tuple[str, str]:

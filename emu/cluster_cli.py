@@ -236,8 +236,7 @@ def _link(a: argparse.Namespace) -> int:
         topo = C.model(name)
         lk = topo.link(a.link)
         linkctl.set_link(name, lk, a.state == "up", event_log=C.event_log(name))
-        lk.up = a.state == "up"
-        C.save_model(name, topo)
+        C.set_links(name, topo, [lk.name], a.state == "up")
     except _errors() as e:
         raise UserError(str(e).strip("'\"")) from None
     print(f"{name}: link {lk.name} {a.state}")

@@ -26,12 +26,17 @@ def main(argv: list[str]) -> int:
 
     async def run() -> None:
         start = trio.current_time() - elapsed
-        results = await run_schedule(
-            topo.events, lambda e: apply_event(topo, e, event_log=log, cluster=name),
-            start=start)
+        def apply(event):
+            changed = apply_event(topo, event, event_log=log, cluster=name)
+            if event.action in ("down", "up"):
+                C.set_links(name, topo, changed, event.action == "up")
+            else:
+                C.save_model(name, topo)
+            return changed
+
+        results = await run_schedule(topo.events, apply, start=start)
         for r in results:
             print(r, flush=True)
-        C.save_model(name, topo)
 
     trio.run(run)
     return 0
