@@ -43,8 +43,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     _cluster_arg(p)
     p.set_defaults(func=_exec)
 
-    p = sub.add_parser("link", help="take a link down or up: emu link leaf1:spine1 down")
-    p.add_argument("link", help="link name (leaf1-spine1) or A:B")
+    p = sub.add_parser("link", help="take a link, a whole switch or a plane down or up: "
+                                    "emu link leaf1:spine1 down")
+    p.add_argument("link", help="link name (leaf1-spine1), A:B, a switch (all its links) "
+                                "or plane:N (every link of plane N)")
     p.add_argument("state", choices=["down", "up"])
     _cluster_arg(p)
     p.set_defaults(func=_link)
@@ -228,18 +230,21 @@ def _exec(a: argparse.Namespace) -> int:
 
 def _link(a: argparse.Namespace) -> int:
     from emu import cluster as C
-    from emu.fabric import linkctl
+    from emu.fabric.events import apply_event
+    from emu.topology import Event
 
     _root()
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)
-        lk = topo.link(a.link)
-        linkctl.set_link(name, lk, a.state == "up", event_log=C.event_log(name))
-        C.set_links(name, topo, [lk.name], a.state == "up")
+        target = a.link if (a.link in topo.nodes or a.link.startswith("plane:")) \
+            else topo.link(a.link).name
+        changed = apply_event(topo, Event(0.0, a.state, target), event_log=C.event_log(name),
+                              cluster=name)
+        C.set_links(name, topo, changed, a.state == "up")
     except _errors() as e:
         raise UserError(str(e).strip("'\"")) from None
-    print(f"{name}: link {lk.name} {a.state}")
+    print(f"{name}: {a.state}: {', '.join(changed) or 'no links'}")
     return 0
 
 

@@ -192,3 +192,15 @@ def test_spine_link_down_reroutes_every_flow(cluster):
     assert _flows_delivered(cluster) == 200
     emu("link", "-c", cluster, "leaf2:spine1", "up")
     assert _flows_delivered(cluster) == 200
+
+
+def test_whole_switch_failure_from_the_cli(cluster):
+    emu("up", "namespaces/leaf-spine.toml", "--name", cluster)
+    out = emu("link", "-c", cluster, "spine1", "down").stdout
+    assert "leaf1-spine1" in out and "leaf2-spine1" in out
+    st = json.loads(emu("status", cluster, "--json").stdout)
+    states = {lk["name"]: lk["a"]["state"] for lk in st["links"]}
+    assert states["leaf1-spine1"] != "up" and states["leaf1-spine2"] == "up"
+    assert _flows_delivered(cluster) == 200  # everything through spine2
+    emu("link", "-c", cluster, "spine1", "up")
+    assert _flows_delivered(cluster) == 200
