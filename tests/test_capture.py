@@ -12,10 +12,8 @@ checksum; the capture must still show every UDP checksum Good.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from emu.wire.pcapio import read_frames
+from tests.routed_ns import RoutedTriple
 
 PORT = 5556
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,71 +40,22 @@ def _udp_dports(frames, iface: str) -> list[int]:
     return out
 
 
-class Net:
+class Net(RoutedTriple):
+    """The routed triple, capture targets on both cables, and a UDP sender."""
+
     def __init__(self) -> None:
-        from pyroute2 import IPRoute, netns
-
-        from emu.fabric.capture import in_netns
-
-        self.p = "cp" + secrets.token_hex(3)
-        self.a, self.r, self.b = (f"{self.p}-{n}" for n in "arb")
-        self.made: list[str] = []
-        for ns in (self.a, self.r, self.b):
-            netns.create(ns)
-            self.made.append(ns)
-        with IPRoute(netns=self.a) as ipr:
-            ipr.link("add", ifname="a0", kind="veth", peer={"ifname": "r0", "net_ns_fd": self.r})
-        with IPRoute(netns=self.r) as ipr:
-            ipr.link("add", ifname="r1", kind="veth", peer={"ifname": "b0", "net_ns_fd": self.b})
-        plan = {self.a: [("a0", "10.78.1.2")], self.r: [("r0", "10.78.1.1"), ("r1", "10.78.2.1")],
-                self.b: [("b0", "10.78.2.2")]}
-        for ns, ifs in plan.items():
-            with IPRoute(netns=ns) as ipr:
-                for ifn, v4 in ifs:
-                    idx = ipr.link_lookup(ifname=ifn)[0]
-                    ipr.addr("add", index=idx, address=v4, prefixlen=24)
-                    ipr.link("set", index=idx, state="up")
-
-        def fwd() -> None:
-            with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
-                f.write("1")
-
-        in_netns(self.r, fwd)
-        for ns, gw in ((self.a, "10.78.1.1"), (self.b, "10.78.2.1")):
-            with IPRoute(netns=ns) as ipr:
-                ipr.route("add", dst="0.0.0.0/0", gateway=gw)
+        super().__init__("cp", 78, PORT)
 
     def targets(self):
         from emu.fabric.capture import Target
 
         return [Target(self.a, "a0", "a-r"), Target(self.r, "r1", "r-b")]
 
-    def sock(self, ns: str, bind: bool = False) -> socket.socket:
-        from emu.fabric.capture import in_netns
-
-        def make() -> socket.socket:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            if bind:
-                s.bind(("0.0.0.0", PORT))
-            return s
-
-        return in_netns(ns, make)
-
     def send(self, n: int, port: int = PORT) -> None:
         tx = self.sock(self.a)
         for i in range(n):
             tx.sendto(i.to_bytes(4, "big") * 16, ("10.78.2.2", port))
         tx.close()
-
-    def close(self) -> None:
-        from pyroute2 import netns
-
-        for ns in self.made:
-            try:
-                netns.remove(ns)
-            except OSError:
-                pass
-
 
 @pytest.fixture
 def net():

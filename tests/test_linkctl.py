@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import socket
 import subprocess
 import time
@@ -25,6 +24,7 @@ import pytest
 import trio
 
 from emu.topology.model import Direction, Endpoint, Event, Link, Node, Topology
+from tests.routed_ns import RoutedTriple
 
 PORT = 5555
 
@@ -32,78 +32,13 @@ PORT = 5555
 # --------------------------------------------------------------------------- fixture
 
 
-def _sysctl(ns: str, key: str, value: str) -> None:
-    from emu.fabric.capture import in_netns
-
-    def w() -> None:
-        with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
-            f.write(value)
-
-    in_netns(ns, w)
-
-
-class Net:
-    """Three namespaces, two veth links, routed; removed in the finalizer."""
+class Net(RoutedTriple):
+    """The routed triple plus the model links of its two cables."""
 
     def __init__(self) -> None:
-        from pyroute2 import IPRoute, netns
-
-        self.cluster = "lc" + secrets.token_hex(3)
-        self.a, self.r, self.b = (f"{self.cluster}-{n}" for n in "arb")
-        self.made: list[str] = []
-        for ns in (self.a, self.r, self.b):
-            netns.create(ns)
-            self.made.append(ns)
-        with IPRoute(netns=self.a) as ipr:
-            ipr.link("add", ifname="a0", kind="veth", peer={"ifname": "r0", "net_ns_fd": self.r})
-        with IPRoute(netns=self.r) as ipr:
-            ipr.link("add", ifname="r1", kind="veth", peer={"ifname": "b0", "net_ns_fd": self.b})
-        plan = {self.a: [("a0", "10.77.1.2", "fd77:1::2")],
-                self.r: [("r0", "10.77.1.1", "fd77:1::1"), ("r1", "10.77.2.1", "fd77:2::1")],
-                self.b: [("b0", "10.77.2.2", "fd77:2::2")]}
-        for ns, ifs in plan.items():
-            for ifn, _, _ in ifs:
-                _sysctl(ns, f"net.ipv6.conf.{ifn}.accept_dad", "0")
-            with IPRoute(netns=ns) as ipr:
-                for ifn, v4, v6 in ifs:
-                    idx = ipr.link_lookup(ifname=ifn)[0]
-                    ipr.addr("add", index=idx, address=v4, prefixlen=24)
-                    ipr.addr("add", index=idx, address=v6, prefixlen=64)
-                    ipr.link("set", index=idx, state="up")
-                lo = ipr.link_lookup(ifname="lo")[0]
-                ipr.link("set", index=lo, state="up")
-        _sysctl(self.r, "net.ipv4.ip_forward", "1")
-        _sysctl(self.r, "net.ipv6.conf.all.forwarding", "1")
-        for ns, gw4, gw6 in ((self.a, "10.77.1.1", "fd77:1::1"),
-                             (self.b, "10.77.2.1", "fd77:2::1")):
-            with IPRoute(netns=ns) as ipr:
-                ipr.route("add", dst="0.0.0.0/0", gateway=gw4)
-                ipr.route("add", dst="::/0", gateway=gw6, family=socket.AF_INET6)
+        super().__init__("lc", 77, PORT)
         self.link_ar = Link("a-r", Endpoint("a", "a0"), Endpoint("r", "r0"), mtu=1500)
         self.link_rb = Link("r-b", Endpoint("r", "r1"), Endpoint("b", "b0"), mtu=1500, plane=1)
-
-    def sock(self, ns: str, family: int = socket.AF_INET, bind: bool = False) -> socket.socket:
-        from emu.fabric.capture import in_netns
-
-        def make() -> socket.socket:
-            s = socket.socket(family, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            if bind:
-                s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", PORT))
-            return s
-
-        return in_netns(ns, make)
-
-    def close(self) -> None:
-        from pyroute2 import netns
-
-        for ns in self.made:
-            try:
-                netns.remove(ns)
-            except OSError:
-                pass
 
 
 @pytest.fixture
