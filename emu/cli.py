@@ -38,9 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: commands whose arguments belong to another module's own parser
+PASS_THROUGH = {"switchd": "emu.switch.daemon"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in PASS_THROUGH:
+        import importlib
+
+        return int(importlib.import_module(PASS_THROUGH[args_list[0]]).main(args_list[1:]) or 0)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
     except UserError as e:

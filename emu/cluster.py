@@ -66,6 +66,11 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             assert st is not None
             st["up_done"] = time.time()
             state.save(st)
+        from emu.switch import topology as switch_topology
+
+        if switch_topology.enabled(topology):
+            n = start_switch_daemons(name, topology)
+            progress(f"switch pipeline running on {n} switch(es) (emu switch NODE to inspect)")
         if schedule and topology.events:
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
@@ -74,6 +79,102 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         fabric.down()
         raise
     return fabric
+
+
+SWITCH_DIR = os.path.join(state.STATE_DIR, "switch")
+
+
+def switch_dir(cluster: str, node: str | None = None) -> str:
+    """Where a switch daemon keeps its control socket, counters and time series."""
+    base = os.path.join(SWITCH_DIR, cluster)
+    return os.path.join(base, node) if node else base
+
+
+def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0) -> int:
+    """Start ``emu switchd`` in every switch's namespace and wait until each says ``ready``.
+
+    All start at once (Python start-up dominates); each pid is recorded in the
+    state file before we wait, so a failure or ``emu down`` stops them.
+    """
+    import json
+    import select
+
+    from emu.fabric.naming import ns_name
+    from emu.switch.topology import configs
+
+    procs = []
+    for node, cfg in configs(topology).items():
+        d = switch_dir(cluster, node)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        cfg_path = os.path.join(d, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg.to_dict(), f, indent=1)
+        log = open(os.path.join(d, "daemon.log"), "ab")  # noqa: SIM115 - the child keeps it
+        p = subprocess.Popen([sys.executable, "-m", "emu.switch.daemon", "--netns",
+                              ns_name(cluster, node), "--state-dir", d, "--config", cfg_path],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                             start_new_session=True)
+        log.close()
+        state.add_pid(cluster, p.pid, f"switchd {node}")
+        procs.append((node, p))
+    deadline = time.monotonic() + timeout
+    for node, p in procs:
+        assert p.stdout is not None
+        line = b""
+        while not line:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([p.stdout], [], [], left)[0]:
+                raise ClusterError(f"switch daemon on {node} did not become ready in {timeout:g}"
+                                   f" s (see {switch_dir(cluster, node)}/daemon.log)")
+            line = p.stdout.readline()
+            if not line and p.poll() is not None:
+                raise ClusterError(f"switch daemon on {node} exited with {p.returncode} "
+                                   f"(see {switch_dir(cluster, node)}/daemon.log)")
+            if line and line.strip() != b"ready":
+                line = b""
+        p.stdout.close()
+    return len(procs)
+
+
+def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0) -> dict:
+    """One JSON-lines request to a switch daemon's control socket."""
+    import json
+    import socket
+
+    path = os.path.join(switch_dir(cluster, node), "control.sock")
+    if not os.path.exists(path):
+        raise ClusterError(f"no switch pipeline on {node} in cluster {cluster} "
+                           f"(topology without [switch]?)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    reply = json.loads(buf or b"{}")
+    if reply.get("error"):
+        raise ClusterError(f"{node}: {reply['error']}")
+    return reply
+
+
+def switch_counters(cluster: str) -> dict[str, dict]:
+    """The last counters every switch daemon of ``cluster`` wrote (empty without a pipeline)."""
+    import json
+
+    out = {}
+    base = switch_dir(cluster)
+    if os.path.isdir(base):
+        for node in sorted(os.listdir(base)):
+            try:
+                with open(os.path.join(base, node, "counters.json")) as f:
+                    out[node] = json.load(f)
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 def _start_scheduler(cluster: str) -> int:
@@ -88,10 +189,14 @@ def _start_scheduler(cluster: str) -> int:
 
 def down(cluster: str) -> dict[str, int]:
     """Tear ``cluster`` down by its state file: daemons, scheduler, namespaces."""
+    import shutil
+
     try:
-        return fabric_down(cluster)
+        removed = fabric_down(cluster)
     except KeyError:
         raise ClusterError(f"no cluster {cluster!r} is up (no {state.path(cluster)})") from None
+    shutil.rmtree(switch_dir(cluster), ignore_errors=True)
+    return removed
 
 
 def resolve(cluster: str | None) -> str:

@@ -19,6 +19,11 @@ def _cluster_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
+    _add_cluster_cli(sub)
+    add_switch_cli(sub)
+
+
+def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="bring up a cluster from a topology file")
     p.add_argument("topology", help="topology file (e.g. namespaces/leaf-spine.toml)")
     p.add_argument("--name", "-n", help="cluster name (default: the file's topology.name)")
@@ -173,6 +178,9 @@ def _with_links(s: dict, name: str) -> dict:
     except C.ClusterError:
         return s
     s["event_log"] = C.event_log(name)
+    switches = C.switch_counters(name)
+    if switches:
+        s["switches"] = switches
     by_name = {lk.name: lk for lk in topo.links}
     for rec in s["links"]:
         lk = by_name.get(rec["name"])
@@ -353,4 +361,70 @@ def _capture(a: argparse.Namespace) -> int:
     except cap.CaptureFailed as e:
         raise UserError(str(e)) from None
     print(result.report(), file=sys.stderr)
+    return 0
+
+
+def add_switch_cli(sub: argparse._SubParsersAction) -> None:
+    # `emu switchd …` is passed straight to the daemon's own parser (emu.cli.PASS_THROUGH)
+    sub.add_parser("switchd", help="run a switch pipeline daemon (emu up starts them)")
+
+    p = sub.add_parser("switch", help="inspect or change a switch's pipeline: "
+                                      "emu switch leaf1 h1 set rate=1gbit kmin=20KB")
+    p.add_argument("node", help="switch node, or CLUSTER:node")
+    p.add_argument("port", nargs="?", help="port (interface name on the switch) or *")
+    p.add_argument("action", nargs="?", choices=["set", "show"], default="show")
+    p.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                   help="port or class settings (kmin, kmax, pmax, rate, depth, trim, c3.xoff …)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config", action="store_true", help="show the configuration, not counters")
+    _cluster_arg(p)
+    p.set_defaults(func=_switch)
+
+
+_PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_random", "depth",
+                 "max_depth", "paused_time")
+
+
+def _switch(a: argparse.Namespace) -> int:
+    from emu import cluster as C
+
+    _root()
+    try:
+        name, node = C.split_node(a.node, a.cluster)
+        if a.action == "set":
+            if not a.port or not a.settings:
+                raise UserError("usage: emu switch NODE PORT set KEY=VALUE ...")
+            settings = {}
+            for kv in a.settings:
+                if "=" not in kv:
+                    raise UserError(f"{kv!r}: expected KEY=VALUE")
+                k, v = kv.split("=", 1)
+                settings[k.strip()] = v.strip()
+            reply = C.switch_request(name, node, {"cmd": "set", "port": a.port,
+                                                  "settings": settings})
+            print(json.dumps(reply["config"], indent=1) if a.json else
+                  f"{name}:{node} port {a.port}: " + " ".join(a.settings))
+            return 0
+        reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
+    except _errors() as e:
+        raise UserError(str(e).strip("'\"")) from None
+    except OSError as e:
+        raise UserError(f"{a.node}: switch daemon not reachable: {e.strerror}") from None
+    reply.pop("ok", None)
+    if a.json or a.config:
+        print(json.dumps(reply, indent=1))
+        return 0
+    ports = dict(reply.get("ports", {}))
+    try:  # ports that have seen no transport traffic yet have no queue: show them as zeros
+        configured = C.switch_request(name, node, {"cmd": "config"})["config"]["ports"]
+        ports.update({p: {} for p in configured if p != "*" and p not in ports})
+    except (C.ClusterError, OSError, KeyError):
+        pass
+    if a.port:
+        ports = {k: v for k, v in ports.items() if k == a.port}
+    print(f"{'PORT':<10} " + " ".join(f"{c:>14}" for c in _PORT_COLUMNS))
+    for port, c in sorted(ports.items()):
+        cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
+                 for k in _PORT_COLUMNS]
+        print(f"{port:<10} " + " ".join(cells))
     return 0

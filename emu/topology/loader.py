@@ -52,7 +52,7 @@ KINDS = (*GENERATORS, "custom")
 NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NODE_NAME = 32
 MAX_CLUSTER_NAME = 12
-_TOP = {"topology", "params", "defaults", "link", "node", "event", "routing"}
+_TOP = {"topology", "params", "defaults", "link", "node", "event", "routing", "switch"}
 _IFNAME_BAD = re.compile(r"[/:\s]")
 
 
@@ -111,9 +111,10 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
             parts = ["defaults", *parts]
         elif len(parts) == 1:
             parts = ["params", *parts]
-        if parts[0] not in ("params", "defaults", "routing") or len(parts) < 2 or not all(parts):
+        if parts[0] not in ("params", "defaults", "routing", "switch") or len(parts) < 2 \
+                or not all(parts):
             raise TopologyError(f"{loc.source}: --set {arg}", f"unknown setting {key!r}: use a "
-                                "parameter name, link.<key> or routing.<key>")
+                                "parameter name, link.<key>, routing.<key> or switch.<key>")
         table = data
         for p in parts[:-1]:
             table = table.setdefault(p, {})
@@ -185,6 +186,14 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topo
         topo.hash_seed = parse_value(lambda v: parse_int(v, 0, 2**32 - 1), routing["hash_seed"],
                                      "routing.hash_seed", loc)
     topo.events = parse_events(topo, data.get("event", []), loc)
+    if "switch" in data:
+        from emu.switch.topology import check_section
+
+        section = check_table(data["switch"], "switch", loc)
+        problem = check_section(section, topo)
+        if problem:
+            raise loc.error(*problem)
+        topo.switch = section
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))

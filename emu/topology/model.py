@@ -137,6 +137,8 @@ class Topology:
     hash_seed: int | None = None
     #: "ecmp" (kernel multipath routing) or "srv6" (source-routed planes)
     routing: str = "ecmp"
+    #: the file's ``[switch]`` table, validated (see :mod:`emu.switch.topology`)
+    switch: dict[str, object] = field(default_factory=dict)
 
     def hosts(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == "host"]

@@ -68,4 +68,5 @@ def from_dict(d: dict[str, Any]) -> Topology:
         nodes={k: _node(v) for k, v in d["nodes"].items()},
         links=links, events=[Event(**e) for e in d["events"]],
         params=d["params"], hash_seed=d["hash_seed"], routing=d["routing"],
+        switch=d.get("switch", {}),
     )
