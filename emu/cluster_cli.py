@@ -19,6 +19,7 @@ def _cluster_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
+    _add_nicd_cli(sub)
     _add_cluster_cli(sub)
     add_switch_cli(sub)
 
@@ -31,6 +32,8 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
                    help="override a parameter, e.g. --set hosts_per_leaf=8 (repeatable)")
     p.add_argument("--no-schedule", action="store_true",
                    help="do not run the file's [[event]] schedule")
+    p.add_argument("--no-daemons", action="store_true",
+                   help="do not start a NIC daemon (emu nicd) in each host")
     p.add_argument("--json", action="store_true", help="print the status as JSON when up")
     p.set_defaults(func=_up)
 
@@ -122,7 +125,7 @@ def _up(a: argparse.Namespace) -> int:
     topo = _load(a.topology, a.set, a.name)
     t0 = time.perf_counter()
     try:
-        fabric = C.up(topo, a.name, schedule=not a.no_schedule,
+        fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
                       progress=lambda m: print(m, file=sys.stderr))
     except _errors() as e:
         raise UserError(str(e).strip("'\"")) from None
@@ -377,6 +380,11 @@ def add_switch_cli(sub: argparse._SubParsersAction) -> None:
                    help="port or class settings (kmin, kmax, pmax, rate, depth, trim, c3.xoff …)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--config", action="store_true", help="show the configuration, not counters")
+    p.add_argument("--plot", metavar="OUT.svg",
+                   help="draw the time series of --metric per port (from series.jsonl)")
+    p.add_argument("--metric", default="depth",
+                   help="depth, max_depth (bytes) or a counter shown per second: marked, "
+                        "trimmed, enqueued, dropped_tail, … (default depth)")
     _cluster_arg(p)
     p.set_defaults(func=_switch)
 
@@ -391,6 +399,8 @@ def _switch(a: argparse.Namespace) -> int:
     _root()
     try:
         name, node = C.split_node(a.node, a.cluster)
+        if a.plot:
+            return _switch_plot(name, node, a)
         if a.action == "set":
             if not a.port or not a.settings:
                 raise UserError("usage: emu switch NODE PORT set KEY=VALUE ...")
@@ -427,4 +437,50 @@ def _switch(a: argparse.Namespace) -> int:
         cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
                  for k in _PORT_COLUMNS]
         print(f"{port:<10} " + " ".join(cells))
+    return 0
+
+
+# -- emu nicd (emu/nic): registered here until emu/cli.py lists it itself ---------------
+
+
+def _add_nicd_cli(sub: argparse._SubParsersAction) -> None:
+    from emu.nic import cli as nic_cli
+
+    nic_cli.add_cli(sub)
+
+
+def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
+    from emu import cluster as C
+    from emu.plot import line_chart
+
+    path = os.path.join(C.switch_dir(cluster, node), "series.jsonl")
+    rows = []
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise UserError(f"{node}: no time series yet ({path})") from None
+    gauge = a.metric in ("depth", "max_depth", "paused_time")
+    series: dict[str, list[tuple[float, float]]] = {}
+    last: dict[str, tuple[float, float]] = {}
+    t0 = min((r["t"] for r in rows), default=0.0)
+    for r in rows:
+        port = r.get("port")
+        if a.port and port != a.port or a.metric not in r:
+            continue
+        t, v = r["t"] - t0, float(r[a.metric])
+        if gauge:
+            series.setdefault(port, []).append((t, v))
+        else:
+            if port in last and t > last[port][0]:
+                pt, pv = last[port]
+                series.setdefault(port, []).append((t, (v - pv) / (t - pt)))
+            last[port] = (t, v)
+    unit = "bytes" if a.metric in ("depth", "max_depth") else \
+        ("s" if gauge else f"{a.metric} per second")
+    with open(a.plot, "w") as f:
+        f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
+                           ylabel=unit, step=not gauge))
+    print(f"wrote {a.plot} ({sum(len(s) for s in series.values())} points, "
+          f"{len(series)} port(s))")
     return 0

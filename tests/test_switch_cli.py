@@ -76,6 +76,12 @@ def test_pipeline_from_topology_marks_and_is_controllable(cluster):
     # non-transport traffic never reached the pipeline: only 900 transport packets did
     assert port["enqueued"] + port["dropped_tail"] + port["dropped_random"] <= 900
 
+    plot = ROOT / "out" / f"{name}-depth.svg"
+    plot.parent.mkdir(exist_ok=True)
+    emu("switch", f"{name}:leaf2", "--plot", str(plot), "--metric", "depth")
+    assert "<polyline" in plot.read_text()
+    plot.unlink()
+
     out = emu("switch", f"{name}:leaf2", "h4", "set", "rate=5mbit", "c3.xoff=100KB").stdout
     assert "rate=5mbit" in out
     cfg = json.loads(emu("switch", f"{name}:leaf2", "--config").stdout)
