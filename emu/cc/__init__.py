@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Congestion-control plug-ins behind one small ABC, found by name.
+
+Why an ABC with a registry: a transport engine holds one controller per
+flow (a RoCE QP, a UET PDC) and asks it two things only — *how fast* may I
+send (:attr:`CongestionControl.rate`, bits/s, the pacer's input) and, for
+window-based schemes, *how much* may be in flight (:attr:`CongestionControl.cwnd`).
+Everything else is feedback the engine reports (bytes sent, ACKs, CNPs,
+losses). Which algorithm runs is configuration (``"dcqcn"``, later NSCC and
+RCCC), so engines call :func:`create` with a name and never import a class.
+
+The sans-IO rule holds here as in ``emu.transports``: no clocks, sockets or
+randomness; ``now`` (seconds, the caller's clock) is passed to every call and
+controllers keep their own deadlines, exposed through :meth:`get_timer` /
+:meth:`handle_timer` exactly like an endpoint, so the engine folds them into
+its single timer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+_REGISTRY: dict[str, type[CongestionControl]] = {}
+
+
+class CongestionControl(ABC):
+    """One flow's controller. Subclasses set :attr:`name` and register themselves.
+
+    ``line_rate`` is the emulated link rate in bits/s: the ceiling of
+    :attr:`rate` and the unit parameters scale with, so a 10 Gb/s emulated
+    link and a 400 Gb/s one behave alike in relative terms.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, line_rate: float, now: float = 0.0) -> None:
+        if line_rate <= 0:
+            raise ValueError("line_rate must be > 0 bits/s")
+        self.line_rate = float(line_rate)
+
+    @property
+    @abstractmethod
+    def rate(self) -> float:
+        """Current allowed sending rate in bits/s (the pacer follows it)."""
+
+    @property
+    def cwnd(self) -> int | None:
+        """Bytes allowed in flight, or None for purely rate-based schemes."""
+        return None
+
+    def on_sent(self, nbytes: int, now: float) -> None:  # noqa: B027 (optional hook)
+        """``nbytes`` of data left the flow (byte counters, pacing credit)."""
+
+    def on_ack(self, nbytes: int, now: float, *, ecn_echo: bool = False,  # noqa: B027
+               rtt: float | None = None) -> None:
+        """``nbytes`` newly acknowledged (window schemes grow here)."""
+
+    def on_loss(self, now: float) -> None:  # noqa: B027 (optional hook)
+        """The transport inferred a loss (NAK, timeout)."""
+
+    def on_cnp(self, now: float) -> None:  # noqa: B027 (optional hook)
+        """A congestion notification arrived (RoCE CNP, UET ECN-echo)."""
+
+    def get_timer(self) -> float | None:
+        """The controller's next deadline, or None when it has nothing scheduled."""
+        return None
+
+    def handle_timer(self, now: float) -> None:  # noqa: B027 (optional hook)
+        """Run whatever was due at or before ``now``."""
+
+    def state(self) -> dict[str, Any]:
+        """Numbers for counters, traces and tests (rate, α, stage …)."""
+        return {"rate": self.rate}
+
+
+def register(cls: type[CongestionControl]) -> type[CongestionControl]:
+    """Class decorator: make ``cls`` available as :func:`create` ``(cls.name, …)``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"congestion control {cls.name!r} already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available() -> list[str]:
+    """Registered names (importing the built-in modules first)."""
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def create(name: str, line_rate: float, now: float = 0.0, **params: Any) -> CongestionControl:
+    """A new controller by name; unknown names and parameters raise ValueError."""
+    _load_builtins()
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown congestion control {name!r}; have {sorted(_REGISTRY)}"
+                         ) from None
+    try:
+        return cls(line_rate, now, **params)
+    except TypeError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
+def _load_builtins() -> None:
+    from emu.cc import dcqcn  # noqa: F401  (registers itself)

@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The transport-agnostic engine contract the NIC daemon drives.
+
+One :class:`Engine` per transport per daemon owns *many* endpoints (RoCE
+QPs, UET/MRC PDCs) behind one UDP port, because that is how the wire works:
+every RoCEv2 packet goes to port 4791 and the BTH's destination QP (UET: the
+PDC id) says which endpoint it is for. The daemon therefore runs one socket,
+one receive loop and one OS timer per engine, whatever the number of
+endpoints — and holds no protocol logic (``DESIGN.md``).
+
+The daemon's loop, after aioquic's ``QuicConnection``::
+
+    engine.receive_datagram(data, addr, now, ecn=tos & 3)   # each datagram read
+    engine.handle_timer(now)                               # when get_timer() is due
+    for data, addr, meta in engine.datagrams_to_send(now): # after every input
+        sendto(data, addr) with meta.dscp/meta.ecn as TOS, meta.entropy as source port
+    while (ev := engine.next_event()) is not None:         # completions → clients
+        ...
+    rearm the one timer at engine.get_timer()              # None = nothing scheduled
+
+and verbs-like calls (create/modify/destroy endpoints, post work) from the
+control server in between, each followed by the same drain of
+``datagrams_to_send``/``next_event``/``get_timer``.
+
+Rules every engine keeps:
+
+* **No exceptions from the wire.** ``receive_datagram`` never raises on
+  input: malformed, truncated, unknown-endpoint, bad-ICRC or out-of-state
+  datagrams are counted in :meth:`Engine.counters` (``rx_drop_*`` keys) and
+  dropped, like a NIC. Verbs calls *do* raise (:class:`VerbsError`) on misuse
+  by the local application — that is a programming error, not traffic.
+* **Time is an argument.** ``now`` is seconds in the caller's clock (the
+  daemon passes ``time.monotonic()``, tests a hand-stepped float); engines
+  never read a clock and draw randomness only from an injected RNG.
+* **Pacing through the timer.** A rate-limited engine returns only what it
+  may send *now* and reports the next send time through ``get_timer()``; the
+  daemon never pads or delays datagrams itself.
+* **PFC pause is honoured.** :meth:`Engine.pause` ``(cls, until)`` stops
+  every datagram of traffic class ``cls`` until ``until`` (``until <= now``
+  resumes at once — XON); paused output waits, it is not dropped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from emu.core.cq import WcStatus, WorkCompletion
+
+#: A peer address as the socket layer gives it: ("10.0.0.2", 4791) or an IPv6 4-tuple.
+Addr = tuple[Any, ...]
+
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TxMeta:
+    """How the daemon must send one datagram — the few IP/UDP fields a transport owns.
+
+    ``entropy`` is the UDP source port (the ECMP hash input: RoCE keeps one per
+    QP, spraying transports vary it per packet); ``dscp`` and ``ecn`` make the
+    IP TOS byte (``dscp << 2 | ecn``), so the switch pipeline classifies and
+    ECN-marks the packet. Engines reuse one instance per flow: treat it as
+    read-only and compare with ``is`` to batch (GSO needs one destination and
+    one source port per send).
+    """
+
+    entropy: int
+    dscp: int = 0
+    ecn: int = ECN_NOT_ECT
+
+    @property
+    def tos(self) -> int:
+        return (self.dscp << 2) | self.ecn
+
+
+# -- events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of what :meth:`Engine.next_event` returns."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion(Event):
+    """A work completion for the completion queue ``cq`` (a handle the owner chose
+    when creating the endpoint; the engine only echoes it). The daemon routes it
+    to the client that owns ``cq``; bounding and overflow are the CQ owner's job
+    (see :class:`emu.core.cq.CompletionQueue`)."""
+
+    cq: Hashable
+    wc: WorkCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanged(Event):
+    """An endpoint changed state (e.g. RTS → ERR). ``status`` says why an
+    error state was entered (the status of the completion that caused it) and
+    ``reason`` is human-readable."""
+
+    endpoint: int
+    old: str
+    new: str
+    status: WcStatus | None = None
+    reason: str = ""
+
+
+class VerbsError(Exception):
+    """A verbs call the engine refuses (unknown endpoint, wrong state, queue full,
+    bad attribute) — the ``errno`` of ``ibv_post_send``/``ibv_modify_qp``."""
+
+
+class Engine(ABC):
+    """What the daemon calls. Verbs (create/connect/post) are per transport."""
+
+    @abstractmethod
+    def receive_datagram(self, data: bytes | bytearray | memoryview, addr: Addr, now: float,
+                         *, ecn: int = ECN_NOT_ECT) -> None:
+        """Process one received UDP payload from ``addr``.
+
+        ``ecn`` is the ECN field of the IP header it arrived in (the daemon
+        reads it with ``IP_RECVTOS``/``IPV6_RECVTCLASS``); ``ECN_CE`` drives the
+        congestion notification point. ``data`` is only read during the call,
+        so the daemon may reuse its receive buffer afterwards. Never raises on
+        bad input (counted drop).
+        """
+
+    @abstractmethod
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
+        """Everything that may leave now, in order, as ``(payload, addr, meta)``.
+
+        Payloads are fresh buffers the daemon owns. Call after every input
+        (datagram, timer, verbs call); an empty list with a ``get_timer()``
+        means "paced: come back then".
+        """
+
+    @abstractmethod
+    def get_timer(self) -> float | None:
+        """The earliest deadline (retransmission, pacing, CC, pause end), or None."""
+
+    @abstractmethod
+    def handle_timer(self, now: float) -> None:
+        """Run every deadline due at or before ``now``; harmless if none is."""
+
+    @abstractmethod
+    def next_event(self) -> Event | None:
+        """The oldest pending event, or None."""
+
+    @abstractmethod
+    def counters(self) -> dict[str, int | float]:
+        """A snapshot of the engine's counters (JSON-ready; the daemon's ``stats``)."""
+
+    @abstractmethod
+    def pause(self, cls: int, until: float) -> None:
+        """PFC: hold traffic class ``cls`` (0..7) until ``until``; ``until <= now`` resumes."""

@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The daemon's way to build a :class:`RoceEngine` (``emu.nic.engines`` looks for
+``create_engine`` in ``emu.transports.roce``).
+
+Kept apart from the engine so the engine's constructor stays the one explicit
+API (tests build engines directly) and the mapping from daemon configuration
+— IP MTU, addresses, free-form options — lives in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu.transports.roce import packets as P
+from emu.transports.roce.engine import RoceEngine
+from emu.transports.roce.qp import PMTU_VALUES
+
+#: RoceEngine keyword arguments a daemon may pass through its engine options.
+ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
+                  "cnp_interval", "cnp_dscp", "default_pmtu")
+#: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
+PMTU_OVERHEAD = 84
+
+
+def pmtu_for(ip_mtu: int) -> int:
+    """The largest IB path MTU whose packets fit an IP MTU (1500 → 1024, 9000 → 4096)."""
+    fit = [p for p in PMTU_VALUES if p + PMTU_OVERHEAD <= ip_mtu]
+    return fit[-1] if fit else PMTU_VALUES[0]
+
+
+def create_engine(ctx: Any) -> RoceEngine:
+    """The daemon's factory hook (``emu.nic.engines``): an engine from an EngineContext.
+
+    Uses ``ctx.memory``, ``ctx.rng``, ``ctx.addresses[0]``/``ctx.port`` (what
+    :meth:`RoceEngine.query_qp` reports), ``ctx.mtu`` (→ the default PMTU) and
+    the :data:`ENGINE_OPTIONS` found in ``ctx.options``. No ICRC function: the
+    daemon computes ICRCs over the IP/UDP headers it really sends.
+    """
+    opts = {k: v for k, v in dict(getattr(ctx, "options", {}) or {}).items()
+            if k in ENGINE_OPTIONS}
+    opts.setdefault("default_pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
+    addrs = list(getattr(ctx, "addresses", []) or [])
+    local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
+    return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

@@ -1,0 +1,218 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""RoCEv2 RC packets on the hot path: build and parse with precompiled structs.
+
+Why not :mod:`emu.wire.codec.roce`'s header objects: constructing a checked
+``BTH`` dataclass costs more than the whole packet build here, and the
+receive side needs a handful of fields, not objects. The layouts are the
+codec's (``tests/test_roce_engine_parts.py`` holds the two against each
+other), so captures decode the same in both.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from emu.wire.codec.roce import AETH_ACK, AETH_NAK, AETH_RNR_NAK, CNP_OPCODE
+from emu.wire.icrc import icrc_parts
+
+# RC opcodes (specs/rocev2.md)
+SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = range(6)
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = range(6, 12)
+READ_REQUEST = 0x0C
+READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+ACKNOWLEDGE, ATOMIC_ACK, CMP_SWAP, FETCH_ADD = 0x11, 0x12, 0x13, 0x14
+SEND_LAST_INV, SEND_ONLY_INV = 0x16, 0x17
+CNP = CNP_OPCODE
+
+NAK_PSN_SEQ, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP = 0, 1, 2, 3
+CREDITS_INVALID = 0x1F  # AETH credit field "no end-to-end credits" (we do not do credits)
+
+BTH_SIZE = 12
+ICRC_SIZE = 4
+UDP_PORT = 4791
+
+_BTH = struct.Struct("!BBHII")
+_RETH = struct.Struct("!QII")
+_U32 = struct.Struct("!I")
+_ATOMIC = struct.Struct("!QIQQ")
+_U64 = struct.Struct("!Q")
+_ICRC = struct.Struct("<I")
+
+# opcode -> (ext header bytes, flags); flags: R=RETH A=AETH I=ImmDt/IETH T=AtomicETH K=AtomicAckETH
+HAS_RETH, HAS_AETH, HAS_IMM, HAS_ATOMIC, HAS_ATOMIC_ACK, HAS_IETH = 1, 2, 4, 8, 16, 32
+_LAYOUT: dict[int, tuple[int, int]] = {
+    SEND_FIRST: (0, 0), SEND_MIDDLE: (0, 0), SEND_LAST: (0, 0), SEND_LAST_IMM: (4, HAS_IMM),
+    SEND_ONLY: (0, 0), SEND_ONLY_IMM: (4, HAS_IMM),
+    WRITE_FIRST: (16, HAS_RETH), WRITE_MIDDLE: (0, 0), WRITE_LAST: (0, 0),
+    WRITE_LAST_IMM: (4, HAS_IMM), WRITE_ONLY: (16, HAS_RETH),
+    WRITE_ONLY_IMM: (20, HAS_RETH | HAS_IMM),
+    READ_REQUEST: (16, HAS_RETH),
+    READ_RESP_FIRST: (4, HAS_AETH), READ_RESP_MIDDLE: (0, 0), READ_RESP_LAST: (4, HAS_AETH),
+    READ_RESP_ONLY: (4, HAS_AETH), ACKNOWLEDGE: (4, HAS_AETH),
+    ATOMIC_ACK: (12, HAS_AETH | HAS_ATOMIC_ACK), CMP_SWAP: (28, HAS_ATOMIC),
+    FETCH_ADD: (28, HAS_ATOMIC), SEND_LAST_INV: (4, HAS_IETH), SEND_ONLY_INV: (4, HAS_IETH),
+    CNP: (16, 0),
+}
+
+#: A function of the UDP payload (ICRC slot included, its value ignored) -> ICRC.
+IcrcFn = Callable[[bytes | bytearray | memoryview], int]
+
+
+class Pkt:
+    """The fields of one received packet the state machines use (no header objects)."""
+
+    __slots__ = ("opcode", "se", "becn", "dqpn", "ackreq", "psn", "va", "rkey", "dmalen",
+                 "syndrome", "msn", "imm", "swap_add", "compare", "orig", "payload")
+
+    opcode: int
+    se: int
+    becn: int
+    dqpn: int
+    ackreq: int
+    psn: int
+    va: int
+    rkey: int
+    dmalen: int
+    syndrome: int
+    msn: int
+    imm: int | None
+    swap_add: int
+    compare: int
+    orig: int
+    payload: memoryview
+
+
+class Malformed(Exception):
+    """Raised by :func:`parse` only; the engine turns it into a counted drop."""
+
+
+def parse(data: bytes | bytearray | memoryview) -> Pkt:
+    """Split a UDP payload into :class:`Pkt` fields; :class:`Malformed` if it cannot be.
+
+    Unknown and non-RC opcodes, truncation, a pad count larger than the
+    payload and a non-zero transport version are all malformed. The payload
+    is a memoryview into ``data`` (valid while ``data`` is).
+    """
+    n = len(data)
+    if n < BTH_SIZE + ICRC_SIZE:
+        raise Malformed("short")
+    op, b1, _pkey, w2, w3 = _BTH.unpack_from(data, 0)
+    lay = _LAYOUT.get(op)
+    if lay is None:
+        raise Malformed(f"opcode 0x{op:02x}")
+    if b1 & 0x0F:
+        raise Malformed("transport version")
+    ext, flags = lay
+    end = n - ICRC_SIZE
+    off = BTH_SIZE + ext
+    pad = (b1 >> 4) & 3
+    if end - off < pad:
+        raise Malformed("truncated")
+    p = Pkt()
+    p.opcode = op
+    p.se = b1 >> 7
+    p.becn = (w2 >> 30) & 1
+    p.dqpn = w2 & 0xFFFFFF
+    p.ackreq = w3 >> 31
+    p.psn = w3 & 0xFFFFFF
+    p.imm = None
+    o = BTH_SIZE
+    if flags & HAS_RETH:
+        p.va, p.rkey, p.dmalen = _RETH.unpack_from(data, o)
+        o += 16
+    if flags & HAS_AETH:
+        (w,) = _U32.unpack_from(data, o)
+        p.syndrome, p.msn = w >> 24, w & 0xFFFFFF
+        o += 4
+    if flags & HAS_IMM:
+        (p.imm,) = _U32.unpack_from(data, o)
+    elif flags & HAS_ATOMIC:
+        p.va, p.rkey, p.swap_add, p.compare = _ATOMIC.unpack_from(data, o)
+    elif flags & HAS_ATOMIC_ACK:
+        (p.orig,) = _U64.unpack_from(data, o)
+    p.payload = memoryview(data)[off:end - pad]
+    return p
+
+
+def build(opcode: int, dqpn: int, psn: int, ext: bytes = b"",
+          payload: bytes | bytearray | memoryview = b"", *, ackreq: int = 0, se: int = 0,
+          pkey: int = 0xFFFF, becn: int = 0) -> bytearray:
+    """One packet: BTH, extension header bytes ``ext``, payload, pad, ICRC slot (zero)."""
+    plen = len(payload)
+    pad = -plen & 3
+    e = BTH_SIZE + len(ext)
+    buf = bytearray(e + plen + pad + ICRC_SIZE)
+    _BTH.pack_into(buf, 0, opcode, (se << 7) | (pad << 4), pkey, (becn << 30) | dqpn,
+                   (ackreq << 31) | psn)
+    if ext:
+        buf[BTH_SIZE:e] = ext
+    if plen:
+        buf[e:e + plen] = payload
+    return buf
+
+
+def reth(va: int, rkey: int, length: int) -> bytes:
+    return _RETH.pack(va, rkey, length)
+
+
+def aeth(syndrome: int, msn: int) -> bytes:
+    return _U32.pack((syndrome << 24) | (msn & 0xFFFFFF))
+
+
+def u32(v: int) -> bytes:
+    return _U32.pack(v)
+
+
+def atomic_eth(va: int, rkey: int, swap_add: int, compare: int) -> bytes:
+    return _ATOMIC.pack(va, rkey, swap_add, compare)
+
+
+def atomic_ack_eth(orig: int) -> bytes:
+    return _U64.pack(orig)
+
+
+def ack_syndrome() -> int:
+    return (AETH_ACK << 5) | CREDITS_INVALID
+
+
+def rnr_syndrome(timer_code: int) -> int:
+    return (AETH_RNR_NAK << 5) | (timer_code & 0x1F)
+
+
+def nak_syndrome(code: int) -> int:
+    return (AETH_NAK << 5) | (code & 0x1F)
+
+
+def cnp(dqpn: int) -> bytearray:
+    """A CNP (opcode 0x81, BECN set, 16 reserved zero bytes), PSN 0 as NICs send it."""
+    return build(CNP, dqpn, 0, bytes(16), becn=1)
+
+
+def seal(buf: bytearray, icrc: IcrcFn) -> None:
+    """Write ``icrc(buf)`` into the last four bytes, in place."""
+    _ICRC.pack_into(buf, len(buf) - ICRC_SIZE, icrc(buf) & 0xFFFFFFFF)
+
+
+def icrc_ok(data: bytes | bytearray | memoryview, icrc: IcrcFn) -> bool:
+    return _ICRC.unpack_from(data, len(data) - ICRC_SIZE)[0] == icrc(data) & 0xFFFFFFFF
+
+
+_PSEUDO_SRC = bytes(15) + b"\x01"
+_PSEUDO_DST = bytes(15) + b"\x02"
+
+
+def pseudo_header_icrc(payload: bytes | bytearray | memoryview) -> int:
+    """ICRC over ``payload`` behind a *fixed* IPv6/UDP header (``::1 → ::2``, port 4791).
+
+    For sans-IO tests and in-memory links, where no kernel writes real
+    headers: both ends compute the same value, so corruption is caught and
+    the real code path (:func:`emu.wire.icrc.icrc_parts`) is exercised. The
+    daemon instead computes the ICRC over the headers it actually sends.
+    """
+    n = len(payload)
+    udp_len = 8 + n
+    ip = struct.pack("!IHBB", 6 << 28, udp_len, 17, 64) + _PSEUDO_SRC + _PSEUDO_DST
+    udp = struct.pack("!HHHH", 0xC000, UDP_PORT, udp_len, 0)
+    mv = memoryview(payload)
+    return icrc_parts(ip, udp, mv[:BTH_SIZE], mv[BTH_SIZE:n - ICRC_SIZE])

@@ -1,0 +1,245 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""RC queue-pair state: the verbs state machine, attributes and per-QP plumbing.
+
+A QP is two independent halves sharing a state and a wire identity: the
+*requester* (our send queue, :mod:`.requester`) and the *responder* (the
+peer's requests, our receive queue, :mod:`.responder`). This module holds
+what both need — state, attributes, the pacer, the congestion controller,
+timers, the TX metadata — so neither half imports the other.
+
+States and legal transitions follow ``ibv_modify_qp`` for RC::
+
+    RESET → INIT → RTR → RTS;  RTS ↔ SQE;  any → ERR;  any → RESET
+
+(SQE is accepted for completeness: RC enters ERR on a send-queue error, as
+real HCAs do, so nothing here moves to SQE on its own.)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol
+
+from emu.cc import CongestionControl
+from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.memory import Access, MemoryTable, ProtectionDomain
+from emu.core.psn import PSN24
+from emu.core.timers import TimerSet
+from emu.core.trace import Trace
+from emu.transports.base import ECN_ECT0, ECN_NOT_ECT, Addr, TxMeta, VerbsError
+
+if TYPE_CHECKING:
+    from emu.transports.roce.requester import Requester
+    from emu.transports.roce.responder import Responder
+
+
+class QpState(enum.Enum):
+    RESET = "RESET"
+    INIT = "INIT"
+    RTR = "RTR"
+    RTS = "RTS"
+    SQE = "SQE"
+    ERR = "ERR"
+
+
+_S = QpState
+TRANSITIONS: dict[QpState, frozenset[QpState]] = {
+    _S.RESET: frozenset({_S.RESET, _S.INIT, _S.ERR}),
+    _S.INIT: frozenset({_S.INIT, _S.RTR, _S.RESET, _S.ERR}),
+    _S.RTR: frozenset({_S.RTS, _S.RESET, _S.ERR}),
+    _S.RTS: frozenset({_S.RTS, _S.SQE, _S.RESET, _S.ERR}),
+    _S.SQE: frozenset({_S.RTS, _S.RESET, _S.ERR}),
+    _S.ERR: frozenset({_S.RESET, _S.ERR}),
+}
+
+PMTU_VALUES = (256, 512, 1024, 2048, 4096)
+
+#: IB RNR timer codes (5 bits) in milliseconds; code 0 is the longest (655.36 ms).
+RNR_TIMER_MS = (655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48,
+                0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72,
+                40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52)
+
+RNR_RETRY_INFINITE = 7
+
+
+def ack_timeout(code: int) -> float | None:
+    """Local ACK timeout in seconds: 4.096 µs × 2^code; code 0 means wait forever."""
+    return None if code == 0 else 4.096e-6 * (1 << code)
+
+
+def rnr_delay(code: int) -> float:
+    """The RNR NAK timer code as seconds."""
+    return RNR_TIMER_MS[code & 0x1F] / 1000.0
+
+
+@dataclass(slots=True)
+class QpAttr:
+    """``ibv_qp_attr`` fields RC uses. PSNs are 24-bit; codes are the IB 5/3-bit codes.
+
+    ``dest_addr`` is where datagrams go (the daemon's peer socket address);
+    ``dest_gid`` is informational (the client exchanges it; the daemon maps it
+    to ``dest_addr``). ``udp_sport`` 0 means "draw one" (the QP's entropy).
+    """
+
+    pmtu: int = 1024
+    sq_psn: int = 0
+    rq_psn: int = 0
+    dest_qp_num: int = 0
+    dest_gid: str = ""
+    dest_addr: Addr | None = None
+    timeout: int = 14
+    retry_cnt: int = 7
+    rnr_retry: int = 7
+    min_rnr_timer: int = 12
+    max_rd_atomic: int = 16
+    max_dest_rd_atomic: int = 16
+    pkey: int = 0xFFFF
+    dscp: int = 26
+    udp_sport: int = 0
+    access: Access = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Apply ``changes`` after validating every value (all or nothing)."""
+        names = {f.name for f in fields(self)}
+        for k, v in changes.items():
+            if k not in names:
+                raise VerbsError(f"unknown QP attribute {k!r}")
+            _validate(k, v)
+        for k, v in changes.items():
+            setattr(self, k, Access(v) if k == "access" else v)
+
+
+_RANGES = {"sq_psn": (0, PSN24.mask), "rq_psn": (0, PSN24.mask), "dest_qp_num": (0, 0xFFFFFF),
+           "timeout": (0, 31), "retry_cnt": (0, 7), "rnr_retry": (0, 7),
+           "min_rnr_timer": (0, 31), "max_rd_atomic": (1, 255), "max_dest_rd_atomic": (1, 255),
+           "pkey": (0, 0xFFFF), "dscp": (0, 63), "udp_sport": (0, 0xFFFF)}
+
+
+def _validate(name: str, v: Any) -> None:
+    if name == "pmtu":
+        if v not in PMTU_VALUES:
+            raise VerbsError(f"pmtu must be one of {PMTU_VALUES}, got {v!r}")
+    elif name in _RANGES:
+        lo, hi = _RANGES[name]
+        if not isinstance(v, int) or not lo <= v <= hi:
+            raise VerbsError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
+
+
+@dataclass(eq=False)
+class QueuePair:
+    """One RC QP: shared state of its requester and responder halves."""
+
+    qpn: int
+    pd: ProtectionDomain | None
+    send_cq: Any
+    recv_cq: Any
+    max_send_wr: int
+    max_recv_wr: int
+    attr: QpAttr = field(default_factory=QpAttr)
+    state: QpState = QpState.RESET
+    timers: TimerSet = field(default_factory=TimerSet)
+    cc: CongestionControl | None = None
+    line_rate: float = 100e9
+    burst_s: float = 0.0
+    next_tx: float = float("-inf")  # pacer: earliest time the next paced packet may go
+    data_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
+    ctrl_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
+    last_cnp_sent: float = float("-inf")
+    cnp_pending: bool = False
+    requester: Requester = field(init=False, repr=False)
+    responder: Responder = field(init=False, repr=False)
+
+    def refresh_meta(self) -> None:
+        """Rebuild the per-QP TX metadata after an attribute change (reused per packet)."""
+        a = self.attr
+        self.data_meta = TxMeta(a.udp_sport, a.dscp, ECN_ECT0)
+        self.ctrl_meta = TxMeta(a.udp_sport, a.dscp, ECN_NOT_ECT)
+
+    @property
+    def rate(self) -> float:
+        """Bits/s the pacer enforces: the controller's rate, else the line rate."""
+        return self.cc.rate if self.cc is not None else self.line_rate
+
+    def may_send(self, now: float) -> bool:
+        return self.next_tx <= now
+
+    def on_paced_send(self, nbytes: int, now: float) -> None:
+        """Charge ``nbytes`` to the pacer; credit saved while idle is capped at ``burst_s``."""
+        start = self.next_tx
+        floor = now - self.burst_s
+        if start < floor:
+            start = floor
+        self.next_tx = start + nbytes * 8.0 / self.rate
+        if self.cc is not None:
+            self.cc.on_sent(nbytes, now)
+
+    def get_timer(self) -> float | None:
+        t = self.timers.earliest()
+        if self.cc is not None:
+            c = self.cc.get_timer()
+            if c is not None and (t is None or c < t):
+                t = c
+        return t
+
+    @property
+    def sending_allowed(self) -> bool:
+        """The requester may start or continue requests (RTS only)."""
+        return self.state is QpState.RTS
+
+    @property
+    def receiving_allowed(self) -> bool:
+        """The responder accepts requests in RTR and RTS."""
+        return self.state is QpState.RTR or self.state is QpState.RTS
+
+
+class EngineCtx(Protocol):
+    """What the requester and responder need from their engine (and nothing more)."""
+
+    memory: MemoryTable
+    stats: dict[str, int]
+    trace: Trace
+    ack_every: int
+    ack_req_every: int
+
+    def complete(self, cq: Any, wc: WorkCompletion) -> None: ...
+
+    def qp_error(self, qp: QueuePair, status: WcStatus, reason: str, now: float) -> None: ...
+
+
+def gather(views: list[memoryview], off: int, n: int) -> memoryview | bytes:
+    """``n`` bytes at message offset ``off`` across an SGE list (zero-copy for one SGE)."""
+    if len(views) == 1:
+        return views[0][off:off + n]
+    out = bytearray()
+    for v in views:
+        ln = len(v)
+        if off >= ln:
+            off -= ln
+            continue
+        take = min(ln - off, n - len(out))
+        out += v[off:off + take]
+        off = 0
+        if len(out) == n:
+            break
+    return bytes(out)
+
+
+def scatter(views: list[memoryview], off: int, data: bytes | memoryview) -> None:
+    """Write ``data`` at message offset ``off`` across an SGE list (caller checked the length)."""
+    if len(views) == 1:
+        views[0][off:off + len(data)] = data
+        return
+    pos = 0
+    n = len(data)
+    for v in views:
+        ln = len(v)
+        if off >= ln:
+            off -= ln
+            continue
+        take = min(ln - off, n - pos)
+        v[off:off + take] = data[pos:pos + take]
+        pos += take
+        off = 0
+        if pos == n:
+            return

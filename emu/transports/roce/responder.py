@@ -1,0 +1,420 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The RC responder: in-order acceptance, placement, ACK/NAK generation, READ and atomics.
+
+Go-back-N (IBTA 9.7.5, ``specs/rocev2.md``): only the expected PSN is
+executed. A later PSN draws *one* PSN-sequence-error NAK per episode (the
+episode ends when the expected PSN arrives), an earlier one is a duplicate:
+SEND/WRITE duplicates are re-ACKed, a duplicate READ is executed again from
+its own RETH (the requester adjusts VA/length when it resumes a partly
+answered READ) and a duplicate atomic is answered from the saved result —
+atomics run exactly once.
+
+Responses leave in PSN order through one queue per QP, because an ACK
+for PSN ``p`` implicitly acknowledges everything before it: were it to
+overtake the READ responses of an earlier PSN, the requester would take
+them for lost. Queue items are ready packets (NAK, atomic ACK), ACK
+markers (coalesced while they sit at the tail) and READ jobs, which emit
+their response packets one at a time under the QP's pacer.
+
+Errors: a remote access error (bad R_Key, out of bounds, missing right) or
+an invalid request (bad opcode sequence, bad length, message larger than
+the receive WQE) is NAKed with the request's PSN and moves the QP to ERR, as
+a class C/D responder error does; every check happens before the first byte
+is written, so such a request writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.memory import Access, MemError, MemoryAccessError
+from emu.core.psn import PSN24
+from emu.transports.roce import packets as P
+from emu.transports.roce.qp import EngineCtx, QueuePair, scatter
+
+_unwrap = PSN24.unwrap
+_MASK = PSN24.mask
+
+_SEND_START = frozenset({P.SEND_FIRST, P.SEND_ONLY, P.SEND_ONLY_IMM, P.SEND_ONLY_INV})
+_SEND_CONT = frozenset({P.SEND_MIDDLE, P.SEND_LAST, P.SEND_LAST_IMM, P.SEND_LAST_INV})
+_SEND_END = frozenset({P.SEND_ONLY, P.SEND_ONLY_IMM, P.SEND_ONLY_INV, P.SEND_LAST,
+                       P.SEND_LAST_IMM, P.SEND_LAST_INV})
+_WRITE_START = frozenset({P.WRITE_FIRST, P.WRITE_ONLY, P.WRITE_ONLY_IMM})
+_WRITE_CONT = frozenset({P.WRITE_MIDDLE, P.WRITE_LAST, P.WRITE_LAST_IMM})
+_WRITE_END = frozenset({P.WRITE_ONLY, P.WRITE_ONLY_IMM, P.WRITE_LAST, P.WRITE_LAST_IMM})
+_FULL = frozenset({P.SEND_FIRST, P.SEND_MIDDLE, P.WRITE_FIRST, P.WRITE_MIDDLE})
+_ATOMIC = frozenset({P.CMP_SWAP, P.FETCH_ADD})
+
+
+class RecvWqe:
+    __slots__ = ("wr_id", "views", "length")
+
+    def __init__(self, wr_id: int, views: list[memoryview], length: int) -> None:
+        self.wr_id = wr_id
+        self.views = views
+        self.length = length
+
+
+class AckItem:
+    """A pending ACK of every PSN up to ``psn`` (extended) with ``msn``; coalesces at the tail."""
+
+    __slots__ = ("psn", "msn")
+
+    def __init__(self, psn: int, msn: int) -> None:
+        self.psn = psn
+        self.msn = msn
+
+
+class ReadJob:
+    """A READ being answered: ``npkts`` responses from PSN ``psn`` over ``view``."""
+
+    __slots__ = ("psn", "view", "length", "npkts", "k", "msn")
+
+    def __init__(self, psn: int, view: memoryview, length: int, npkts: int, msn: int) -> None:
+        self.psn = psn
+        self.view = view
+        self.length = length
+        self.npkts = npkts
+        self.k = 0
+        self.msn = msn
+
+
+class _Msg:
+    """The multi-packet SEND or WRITE in progress."""
+
+    __slots__ = ("send", "wqe", "view", "off", "total")
+
+    def __init__(self, send: bool, wqe: RecvWqe | None, view: memoryview | None,
+                 total: int) -> None:
+        self.send = send
+        self.wqe = wqe
+        self.view = view
+        self.off = 0
+        self.total = total
+
+
+class _Reject(Exception):
+    """Internal: NAK ``code`` and error the QP with ``status``."""
+
+    def __init__(self, code: int, status: WcStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.status = status
+
+
+class Responder:
+    """The receive half of one QP (see the module docstring)."""
+
+    def __init__(self, qp: QueuePair, eng: EngineCtx) -> None:
+        self.qp = qp
+        self.eng = eng
+        self.rq: deque[RecvWqe] = deque()
+        self.resp: deque[bytearray | AckItem | ReadJob] = deque()
+        self.atomics: OrderedDict[int, int] = OrderedDict()
+        self.reset(0)
+
+    def reset(self, epsn: int) -> None:
+        """Start expecting ``epsn`` (RTR); RESET also drops receive WQEs (:meth:`clear`)."""
+        self.epsn = epsn
+        self.msn = 0
+        self.cur: _Msg | None = None
+        self.nak_episode = False
+        self.since_ack = 0
+        self.resp.clear()
+        self.atomics.clear()
+
+    def clear(self) -> None:
+        self.rq.clear()
+        self.reset(0)
+
+    # -- requests -----------------------------------------------------------
+
+    def on_request(self, p: P.Pkt, now: float) -> None:
+        psn = _unwrap(p.psn, self.epsn)
+        if psn == self.epsn:
+            self.nak_episode = False  # the resent PSN ends a sequence-error episode
+            try:
+                self._execute(p, psn, now)
+            except _Reject as r:
+                self._reject(psn, r, now)
+        elif psn > self.epsn:
+            self.eng.stats["rx_out_of_sequence"] += 1
+            if not self.nak_episode:
+                self.nak_episode = True
+                self.eng.stats["tx_seq_naks"] += 1
+                self._queue(P.nak_syndrome(P.NAK_PSN_SEQ), self.epsn)
+        else:
+            self._duplicate(p, psn)
+
+    def _queue(self, syndrome: int, psn: int) -> None:
+        a = self.qp.attr
+        self.resp.append(P.build(P.ACKNOWLEDGE, a.dest_qp_num, psn & _MASK,
+                                 P.aeth(syndrome, self.msn), pkey=a.pkey))
+
+    def _queue_ack(self) -> None:
+        self.since_ack = 0
+        r = self.resp
+        if r and type(r[-1]) is AckItem:
+            it = r[-1]
+            it.psn = self.epsn - 1  # type: ignore[union-attr]
+            it.msn = self.msn  # type: ignore[union-attr]
+        else:
+            r.append(AckItem(self.epsn - 1, self.msn))
+
+    def _execute(self, p: P.Pkt, psn: int, now: float) -> None:
+        op = p.opcode
+        cur = self.cur
+        pmtu = self.qp.attr.pmtu
+        n = len(p.payload)
+        if op in _FULL and n != pmtu or n > pmtu:
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
+                          f"payload {n} B with PMTU {pmtu}")
+        if op in _SEND_START or op in _WRITE_START or op == P.READ_REQUEST or op in _ATOMIC:
+            if cur is not None:
+                raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
+                              "new message inside a multi-packet one")
+        elif (op in _SEND_CONT and (cur is None or not cur.send)) or (
+                op in _WRITE_CONT and (cur is None or cur.send)):
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
+                          "continuation without a first packet")
+        if op in _SEND_START or op in _SEND_CONT:
+            if not self._send(p, op, psn):
+                return
+        elif op in _WRITE_START or op in _WRITE_CONT:
+            if not self._write(p, op, psn):
+                return
+        elif op == P.READ_REQUEST:
+            self._read(p, psn)
+            return
+        elif op in _ATOMIC:
+            self._atomic(p, op, psn)
+            return
+        else:
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
+                          f"opcode 0x{op:02x} is not a request")
+        self.epsn = psn + 1
+        self.nak_episode = False
+        self.since_ack += 1
+        if p.ackreq or self.since_ack >= self.eng.ack_every:
+            self._queue_ack()
+
+    def _rnr(self, psn: int) -> bool:
+        """No receive WQE: RNR NAK ``psn`` (it will be resent) and hold the sequence."""
+        self.eng.stats["tx_rnr_naks"] += 1
+        self.nak_episode = True  # the rest of the burst is out of sequence: no NAK for it
+        self._queue(P.rnr_syndrome(self.qp.attr.min_rnr_timer), psn)
+        return False
+
+    def _send(self, p: P.Pkt, op: int, psn: int) -> bool:
+        cur = self.cur
+        if cur is None:
+            if not self.rq:
+                return self._rnr(psn)
+            cur = self.cur = _Msg(True, self.rq.popleft(), None, 0)
+        wqe = cur.wqe
+        assert wqe is not None
+        data = p.payload
+        n = len(data)
+        if cur.off + n > wqe.length:
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.LOC_LEN_ERR,
+                          f"SEND of more than the {wqe.length}-byte receive buffer")
+        if n:
+            scatter(wqe.views, cur.off, data)
+            cur.off += n
+        if op in _SEND_END:
+            self.cur = None
+            self.msn = (self.msn + 1) & _MASK
+            qp = self.qp
+            self.eng.complete(qp.recv_cq, WorkCompletion(
+                wqe.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, qp.qpn, cur.off, p.imm,
+                qp.attr.dest_qp_num))
+        return True
+
+    def _check(self, rkey: int, va: int, length: int, need: Access) -> memoryview:
+        """Resolve a remote range or raise _Reject (nothing has been touched yet)."""
+        if not self.qp.attr.access & need:
+            raise _Reject(P.NAK_REMOTE_ACCESS, WcStatus.REM_ACCESS_ERR,
+                          f"QP does not allow {need!r}")
+        if length == 0:
+            return memoryview(b"")
+        try:
+            mr = self.eng.memory.check_remote(rkey, va, length, need, self.qp.pd)
+        except MemoryAccessError as e:
+            raise _Reject(P.NAK_REMOTE_ACCESS, WcStatus.REM_ACCESS_ERR, str(e)) from None
+        off = va - mr.va
+        return mr.view[off:off + length]
+
+    def _write(self, p: P.Pkt, op: int, psn: int) -> bool:
+        data = p.payload
+        n = len(data)
+        cur = self.cur
+        if cur is None:
+            if p.dmalen > (1 << 31):
+                raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR, "DMA length")
+            view = self._check(p.rkey, p.va, p.dmalen, Access.REMOTE_WRITE)
+            if op == P.WRITE_ONLY_IMM and not self.rq:
+                return self._rnr(psn)
+            cur = _Msg(False, None, view, p.dmalen)
+        elif op == P.WRITE_LAST_IMM and not self.rq:
+            return self._rnr(psn)
+        end = cur.off + n
+        last = op in _WRITE_END
+        if end > cur.total or (last and end != cur.total):
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
+                          f"WRITE payload does not match DMA length {cur.total}")
+        if n:
+            cur.view[cur.off:end] = data  # type: ignore[index]
+            cur.off = end
+        if last:
+            self.cur = None
+            self.msn = (self.msn + 1) & _MASK
+            if p.imm is not None:
+                qp = self.qp
+                wqe = self.rq.popleft()
+                self.eng.complete(qp.recv_cq, WorkCompletion(
+                    wqe.wr_id, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, qp.qpn,
+                    cur.total, p.imm, qp.attr.dest_qp_num))
+        else:
+            self.cur = cur
+        return True
+
+    def _read_job(self, p: P.Pkt, psn: int) -> ReadJob:
+        if p.dmalen > (1 << 31):
+            raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR, "DMA length")
+        view = self._check(p.rkey, p.va, p.dmalen, Access.REMOTE_READ)
+        pmtu = self.qp.attr.pmtu
+        return ReadJob(psn, view, p.dmalen, max(1, -(-p.dmalen // pmtu)), self.msn)
+
+    def _read(self, p: P.Pkt, psn: int) -> None:
+        job = self._read_job(p, psn)
+        self.msn = (self.msn + 1) & _MASK
+        job.msn = self.msn
+        self.epsn = psn + job.npkts
+        self.nak_episode = False
+        self.since_ack = 0
+        self.resp.append(job)
+
+    def _atomic(self, p: P.Pkt, op: int, psn: int) -> None:
+        if not self.qp.attr.access & Access.REMOTE_ATOMIC:
+            raise _Reject(P.NAK_REMOTE_ACCESS, WcStatus.REM_ACCESS_ERR, "no atomic access")
+        mem = self.eng.memory
+        try:
+            if op == P.CMP_SWAP:
+                orig = mem.compare_swap(p.rkey, p.va, p.compare, p.swap_add, self.qp.pd)
+            else:
+                orig = mem.fetch_add(p.rkey, p.va, p.swap_add, self.qp.pd)
+        except MemoryAccessError as e:
+            if e.kind is MemError.MISALIGNED:
+                raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR, str(e)) from None
+            raise _Reject(P.NAK_REMOTE_ACCESS, WcStatus.REM_ACCESS_ERR, str(e)) from None
+        self.msn = (self.msn + 1) & _MASK
+        self.epsn = psn + 1
+        self.nak_episode = False
+        self.since_ack = 0
+        cache = self.atomics
+        cache[psn] = orig
+        while len(cache) > max(16, 4 * self.qp.attr.max_dest_rd_atomic):
+            cache.popitem(last=False)
+        self._atomic_ack(psn, orig)
+
+    def _atomic_ack(self, psn: int, orig: int) -> None:
+        a = self.qp.attr
+        self.resp.append(P.build(P.ATOMIC_ACK, a.dest_qp_num, psn & _MASK,
+                                 P.aeth(P.ack_syndrome(), self.msn) + P.atomic_ack_eth(orig),
+                                 pkey=a.pkey))
+
+    def _duplicate(self, p: P.Pkt, psn: int) -> None:
+        st = self.eng.stats
+        st["rx_duplicates"] += 1
+        op = p.opcode
+        if op == P.READ_REQUEST:
+            try:
+                job = self._read_job(p, psn)
+            except _Reject:
+                st["rx_drop_bad_duplicate"] += 1
+                return
+            # the requester resends every request from here on, so READ answers still
+            # queued for this or later PSNs would only be sent twice: drop them
+            if any(type(it) is ReadJob and it.psn >= psn for it in self.resp):  # type: ignore[union-attr]
+                self.resp = deque(it for it in self.resp
+                                  if type(it) is not ReadJob or it.psn < psn)  # type: ignore[union-attr]
+            job.msn = self.msn
+            self.resp.append(job)
+            st["read_reexecuted"] += 1
+        elif op in _ATOMIC:
+            orig = self.atomics.get(psn)
+            if orig is None:
+                st["rx_drop_bad_duplicate"] += 1
+                return
+            self._atomic_ack(psn, orig)
+        else:
+            self._queue_ack()
+
+    def _reject(self, psn: int, r: _Reject, now: float) -> None:
+        """NAK the request and move the QP to ERR (the NAK still leaves)."""
+        self.eng.stats["tx_error_naks"] += 1
+        self._queue(P.nak_syndrome(r.code), psn)
+        cur, self.cur = self.cur, None
+        qp = self.qp
+        if cur is not None and cur.wqe is not None:
+            self.eng.complete(qp.recv_cq, WorkCompletion(cur.wqe.wr_id, r.status,
+                                                         WcOpcode.RECV, qp.qpn))
+        self.eng.qp_error(qp, r.status, f"responder: {r}", now)
+
+    # -- responses ----------------------------------------------------------
+
+    def pop_control(self) -> bytearray | None:
+        """The next unpaced response (ACK, NAK, atomic ACK), unless a READ job is first."""
+        r = self.resp
+        if not r:
+            return None
+        it = r[0]
+        if type(it) is ReadJob:
+            return None
+        r.popleft()
+        if type(it) is AckItem:
+            a = self.qp.attr
+            self.eng.stats["tx_acks"] += 1
+            return P.build(P.ACKNOWLEDGE, a.dest_qp_num, it.psn & _MASK,
+                           P.aeth(P.ack_syndrome(), it.msn), pkey=a.pkey)
+        return it  # type: ignore[return-value]
+
+    def has_read(self) -> bool:
+        r = self.resp
+        return bool(r) and type(r[0]) is ReadJob
+
+    def read_packet(self) -> bytearray:
+        """The next READ response packet of the job at the head (caller checked has_read)."""
+        job: ReadJob = self.resp[0]  # type: ignore[assignment]
+        a = self.qp.attr
+        pmtu = a.pmtu
+        k = job.k
+        n = job.npkts
+        off = k * pmtu
+        data = job.view[off:off + pmtu]
+        if n == 1:
+            opc = P.READ_RESP_ONLY
+        elif k == 0:
+            opc = P.READ_RESP_FIRST
+        elif k == n - 1:
+            opc = P.READ_RESP_LAST
+        else:
+            opc = P.READ_RESP_MIDDLE
+        ext = b"" if opc == P.READ_RESP_MIDDLE else P.aeth(P.ack_syndrome(), job.msn)
+        job.k = k + 1
+        if job.k == n:
+            self.resp.popleft()
+        return P.build(opc, a.dest_qp_num, (job.psn + k) & _MASK, ext, data, pkey=a.pkey)
+
+    def post(self, wqe: RecvWqe) -> None:
+        self.rq.append(wqe)
+
+    def flush(self) -> None:
+        """QP entered ERR: receive WQEs complete with WR_FLUSH_ERR; READ answers stop."""
+        qp = self.qp
+        for w in self.rq:
+            self.eng.complete(qp.recv_cq, WorkCompletion.flushed(w.wr_id, WcOpcode.RECV, qp.qpn))
+        self.rq.clear()
+        self.cur = None
+        self.resp = deque(it for it in self.resp if type(it) is not ReadJob)

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Work requests as the client API hands them to the engine (``ibv_send_wr`` & co).
+
+Plain data: the engine validates them in ``post_send``/``post_recv`` and
+keeps its own per-WQE state. Opcode values are ``enum ibv_wr_opcode`` so the
+client API can pass numbers through unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from emu.core.cq import WcOpcode
+
+
+class WrOpcode(enum.IntEnum):
+    """``ibv_wr_opcode`` (the subset RC supports here)."""
+
+    RDMA_WRITE = 0
+    RDMA_WRITE_WITH_IMM = 1
+    SEND = 2
+    SEND_WITH_IMM = 3
+    RDMA_READ = 4
+    ATOMIC_CMP_AND_SWP = 5
+    ATOMIC_FETCH_AND_ADD = 6
+
+    @property
+    def wc_opcode(self) -> WcOpcode:
+        return _WC[self]
+
+    @property
+    def is_read_or_atomic(self) -> bool:
+        """Consumes responder resources (max_rd_atomic) and completes on a response."""
+        return self >= WrOpcode.RDMA_READ
+
+    @property
+    def is_atomic(self) -> bool:
+        return self >= WrOpcode.ATOMIC_CMP_AND_SWP
+
+
+_WC = {
+    WrOpcode.RDMA_WRITE: WcOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
+    WrOpcode.SEND: WcOpcode.SEND, WrOpcode.SEND_WITH_IMM: WcOpcode.SEND,
+    WrOpcode.RDMA_READ: WcOpcode.RDMA_READ, WrOpcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP,
+    WrOpcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sge:
+    """One scatter/gather element: ``length`` bytes at ``addr`` in the region of ``lkey``."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+@dataclass(slots=True)
+class SendWR:
+    """``ibv_send_wr`` for RC. ``imm`` only with the ``*_WITH_IMM`` opcodes;
+    ``compare_add``/``swap`` only for atomics (FETCH_ADD uses ``compare_add`` as
+    the addend, as verbs does); the atomic result lands in the one 8-byte SGE."""
+
+    wr_id: int
+    opcode: WrOpcode
+    sg_list: Sequence[Sge] = ()
+    remote_addr: int = 0
+    rkey: int = 0
+    imm: int | None = None
+    compare_add: int = 0
+    swap: int = 0
+    signaled: bool = True
+    solicited: bool = False
+
+    # -- readable constructors for the client API and tests ------------------
+
+    @classmethod
+    def send(cls, wr_id: int, sg: Sequence[Sge], imm: int | None = None, **kw: object
+             ) -> SendWR:
+        op = WrOpcode.SEND if imm is None else WrOpcode.SEND_WITH_IMM
+        return cls(wr_id, op, tuple(sg), imm=imm, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def write(cls, wr_id: int, sg: Sequence[Sge], remote_addr: int, rkey: int,
+              imm: int | None = None, **kw: object) -> SendWR:
+        op = WrOpcode.RDMA_WRITE if imm is None else WrOpcode.RDMA_WRITE_WITH_IMM
+        return cls(wr_id, op, tuple(sg), remote_addr, rkey, imm=imm, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def read(cls, wr_id: int, sg: Sequence[Sge], remote_addr: int, rkey: int, **kw: object
+             ) -> SendWR:
+        return cls(wr_id, WrOpcode.RDMA_READ, tuple(sg), remote_addr, rkey, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def cmp_swap(cls, wr_id: int, sge: Sge, remote_addr: int, rkey: int, compare: int,
+                 swap: int, **kw: object) -> SendWR:
+        return cls(wr_id, WrOpcode.ATOMIC_CMP_AND_SWP, (sge,), remote_addr, rkey,
+                   compare_add=compare, swap=swap, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def fetch_add(cls, wr_id: int, sge: Sge, remote_addr: int, rkey: int, add: int,
+                  **kw: object) -> SendWR:
+        return cls(wr_id, WrOpcode.ATOMIC_FETCH_AND_ADD, (sge,), remote_addr, rkey,
+                   compare_add=add, **kw)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class RecvWR:
+    """``ibv_recv_wr``: where an incoming SEND's bytes go."""
+
+    wr_id: int
+    sg_list: Sequence[Sge] = field(default_factory=tuple)
