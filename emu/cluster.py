@@ -33,8 +33,10 @@ def event_log(cluster: str) -> str:
 
 
 def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
-       progress=print) -> Fabric:
-    """Build the cluster, apply its link settings, start its schedule. All or nothing."""
+       daemons: bool = True, progress=print) -> Fabric:
+    """Build the cluster, apply its link settings, start its schedule and NIC daemons.
+
+    All or nothing."""
     from emu.fabric import linkctl
 
     fabric = Fabric(topology, cluster=cluster)
@@ -75,6 +77,10 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log})")
+        if daemons and topology.hosts():
+            started = start_nic_daemons(name, [h.name for h in topology.hosts()])
+            progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
+                     f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
     except BaseException:
         fabric.down()
         raise
@@ -196,6 +202,7 @@ def down(cluster: str) -> dict[str, int]:
     except KeyError:
         raise ClusterError(f"no cluster {cluster!r} is up (no {state.path(cluster)})") from None
     shutil.rmtree(switch_dir(cluster), ignore_errors=True)
+    shutil.rmtree(nic_dir(cluster), ignore_errors=True)  # daemons unlinked their sockets
     return removed
 
 
@@ -264,3 +271,77 @@ def remove_logs(cluster: str) -> None:
     for p in (event_log(cluster), event_log(cluster) + ".scheduler.log"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
+
+
+# -- NIC daemons (emu/nic): one per host ------------------------------------------------
+
+
+def nic_dir(cluster: str) -> str:
+    """Where the hosts' NIC daemons put their control sockets (``<host>.sock``)."""
+    from emu.nic.protocol import RUN_DIR
+
+    return os.path.join(RUN_DIR, cluster)
+
+
+def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
+                      extra_args: tuple[str, ...] = ("--optional-transports",)
+                      ) -> dict[str, float]:
+    """Start ``emu nicd`` in every host; return each one's time to ready (seconds).
+
+    Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
+    readiness, so ``emu down`` — or the rollback of a failed ``up`` — stops it
+    (SIGTERM: the daemon drains and exits 0). They start in parallel; a daemon
+    says ``ready …`` on stdout once its sockets and control socket exist.
+    ``--optional-transports``: a transport whose engine is not installed yet is
+    skipped with a warning in the log instead of failing the cluster.
+    """
+    import selectors
+
+    import emu
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(emu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    logdir = os.path.join(state.STATE_DIR, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    procs: dict[str, tuple[subprocess.Popen, float, str]] = {}
+    sel = selectors.DefaultSelector()
+    try:
+        for h in hosts:
+            log_path = os.path.join(logdir, f"{cluster}.nicd-{h}.log")
+            with open(log_path, "ab") as log:
+                t0 = time.monotonic()
+                p = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster",
+                                      cluster, "--host", h, *extra_args],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=log, env=env, start_new_session=True)
+            state.add_pid(cluster, p.pid, f"nicd {h}")
+            procs[h] = (p, t0, log_path)
+            assert p.stdout is not None
+            sel.register(p.stdout, selectors.EVENT_READ, h)
+        ready: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(ready) < len(procs):
+            left = deadline - time.monotonic()
+            events = sel.select(left) if left > 0 else []
+            if not events:
+                missing = sorted(set(procs) - set(ready))
+                raise ClusterError(f"NIC daemon(s) {', '.join(missing)} not ready in "
+                                   f"{timeout:g} s (logs: {logdir}/{cluster}.nicd-*.log)")
+            for key, _ in events:
+                h = key.data
+                p, t0, log_path = procs[h]
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                sel.unregister(key.fileobj)
+                if not line.startswith(b"ready"):
+                    p.wait(5)
+                    with open(log_path, "rb") as f:
+                        tail = f.read()[-600:].decode(errors="replace").strip()
+                    raise ClusterError(f"NIC daemon of {h} failed (exit {p.returncode}): {tail}")
+                ready[h] = time.monotonic() - t0
+        return ready
+    finally:
+        sel.close()
+        for p, _, _ in procs.values():
+            if p.stdout is not None:
+                p.stdout.close()

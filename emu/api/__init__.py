@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The client API: a verbs-like library over the host's NIC daemon.
+
+Typical use (inside a host: ``emu exec h1 -- python3 app.py``)::
+
+    from emu.api import Device, exchange
+    with Device.open() as dev:
+        buf = dev.alloc_buffer(1 << 20)
+        mr = dev.reg_mr(buf)
+        cq = dev.create_cq()
+        qp = dev.create_qp(cq)
+        peer = exchange.exchange(exchange.conn_info(qp, mr), server=None)  # or "10.0.0.2"
+        qp.connect(peer)
+        qp.post_write(mr.sge(0, 4096), peer["va"], peer["rkey"], wr_id=1)
+        [wc] = cq.wait(1)
+
+See :mod:`emu.api.client` for the objects and ``docs/nic-protocol.md`` for the wire.
+"""
+
+from emu.api import exchange
+from emu.api.client import CQ, DEFAULT_ACCESS, MR, QP, Connection, Device, NicError, call_once
+from emu.core.memory import Access
+
+__all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "Device", "NicError",
+           "call_once", "exchange"]

@@ -1,0 +1,413 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The verbs-like client library: talk to the host's NIC daemon over its control socket.
+
+Why synchronous with a background reader thread: the perftest-style tools
+and most scripts are plain loops ("post, poll"), and the daemon *pushes*
+completions, so something must read the socket while the application is busy
+— a daemon thread does, filling each CQ's local queue. ``cq.poll(n)`` is then
+a local operation (no round trip, like ``ibv_poll_cq``); ``cq.wait(n)``
+blocks on a condition; ``await cq.wait_async(n)`` does the same from trio
+(in a worker thread, cancellable). Requests are synchronous by default;
+``wait=False`` pipelines posts (the reply's error, if any, is kept in
+:attr:`Connection.async_errors`) — what a bandwidth test needs.
+
+Data never crosses the socket: buffers come from :meth:`Device.alloc_buffer`
+(shared memory), the daemon maps them at ``reg_mr``, and a remote WRITE
+lands in the application's pages without the application running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.memory import Access, SharedBuffer
+from emu.nic.protocol import LineBuffer, ProtocolError, decode, encode, find_sock, sock_path
+
+DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | \
+    Access.REMOTE_ATOMIC
+SgList = Sequence[Sequence[int]]
+
+
+class NicError(OSError):
+    """An error reply (``code`` is the protocol's errno-like name) or a lost daemon."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class _Pending:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+
+class Connection:
+    """One control-socket connection: request/reply by id, events to a callback."""
+
+    def __init__(self, path: str, on_event: Any = None, timeout: float = 30.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending | None] = {}
+        self._lock = threading.Lock()
+        self._on_event = on_event
+        self.closed_reason: str | None = None
+        self.async_errors: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read_loop, name="emu-nic-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def call(self, op: str, *, wait: bool = True, **args: Any) -> dict[str, Any]:
+        """Send a request; with ``wait`` return its result or raise :class:`NicError`."""
+        if self.closed_reason is not None:
+            raise NicError("ECONNRESET", self.closed_reason)
+        p = _Pending() if wait else None
+        with self._lock:
+            rid = next(self._ids)
+            self._pending[rid] = p
+            try:
+                self.sock.sendall(encode({"id": rid, "op": op, **args}))
+            except OSError as e:
+                self._pending.pop(rid, None)
+                raise NicError("ECONNRESET", self.closed_reason or str(e)) from None
+        if p is None:
+            return {}
+        if not p.event.wait(self.timeout):
+            raise NicError("ETIMEDOUT", f"no reply to {op} in {self.timeout} s")
+        r = p.reply
+        if r is None:
+            raise NicError("ECONNRESET", self.closed_reason or "daemon went away")
+        if not r.get("ok"):
+            raise NicError(str(r.get("code", "EIO")), str(r.get("error", "")))
+        return r.get("result") or {}
+
+    def _read_loop(self) -> None:
+        lb = LineBuffer()
+        reason = "daemon closed the connection"
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    break
+                for line in lb.feed(data):
+                    msg = decode(line)
+                    if "event" in msg:
+                        if msg["event"] == "refused":
+                            reason = str(msg.get("error"))
+                        elif msg["event"] == "shutdown":
+                            reason = "daemon shut down"
+                        if self._on_event is not None:
+                            self._on_event(msg)
+                        continue
+                    with self._lock:
+                        p = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
+                    if p is not None:
+                        p.reply = msg
+                        p.event.set()
+                    elif not msg.get("ok", True):
+                        self.async_errors.append(msg)
+        except (OSError, ProtocolError) as e:
+            reason = f"{reason}: {e}" if self.closed_reason is None else reason
+        self.closed_reason = reason
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if p is not None:
+                p.event.set()
+        if self._on_event is not None:
+            self._on_event({"event": "closed", "reason": reason})
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        if self._reader is not threading.current_thread():
+            self._reader.join(2.0)
+
+
+def call_once(path: str, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """One request without a reader thread (``emu nicd stats``)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(encode({"id": 1, "op": op, **args}))
+        lb = LineBuffer()
+        while True:
+            data = s.recv(1 << 16)
+            if not data:
+                raise NicError("ECONNRESET", f"{path}: connection closed")
+            for line in lb.feed(data):
+                msg = decode(line)
+                if msg.get("event") == "refused":
+                    raise NicError("EACCES", str(msg.get("error")))
+                if msg.get("id") == 1:
+                    if not msg.get("ok"):
+                        raise NicError(str(msg.get("code")), str(msg.get("error")))
+                    return msg["result"]
+
+
+def _wc(d: dict[str, Any]) -> WorkCompletion:
+    return WorkCompletion(d["wr_id"], WcStatus[d["status"]], WcOpcode[d["opcode"]], d["qp_num"],
+                          d.get("byte_len", 0), d.get("imm"), d.get("src_qp", 0),
+                          d.get("vendor_err", 0))
+
+
+class Device:
+    """An opened NIC (``ibv_open_device`` + a protection domain)."""
+
+    def __init__(self, path: str, timeout: float = 30.0) -> None:
+        self._cqs: dict[int, CQ] = {}
+        self._qps: dict[int, QP] = {}
+        self.events: deque[dict[str, Any]] = deque(maxlen=1024)  # QP/CQ async events
+        self.conn = Connection(path, self._on_event, timeout)
+        try:
+            hello = self.conn.call("hello")
+        except BaseException:
+            self.conn.close()
+            raise
+        self.session = hello["session"]
+        self.attrs: dict[str, Any] = hello["device"]
+        self.ports: list[dict[str, Any]] = self.attrs["ports"]
+
+    @classmethod
+    def open(cls, cluster: str | None = None, host: str | None = None,
+             sock_path: str | None = None, timeout: float = 30.0) -> Device:
+        """The daemon of ``cluster``/``host``, or the one serving this namespace."""
+        if sock_path is None:
+            sock_path = _sock_path(cluster, host) if cluster and host else find_sock()
+        return cls(sock_path, timeout)
+
+    @property
+    def gids(self) -> list[str]:
+        return [g for p in self.ports for g in p["gids"]]
+
+    def _on_event(self, msg: dict[str, Any]) -> None:
+        ev = msg.get("event")
+        if ev == "wc":
+            cq = self._cqs.get(msg["cq"])
+            if cq is not None:
+                cq._deliver([_wc(d) for d in msg["wcs"]])
+            return
+        if ev == "qp" and msg.get("qp") in self._qps:
+            self._qps[msg["qp"]].state = msg["new"]
+        elif ev == "cq_error" and msg.get("cq") in self._cqs:
+            self._cqs[msg["cq"]].error = True
+        elif ev == "closed":
+            for cq in self._cqs.values():
+                cq._deliver([])
+        self.events.append(msg)
+
+    def alloc_buffer(self, size: int) -> SharedBuffer:
+        """Shared memory the daemon can map (close it when done: that unlinks it)."""
+        return SharedBuffer.create(size)
+
+    def reg_mr(self, buf: SharedBuffer, access: int = DEFAULT_ACCESS, offset: int = 0,
+               length: int | None = None) -> MR:
+        r = self.conn.call("reg_mr", shm=buf.name, access=int(access), offset=offset,
+                           length=length)
+        return MR(self, buf, r["mr"], r["lkey"], r["rkey"], r["va"], r["length"], offset)
+
+    def create_cq(self, cqe: int = 4096) -> CQ:
+        cq = CQ(self, self.conn.call("create_cq", cqe=cqe)["cq"], cqe)
+        self._cqs[cq.handle] = cq
+        return cq
+
+    def create_qp(self, send_cq: CQ, recv_cq: CQ | None = None, transport: str | None = None,
+                  **attrs: Any) -> QP:
+        r = self.conn.call("create_qp", transport=transport, send_cq=send_cq.handle,
+                           recv_cq=(send_cq if recv_cq is None else recv_cq).handle,
+                           attrs=attrs)
+        qp = QP(self, r["qp"], r["qpn"], r["transport"], r["info"])
+        self._qps[qp.handle] = qp
+        return qp
+
+    def query(self) -> dict[str, Any]:
+        return self.conn.call("query_device")
+
+    def stats(self) -> dict[str, Any]:
+        return self.conn.call("stats")
+
+    def close(self) -> None:
+        """Disconnect; the daemon frees every QP, CQ and MR of this device."""
+        self.conn.close()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _sock_path(cluster: str, host: str) -> str:
+    return sock_path(cluster, host)
+
+
+class MR:
+    """A registered region: ``lkey`` for local SGEs, ``rkey``/``va`` for the peer."""
+
+    def __init__(self, dev: Device, buf: SharedBuffer, handle: int, lkey: int, rkey: int,
+                 va: int, length: int, offset: int) -> None:
+        self.dev, self.buf, self.handle = dev, buf, handle
+        self.lkey, self.rkey, self.va, self.length, self.offset = lkey, rkey, va, length, offset
+
+    @property
+    def view(self) -> memoryview:
+        """The region's bytes in this process (the same pages the daemon writes)."""
+        return self.buf.view[self.offset:self.offset + self.length]
+
+    def addr(self, off: int = 0) -> int:
+        return self.va + off
+
+    def sge(self, off: int = 0, length: int | None = None) -> list[int]:
+        """``[addr, length, lkey]`` for a scatter/gather list."""
+        return [self.va + off, self.length - off if length is None else length, self.lkey]
+
+    def remote(self) -> dict[str, int]:
+        """What a peer needs to WRITE/READ here: ``{"va", "rkey", "len"}``."""
+        return {"va": self.va, "rkey": self.rkey, "len": self.length}
+
+    def dereg(self) -> None:
+        self.dev.conn.call("dereg_mr", mr=self.handle)
+
+
+class CQ:
+    """Completions the daemon pushed; ``poll`` is local, ``wait`` blocks."""
+
+    def __init__(self, dev: Device, handle: int, cqe: int) -> None:
+        self.dev, self.handle, self.cqe = dev, handle, cqe
+        self._q: deque[WorkCompletion] = deque()
+        self._cond = threading.Condition()
+        self.error = False
+        self.overflows = 0
+
+    def _deliver(self, wcs: list[WorkCompletion]) -> None:
+        with self._cond:
+            room = self.cqe - len(self._q)
+            if len(wcs) > room:
+                self.overflows += len(wcs) - room
+                self.error = True
+                wcs = wcs[:max(room, 0)]
+            self._q.extend(wcs)
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def poll(self, n: int = 1) -> list[WorkCompletion]:
+        """Up to ``n`` completions, oldest first (never blocks)."""
+        with self._cond:
+            q = self._q
+            return [q.popleft() for _ in range(min(n, len(q)))]
+
+    def wait(self, n: int = 1, timeout: float | None = None) -> list[WorkCompletion]:
+        """Block until ``n`` completions are here (or ``timeout``), and take up to ``n``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._q) < n and self.dev.conn.closed_reason is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+            q = self._q
+            return [q.popleft() for _ in range(min(n, len(q)))]
+
+    async def wait_async(self, n: int = 1, timeout: float | None = None
+                         ) -> list[WorkCompletion]:
+        """:meth:`wait` for trio code (a worker thread; cancelling abandons it)."""
+        import trio
+
+        return await trio.to_thread.run_sync(self.wait, n, timeout, abandon_on_cancel=True)
+
+    def destroy(self) -> None:
+        self.dev.conn.call("destroy_cq", cq=self.handle)
+        self.dev._cqs.pop(self.handle, None)
+
+
+def _sgl(sg: Any) -> list[list[int]]:
+    """Accept one SGE ``[addr, len, lkey]`` or a list of them."""
+    if not sg:
+        return []
+    if isinstance(sg[0], int):
+        return [list(sg)]
+    return [list(e) for e in sg]
+
+
+class QP:
+    """A queue pair: exchange :meth:`local_info`, :meth:`connect`, then post."""
+
+    def __init__(self, dev: Device, handle: int, qpn: int, transport: str,
+                 info: dict[str, Any]) -> None:
+        self.dev, self.handle, self.qpn, self.transport = dev, handle, qpn, transport
+        self.info = info
+        self.state = str(info.get("state", "INIT"))
+
+    def local_info(self) -> dict[str, Any]:
+        """This QP's connection data (QPN, PSN, GID/address, port) for the peer."""
+        self.info = self.dev.conn.call("query_qp", qp=self.handle)
+        return self.info
+
+    def connect(self, remote: dict[str, Any]) -> None:
+        """Give the peer's connection data (``modify_qp`` to RTR and RTS)."""
+        self.info = self.dev.conn.call("connect", qp=self.handle, remote=remote)
+
+    def _post(self, op: str, wr: dict[str, Any], wait: bool) -> None:
+        self.dev.conn.call(op, qp=self.handle, wr=wr, wait=wait)
+
+    def post_send(self, sg: Any, wr_id: int = 0, imm: int | None = None, *,
+                  signaled: bool = True, solicited: bool = False, wait: bool = True) -> None:
+        op = "SEND" if imm is None else "SEND_WITH_IMM"
+        self._post("post_send", {"wr_id": wr_id, "opcode": op, "sg_list": _sgl(sg), "imm": imm,
+                                 "signaled": signaled, "solicited": solicited}, wait)
+
+    def post_write(self, sg: Any, remote_addr: int, rkey: int, wr_id: int = 0,
+                   imm: int | None = None, *, signaled: bool = True, wait: bool = True) -> None:
+        op = "RDMA_WRITE" if imm is None else "RDMA_WRITE_WITH_IMM"
+        self._post("post_send", {"wr_id": wr_id, "opcode": op, "sg_list": _sgl(sg),
+                                 "remote_addr": remote_addr, "rkey": rkey, "imm": imm,
+                                 "signaled": signaled}, wait)
+
+    def post_read(self, sg: Any, remote_addr: int, rkey: int, wr_id: int = 0, *,
+                  signaled: bool = True, wait: bool = True) -> None:
+        self._post("post_send", {"wr_id": wr_id, "opcode": "RDMA_READ", "sg_list": _sgl(sg),
+                                 "remote_addr": remote_addr, "rkey": rkey,
+                                 "signaled": signaled}, wait)
+
+    def post_atomic(self, op: str, sge: Sequence[int], remote_addr: int, rkey: int,
+                    compare_add: int, swap: int = 0, wr_id: int = 0, *, wait: bool = True
+                    ) -> None:
+        """``op`` is ``"cmp_swap"`` or ``"fetch_add"``; the original value lands in ``sge``."""
+        code = {"cmp_swap": "ATOMIC_CMP_AND_SWP", "fetch_add": "ATOMIC_FETCH_AND_ADD"}[op]
+        self._post("post_send", {"wr_id": wr_id, "opcode": code, "sg_list": _sgl(sge),
+                                 "remote_addr": remote_addr, "rkey": rkey,
+                                 "compare_add": compare_add, "swap": swap}, wait)
+
+    def post_recv(self, sg: Any, wr_id: int = 0, *, wait: bool = True) -> None:
+        self._post("post_recv", {"wr_id": wr_id, "sg_list": _sgl(sg)}, wait)
+
+    def post_many(self, wrs: list[dict[str, Any]], recv: bool = False, wait: bool = True
+                  ) -> None:
+        """Several raw work requests (protocol shape) in one message."""
+        self.dev.conn.call("post_recv" if recv else "post_send", qp=self.handle, wrs=wrs,
+                           wait=wait)
+
+    def destroy(self) -> None:
+        self.dev.conn.call("destroy_qp", qp=self.handle)
+        self.dev._qps.pop(self.handle, None)

@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu nicd run|stats``: run a host's NIC daemon, or print its counters.
+
+``python -m emu.nic.daemon ARGS`` is ``emu nicd run ARGS`` (what ``emu up``
+starts: it imports no more than the daemon needs, so start-up stays fast).
+Run prints one line ``ready <json>`` on stdout once the sockets and the
+control socket exist, then never writes stdout again (the parent may close
+the pipe); diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, sock_path
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", "-c", default="", help="cluster name (socket path, namespace)")
+    p.add_argument("--host", default="", help="host node name (namespace <cluster>-<host>)")
+    p.add_argument("--netns", help="namespace to enter (default: <cluster>-<host> if it exists)")
+    p.add_argument("--sock", help=f"control socket (default {RUN_DIR}/<cluster>/<host>.sock)")
+    p.add_argument("--transport", "-t", action="append", metavar="NAME",
+                   help="engine to run (repeatable; default roce; 'loopback' = plumbing stub)")
+    p.add_argument("--port", action="append", default=[], metavar="NAME=N",
+                   help="UDP port of a transport, e.g. uet=4793")
+    p.add_argument("--addr", action="append", metavar="IP",
+                   help="NIC address to serve (repeatable; default: every global address)")
+    p.add_argument("--rx-backlog", type=int, default=4096)
+    p.add_argument("--tx-backlog", type=int, default=8192)
+    p.add_argument("--event-queue", type=int, default=4096)
+    p.add_argument("--rx-batch", type=int, default=64)
+    p.add_argument("--gso", dest="gso", action="store_const", const=True, default=None,
+                   help="GSO on IPv4 too (breaks the RoCE ICRC: IP IDs count up per segment)")
+    p.add_argument("--no-gso", dest="gso", action="store_const", const=False)
+    p.add_argument("--no-gro", dest="gro", action="store_false")
+    p.add_argument("--seed", type=int, help="RNG seed (QPNs, keys): reproducible runs")
+    p.add_argument("--engine-opt", action="append", default=[], metavar="NAME.KEY=JSON",
+                   help="engine option, e.g. roce.mtu=4096")
+    p.add_argument("--allow-uid", type=int, action="append", default=[],
+                   help="a uid besides root that may use the control socket")
+    p.add_argument("--optional-transports", action="store_true",
+                   help="skip (with a warning) transports whose engine is not installed")
+
+
+def config_from(a: argparse.Namespace) -> Any:
+    from emu.nic.config import NicConfig
+
+    ports = dict(DEFAULT_PORTS)
+    for spec in a.port:
+        k, _, v = spec.partition("=")
+        ports[k] = int(v)
+    opts: dict[str, dict[str, Any]] = {}
+    for spec in a.engine_opt:
+        k, _, v = spec.partition("=")
+        eng, _, key = k.partition(".")
+        try:
+            val = json.loads(v)
+        except ValueError:
+            val = v
+        opts.setdefault(eng, {})[key] = val
+    if a.sock:
+        path = a.sock
+    elif a.cluster and a.host:
+        path = sock_path(a.cluster, a.host)
+    else:
+        raise SystemExit("emu nicd: give --cluster and --host, or --sock")
+    return NicConfig(sock_path=path, cluster=a.cluster, host=a.host,
+                     transports=a.transport or ["roce"], optional_transports=a.optional_transports,
+                     ports=ports, addresses=a.addr, rx_backlog=a.rx_backlog,
+                     tx_backlog=a.tx_backlog, event_queue=a.event_queue, rx_batch=a.rx_batch,
+                     gso=a.gso, gro=a.gro, seed=a.seed, engine_options=opts,
+                     allowed_uids=(0, *a.allow_uid))
+
+
+def enter_netns(name: str) -> None:
+    """Move this (main) thread into ``/run/netns/<name>`` for good, before any socket exists.
+
+    ctypes instead of :mod:`emu.fabric.netns`: importing ``emu.fabric`` pulls
+    in pyroute2, which would double the daemon's start time.
+    """
+    path = f"/run/netns/{name}"
+    if os.stat(path).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns {path}: {os.strerror(e)}")
+    finally:
+        os.close(fd)
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="emu nicd run", description="run a host's NIC daemon")
+    _run_args(p)
+    return _run(p.parse_args(argv))
+
+
+def _run(a: argparse.Namespace) -> int:
+    cfg = config_from(a)
+    ns = a.netns or (f"{a.cluster}-{a.host}" if a.cluster and a.host else None)
+    if ns and (a.netns or os.path.exists(f"/run/netns/{ns}")):
+        enter_netns(ns)
+    import trio
+
+    from emu.nic.daemon import NicDaemon
+
+    async def main() -> None:
+        d = NicDaemon(cfg)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
+            async with trio.open_nursery() as n:
+                await n.start(d.run)
+                for w in d.warnings:
+                    print(f"emu nicd: {w}", file=sys.stderr, flush=True)
+                ready = {"pid": os.getpid(), "sock": cfg.sock_path, "ready_after_s":
+                         d.ready_after, "transports": list(d.slots)}
+                print("ready " + json.dumps(ready), flush=True)
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)  # the parent may close the pipe now
+                os.close(devnull)
+                async for _ in sigs:
+                    d.stop()
+                    break
+
+    try:
+        trio.run(main)
+    except (OSError, RuntimeError, ValueError, ImportError) as e:
+        print(f"emu nicd: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- stats -----------------------------------------------------------------------------
+
+
+def stats_main(a: argparse.Namespace) -> int:
+    from emu.api.client import call_once
+    from emu.nic.protocol import find_sock
+
+    if a.sock:
+        paths = [a.sock]
+    elif a.cluster and a.host:
+        paths = [sock_path(a.cluster, a.host)]
+    elif a.cluster:
+        d = os.path.join(RUN_DIR, a.cluster)
+        paths = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".sock"))
+    else:
+        paths = [find_sock()]
+    out = []
+    for path in paths:
+        try:
+            out.append(call_once(path, "stats"))
+        except OSError as e:
+            out.append({"sock": path, "error": str(e)})
+    if a.json:
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+    else:
+        print("\n\n".join(render(s) for s in out))
+    return 0 if all("error" not in s for s in out) else 1
+
+
+def render(s: dict[str, Any]) -> str:
+    if "error" in s:
+        return f"{s['sock']}: {s['error']}"
+    t, ctl = s["totals"], s["control"]
+    lines = [f"nicd {s['cluster']}:{s['host']} pid {s['pid']} up {s['uptime_s']:.1f} s, "
+             f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s",
+             f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
+             f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B",
+             f"  drops: rx_backlog {t.get('rx_backlog_drops', 0)}  tx_backlog "
+             f"{t.get('tx_backlog_drops', 0)}  kernel {t.get('rx_kernel_drops', 0)}  events "
+             f"{ctl['events_dropped']}  cq_overflows {ctl['cq_overflows']}  tx_errors "
+             f"{t.get('tx_errors', 0)}",
+             f"  clients {ctl['clients']} (total {ctl['clients_total']}, refused "
+             f"{ctl['refused']})  QPs {ctl['qps']}  CQs {ctl['cqs']}  MRs {ctl['mrs']}  freed "
+             f"qps/mrs/cqs {ctl['freed_qps']}/{ctl['freed_mrs']}/{ctl['freed_cqs']}"]
+    for name, tr in s["transports"].items():
+        eng = " ".join(f"{k}={v}" for k, v in sorted(tr["engine"].items()) if v)
+        lines.append(f"  {name} (udp {tr['udp_port']}): {eng or 'idle'}")
+    return "\n".join(lines)
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    """``emu nicd``, registered by the ``emu`` command line."""
+    p = sub.add_parser("nicd", help="the user-space NIC daemon of a host (run, stats)")
+    nsub = p.add_subparsers(dest="nicd_command", metavar="run|stats", required=True)
+    r = nsub.add_parser("run", help="run the daemon (emu up starts one per host)")
+    _run_args(r)
+    r.set_defaults(func=_run)
+    st = nsub.add_parser("stats", help="counters of a daemon (or of every host of a cluster)")
+    st.add_argument("--cluster", "-c", default="")
+    st.add_argument("--host", default="")
+    st.add_argument("--sock")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=stats_main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="emu nicd")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_cli(sub)
+    a = p.parse_args(["nicd", *(argv if argv is not None else sys.argv[1:])])
+    return int(a.func(a) or 0)

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The daemon's configuration: one dataclass, filled from the command line or by tests.
+
+Every queue the daemon has is bounded here, because an unbounded queue in
+a NIC emulator hides overload: a real NIC drops at its rings and counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.nic.protocol import DEFAULT_PORTS
+
+
+@dataclass
+class NicConfig:
+    """How one ``emu nicd`` runs.
+
+    ``addresses`` None means "every global address of every non-loopback
+    interface in the namespace" (one socket per address: a NIC port and
+    family). ``gso`` None means auto: on for IPv6 when the kernel has it, off
+    for IPv4 (see :mod:`emu.nic.udp` — IP IDs break the RoCE ICRC).
+    """
+
+    sock_path: str = ""
+    cluster: str = ""
+    host: str = ""
+    transports: list[str] = field(default_factory=lambda: ["roce"])
+    #: transports that may be missing (their module not written yet): skipped with a warning
+    optional_transports: bool = False
+    ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    addresses: list[str] | None = None
+    rx_backlog: int = 4096  # datagrams read from sockets, not yet given to the engine
+    tx_backlog: int = 8192  # datagrams from the engine waiting for socket space (per socket)
+    event_queue: int = 4096  # async events (QP state …) per client
+    rx_batch: int = 64  # socket reads per turn before a checkpoint (perf-notes: ~64)
+    engine_batch: int = 256  # datagrams given to the engine per turn before pumping
+    max_clients: int = 256
+    gso: bool | None = None
+    gro: bool = True
+    tos: int | None = 2  # ECT(0): switches mark CE only on ECN-capable packets (DCQCN)
+    rcvbuf: int = 4 << 20
+    sndbuf: int = 4 << 20
+    seed: int | None = None
+    allowed_uids: tuple[int, ...] = (0,)
+    engine_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    drain_timeout: float = 1.0  # SIGTERM: how long to flush queued datagrams and replies

@@ -1,0 +1,478 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The daemon's control server: a root-only Unix socket speaking newline-delimited JSON.
+
+Why these choices (``docs/nic-protocol.md`` is the reference):
+
+* **Root only, twice.** The socket's directory is 0700 and the socket 0600,
+  and every connection's ``SO_PEERCRED`` uid is checked (``allowed_uids``):
+  a client can make the daemon map any file in ``/dev/shm`` and write into
+  it, which is root's business.
+* **Completions are pushed.** Each CQ lives here as a bounded
+  :class:`~emu.core.cq.CompletionQueue`; a client's writer task sends what
+  its CQs hold as ``wc`` events, so a client never pays a round trip per
+  poll. A client that stops reading makes its CQs overflow — counted, the CQ
+  enters error and an event says so — as a real CQ overrun does.
+* **Bounded everything.** Requests are read only while the client's reply
+  backlog is below ``OUT_MAX`` (back-pressure, replies are never dropped);
+  other async events go to a per-client queue of ``event_queue`` entries
+  that drops and counts.
+* **A client's resources die with its connection**: QPs destroyed, MRs
+  deregistered, shared-memory mappings closed, CQs freed — all counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from emu.core.cq import CompletionQueue
+from emu.core.memory import Access, MemoryRegion, SharedBuffer
+from emu.nic.protocol import PROTOCOL_VERSION, LineBuffer, ProtocolError, decode, encode
+from emu.nic.session import CqRec, OpError, QpRec, Session, recv_wr, send_wr
+from emu.nic.udp import gid_of
+from emu.transports.base import Completion, StateChanged, VerbsError
+
+if TYPE_CHECKING:
+    from emu.nic.daemon import EngineSlot, NicDaemon
+
+OUT_MAX = 1024  # replies waiting for the writer before we stop reading requests
+_UCRED = struct.Struct("3i")
+
+
+class ControlServer:
+    """Accepts clients, runs their requests against the engines, pushes their events."""
+
+    def __init__(self, daemon: NicDaemon) -> None:
+        self.d = daemon
+        self.sessions: dict[int, Session] = {}
+        self.cqs: dict[int, CqRec] = {}
+        self.qps: dict[int, QpRec] = {}
+        self.by_qpn: dict[tuple[str, int], QpRec] = {}
+        self._handles = itertools.count(1)
+        self._listener: Any = None
+        self._inode = 0
+        self._scope: trio.CancelScope | None = None
+        self.c = dict.fromkeys(("clients_total", "refused", "protocol_errors", "requests",
+                                "request_errors", "events_dropped", "events_orphaned",
+                                "cq_overflows", "freed_qps", "freed_mrs", "freed_cqs"), 0)
+
+    # -- socket ---------------------------------------------------------------------
+
+    def listen(self) -> Any:
+        """Bind the control socket (dir 0700, socket 0600); refuse if a live daemon owns it."""
+        path = self.d.cfg.sock_path
+        parent = os.path.dirname(path)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        os.chmod(parent, 0o700)
+        if os.path.exists(path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # stale: its daemon died
+            else:
+                raise RuntimeError(f"{path}: another daemon is serving it")
+            finally:
+                probe.close()
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # no window in which the socket is connectable by others
+        try:
+            raw.bind(path)
+        except BaseException:
+            raw.close()
+            raise
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._inode = os.stat(path).st_ino
+        raw.listen(64)
+        self._listener = trio.socket.from_stdlib_socket(raw)
+        return self._listener
+
+    def close_listener(self) -> None:
+        if self._listener is None:
+            return
+        lst, self._listener = self._listener, None
+        trio.lowlevel.notify_closing(lst)
+        lst.close()
+        path = self.d.cfg.sock_path
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == self._inode:
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))  # the last daemon of a cluster leaves no directory
+
+    async def serve(self, listener: Any) -> None:
+        async with trio.open_nursery() as n:
+            self._scope = n.cancel_scope
+            while True:
+                try:
+                    sock, _ = await listener.accept()
+                except (OSError, trio.ClosedResourceError):
+                    if self._listener is None:
+                        break  # closed for shutdown; sessions keep running until drained
+                    raise
+                pid, uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET,
+                                                               socket.SO_PEERCRED, _UCRED.size))
+                why = None
+                if uid not in self.d.cfg.allowed_uids:
+                    why = f"permission denied: uid {uid} may not use this NIC (root only)"
+                elif len(self.sessions) >= self.d.cfg.max_clients:
+                    why = f"too many clients ({self.d.cfg.max_clients})"
+                if why:
+                    self.c["refused"] += 1
+                    n.start_soon(self._refuse, sock, why)
+                    continue
+                s = Session(next(self._handles), sock, uid, pid, self.d.memory.alloc_pd())
+                self.sessions[s.id] = s
+                self.c["clients_total"] += 1
+                n.start_soon(self._session, s)
+
+    @staticmethod
+    async def _refuse(sock: Any, why: str) -> None:
+        """Say why, then read (and discard) what the peer sent until it hangs up: closing
+        with unread data would reset the connection and lose our explanation."""
+        with sock, contextlib.suppress(OSError), trio.move_on_after(2.0):
+            await sock.send(encode({"event": "refused", "error": why}))
+            sock.shutdown(socket.SHUT_WR)
+            for _ in range(64):
+                if not await sock.recv(65536):
+                    break
+
+    async def _session(self, s: Session) -> None:
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(self._writer, s)
+                await self._reader(s)
+                n.cancel_scope.cancel()
+        except OSError:
+            pass
+        finally:
+            self._cleanup(s)
+            s.sock.close()
+
+    async def _reader(self, s: Session) -> None:
+        lb = LineBuffer()
+        while not s.closing:
+            data = await s.sock.recv(65536)
+            if not data:
+                return
+            try:
+                lines = lb.feed(data)
+            except ProtocolError as e:
+                self.c["protocol_errors"] += 1
+                s.out.append(encode({"id": None, "ok": False, "code": "EPROTO", "error": str(e)}))
+                await self._flush_then_close(s)
+                return
+            touched: dict[EngineSlot, None] = {}
+            for line in lines:
+                s.out.append(self._handle(s, line, touched))
+            for slot in touched:
+                self.d.pump(slot)
+            s.wake()
+            while len(s.out) > OUT_MAX and not s.closing:
+                await s.drained.park()
+        await self._flush_then_close(s)
+
+    async def _flush_then_close(self, s: Session) -> None:
+        s.closing = True
+        s.wake()
+        with trio.move_on_after(1.0):
+            while s.out or s.events:
+                await s.drained.park()
+
+    async def _writer(self, s: Session) -> None:
+        while True:
+            if not (s.out or s.events or s.dirty):
+                s.drained.unpark_all()
+                await s.lot.park()
+                continue
+            chunks = list(s.out)
+            s.out.clear()
+            chunks.extend(encode(ev) for ev in s.events)
+            s.events.clear()
+            for h in s.dirty:
+                rec = self.cqs.get(h)
+                if rec is not None and len(rec.cq):
+                    wcs = [wc.to_dict() for wc in rec.cq.poll(len(rec.cq))]
+                    chunks.append(encode({"event": "wc", "cq": h, "wcs": wcs}))
+            s.dirty.clear()
+            view = memoryview(b"".join(chunks))
+            while view:
+                sent = await s.sock.send(view)
+                view = view[sent:]
+
+    def push_event(self, s: Session, ev: dict[str, Any]) -> None:
+        if len(s.events) >= self.d.cfg.event_queue:
+            s.events_dropped += 1
+            self.c["events_dropped"] += 1
+            return
+        s.events.append(ev)
+        s.wake()
+
+    # -- engine events --------------------------------------------------------------
+
+    def on_event(self, slot: EngineSlot, ev: Any) -> None:
+        if isinstance(ev, Completion):
+            rec = self.cqs.get(ev.cq)  # type: ignore[call-overload]
+            if rec is None:
+                self.c["events_orphaned"] += 1
+                return
+            if not rec.cq.push(ev.wc):
+                self.c["cq_overflows"] += 1
+                if not rec.reported:
+                    rec.reported = True
+                    self.push_event(rec.owner, {"event": "cq_error", "cq": rec.handle,
+                                                "overflows": rec.cq.overflows})
+                return
+            rec.owner.dirty[rec.handle] = None
+            rec.owner.wake()
+        elif isinstance(ev, StateChanged):
+            qrec = self.by_qpn.get((slot.name, ev.endpoint))
+            if qrec is None:
+                self.c["events_orphaned"] += 1
+                return
+            self.push_event(qrec.owner, {
+                "event": "qp", "qp": qrec.handle, "qpn": ev.endpoint, "old": ev.old,
+                "new": ev.new, "status": ev.status.name if ev.status is not None else None,
+                "reason": ev.reason})
+        else:
+            self.c["events_orphaned"] += 1
+
+    # -- requests -------------------------------------------------------------------
+
+    def _handle(self, s: Session, line: bytes, touched: dict[EngineSlot, None]) -> bytes:
+        rid = None
+        self.c["requests"] += 1
+        try:
+            msg = decode(line)
+            rid = msg.get("id")
+            op = msg.get("op")
+            fn = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+            if fn is None:
+                raise OpError("ENOSYS", f"unknown op {op!r}")
+            return encode({"id": rid, "ok": True, "result": fn(s, msg, touched)})
+        except ProtocolError as e:
+            err: tuple[str, str] = ("EPROTO", str(e))
+        except OpError as e:
+            err = (e.code, str(e))
+        except VerbsError as e:
+            err = (getattr(e, "code", "EINVAL"), str(e))
+        except KeyError as e:
+            err = ("EINVAL", f"missing or unknown {e}")
+        except FileNotFoundError as e:
+            err = ("ENOENT", str(e))
+        except (ValueError, TypeError, OSError) as e:
+            err = ("EINVAL", str(e))
+        self.c["request_errors"] += 1
+        return encode({"id": rid, "ok": False, "code": err[0], "error": err[1]})
+
+    def _slot(self, name: str | None) -> EngineSlot:
+        slots = self.d.slots
+        if name is None:
+            if not slots:
+                raise OpError("ENODEV", "this daemon runs no transport")
+            return next(iter(slots.values()))
+        if name not in slots:
+            raise OpError("ENODEV", f"transport {name!r} not running here "
+                                    f"(running: {', '.join(slots) or 'none'})")
+        return slots[name]
+
+    def _qp(self, s: Session, m: dict[str, Any]) -> QpRec:
+        rec = self.qps.get(m["qp"])
+        if rec is None or rec.owner is not s:
+            raise OpError("ENOENT", f"no QP {m['qp']}")
+        return rec
+
+    def op_hello(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return {"protocol": PROTOCOL_VERSION, "session": s.id, "pd": s.pd.handle,
+                "device": self.d.device_info()}
+
+    def op_query_device(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return self.d.device_info()
+
+    def op_stats(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return self.d.stats()
+
+    def op_ping(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return {}
+
+    def op_reg_mr(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        name = str(m["shm"])
+        ent = s.buffers.get(name)
+        if ent is None:
+            ent = s.buffers[name] = [SharedBuffer.attach(name), 0]
+        try:
+            mr = self.d.memory.register(s.pd, ent[0], Access(int(m.get("access", 1))),
+                                        offset=int(m.get("offset", 0)), length=m.get("length"),
+                                        va=m.get("va"))
+        except BaseException:
+            if ent[1] == 0:
+                s.buffers.pop(name)[0].close()
+            raise
+        ent[1] += 1
+        h = next(self._handles)
+        s.mrs[h] = mr
+        return {"mr": h, "lkey": mr.lkey, "rkey": mr.rkey, "va": mr.va, "length": mr.length}
+
+    def op_dereg_mr(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        mr = s.mrs.pop(m["mr"], None)
+        if mr is None:
+            raise OpError("ENOENT", f"no MR {m['mr']}")
+        self._dereg(s, mr)
+        return {}
+
+    def _dereg(self, s: Session, mr: MemoryRegion) -> None:
+        self.d.memory.deregister(mr)
+        ent = s.buffers.get(mr.buffer.name)
+        if ent is not None:
+            ent[1] -= 1
+            if ent[1] <= 0:
+                s.buffers.pop(mr.buffer.name)[0].close()
+
+    def op_create_cq(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        h = next(self._handles)
+        self.cqs[h] = CqRec(h, CompletionQueue(int(m.get("cqe", 4096))), s)
+        s.cqs.add(h)
+        return {"cq": h}
+
+    def op_destroy_cq(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        rec = self.cqs.get(m["cq"])
+        if rec is None or rec.owner is not s:
+            raise OpError("ENOENT", f"no CQ {m['cq']}")
+        if rec.qps:
+            raise OpError("EBUSY", f"CQ {rec.handle} is used by {len(rec.qps)} QP(s)")
+        del self.cqs[rec.handle]
+        s.cqs.discard(rec.handle)
+        return {}
+
+    def op_create_qp(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        slot = self._slot(m.get("transport"))
+        cqs = []
+        for key in ("send_cq", "recv_cq"):
+            h = m.get(key, m.get("send_cq"))
+            rec = self.cqs.get(h)  # type: ignore[arg-type]
+            if rec is None or rec.owner is not s:
+                raise OpError("ENOENT", f"no CQ {h} ({key})")
+            cqs.append(rec)
+        qpn = slot.engine.create_qp(pd=s.pd, send_cq=cqs[0].handle, recv_cq=cqs[1].handle,
+                                    attrs=dict(m.get("attrs") or {}))
+        h = next(self._handles)
+        rec = QpRec(h, slot, qpn, s, cqs[0].handle, cqs[1].handle)
+        self.qps[h] = rec
+        self.by_qpn[(slot.name, qpn)] = rec
+        s.qps.add(h)
+        for c in cqs:
+            c.qps.add(h)
+        t[slot] = None
+        return {"qp": h, "qpn": qpn, "transport": slot.name, "info": self._info(rec)}
+
+    def _info(self, rec: QpRec) -> dict[str, Any]:
+        info = dict(rec.slot.engine.query_qp(rec.qpn))
+        if info.get("address") and "gid" not in info:
+            info["gid"] = gid_of(str(info["address"]))
+        info.setdefault("transport", rec.slot.name)
+        return info
+
+    def op_query_qp(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return self._info(self._qp(s, m))
+
+    def op_connect(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        rec = self._qp(s, m)
+        rec.slot.engine.connect(rec.qpn, dict(m["remote"]), trio.current_time())
+        t[rec.slot] = None
+        return self._info(rec)
+
+    op_modify_qp = op_connect
+
+    def _post(self, s: Session, m: dict[str, Any], t: Any, recv: bool) -> dict[str, Any]:
+        rec = self._qp(s, m)
+        wrs = m["wrs"] if "wrs" in m else [m["wr"]]
+        eng, now, done = rec.slot.engine, trio.current_time(), 0
+        t[rec.slot] = None
+        try:
+            for d in wrs:
+                if recv:
+                    eng.post_recv(rec.qpn, recv_wr(d), now)
+                else:
+                    eng.post_send(rec.qpn, send_wr(d), now)
+                done += 1
+        except (VerbsError, ValueError, KeyError, TypeError) as e:
+            raise OpError(getattr(e, "code", "EINVAL"),
+                          f"work request {done} ({done} posted): {e}") from None
+        return {"posted": done}
+
+    def op_post_send(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return self._post(s, m, t, recv=False)
+
+    def op_post_recv(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        return self._post(s, m, t, recv=True)
+
+    def op_destroy_qp(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        rec = self._qp(s, m)
+        self._destroy_qp(rec)
+        t[rec.slot] = None
+        return {}
+
+    def _destroy_qp(self, rec: QpRec) -> None:
+        with contextlib.suppress(VerbsError, KeyError, ValueError):
+            rec.slot.engine.destroy_qp(rec.qpn, trio.current_time())
+        self.qps.pop(rec.handle, None)
+        self.by_qpn.pop((rec.slot.name, rec.qpn), None)
+        rec.owner.qps.discard(rec.handle)
+        for h in (rec.send_cq, rec.recv_cq):
+            if h in self.cqs:
+                self.cqs[h].qps.discard(rec.handle)
+
+    # -- teardown -------------------------------------------------------------------
+
+    def _cleanup(self, s: Session) -> None:
+        """Free everything the client owned (its connection is gone)."""
+        self.sessions.pop(s.id, None)
+        slots = {}
+        for h in list(s.qps):
+            rec = self.qps[h]
+            slots[rec.slot] = None
+            self._destroy_qp(rec)
+            self.c["freed_qps"] += 1
+        for slot in slots:
+            self.d.pump(slot)  # flushed completions of destroyed QPs are orphaned and counted
+        for h in list(s.cqs):
+            self.cqs.pop(h, None)
+            self.c["freed_cqs"] += 1
+        s.cqs.clear()
+        for mr in list(s.mrs.values()):
+            self._dereg(s, mr)
+            self.c["freed_mrs"] += 1
+        s.mrs.clear()
+        for buf, _ in s.buffers.values():
+            buf.close()
+        s.buffers.clear()
+
+    async def shutdown(self) -> None:
+        """Tell every client the daemon is going; give writers a moment to flush."""
+        for s in list(self.sessions.values()):
+            s.events.append({"event": "shutdown"})
+            s.closing = True
+            s.wake()
+        for s in list(self.sessions.values()):
+            while s.out or s.events or s.dirty:
+                await s.drained.park()
+
+    def close_all(self) -> None:
+        self.close_listener()
+        if self._scope is not None:
+            self._scope.cancel()
+        for s in list(self.sessions.values()):
+            self._cleanup(s)
+            s.sock.close()
+
+    def counters(self) -> dict[str, int]:
+        return {**self.c, "clients": len(self.sessions), "qps": len(self.qps),
+                "cqs": len(self.cqs), "mrs": sum(len(s.mrs) for s in self.sessions.values())}

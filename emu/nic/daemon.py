@@ -1,0 +1,367 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The NIC daemon's I/O driver: sockets ↔ sans-IO engines, one timer per engine (trio).
+
+``python -m emu.nic.daemon --cluster C --host h1`` (= ``emu nicd run …``) runs
+inside the host's namespace. Shape, after trio's DTLS endpoint: per engine,
+one receive task per socket drains the socket until EAGAIN (``checkpoint()``
+every ``rx_batch`` reads, ``wait_readable`` when empty) into a bounded
+backlog that drops and counts; one engine task feeds the backlog to
+``engine.receive_datagram`` in batches and then *pumps* the engine; one
+timer task sleeps in a cancel scope whose deadline is re-armed from
+``get_timer()`` after every pump; one transmit task waits for socket space
+only while the transmit queue is blocked. Readiness is ``nursery.start``:
+sockets and the control socket exist before ``run`` reports started.
+
+Pumping (after every input: a batch of datagrams, a timer, a control
+request) is::
+
+    out = engine.datagrams_to_send(now)   → TxPath (GSO grouping, entropy sockets)
+    while (ev := engine.next_event()):    → control server (CQs, QP events)
+    timer deadline = engine.get_timer()
+
+SIGTERM/SIGINT: stop accepting clients, pump every engine once more, flush
+the transmit queues and the clients' pending replies/events (each bounded by
+``drain_timeout``), tell clients ``shutdown``, close everything, exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from emu.core.memory import MemoryTable
+from emu.nic import engines
+from emu.nic.config import NicConfig
+from emu.nic.control import ControlServer
+from emu.nic.framing import framer_for
+from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
+
+_SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
+                  "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
+                  "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
+                  "tx_entropy_fallback", "engine_errors", "engine_batches", "timer_fires")
+
+
+@dataclass(eq=False)
+class EngineSlot:
+    """One transport engine and everything the daemon keeps for it."""
+
+    name: str
+    engine: Any  # emu.transports.base.Engine + emu.nic.engines.Verbs
+    port: int
+    tx: TxPath
+    c: dict[str, int]
+    backlog: deque[tuple[bytes, Any, int]] = field(default_factory=deque)
+    rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
+
+
+class NicDaemon:
+    """One host's NIC: its ports, engines, registered memory and control server."""
+
+    def __init__(self, cfg: NicConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.memory = MemoryTable(self.rng)
+        self.slots: dict[str, EngineSlot] = {}
+        self.ifaces: list[Iface] = []
+        self.control = ControlServer(self)
+        self.warnings: list[str] = []
+        self._stop = trio.Event()
+        self._t0 = time.monotonic()
+        self.ready_after: float | None = None
+        self._ns_fd: int | None = None
+
+    # -- setup ----------------------------------------------------------------------
+
+    def _addresses(self) -> list[tuple[str, Iface]]:
+        self.ifaces = interfaces()
+        by_addr = {a: i for i in self.ifaces for a in i.ipv4 + i.ipv6}
+        if self.cfg.addresses is not None:
+            return [(a, by_addr.get(a) or Iface("", 1500)) for a in self.cfg.addresses]
+        return [(a, i) for i in self.ifaces for a in i.ipv4 + i.ipv6]
+
+    def open(self) -> None:
+        """Create sockets and engines (synchronously: readiness means they exist)."""
+        # the namespace we are in now is the NIC's: sockets made later go there too
+        self._ns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        addrs = self._addresses()
+        mtu = min((i.mtu for _, i in addrs), default=1500)
+        used: dict[int, str] = {}
+        try:
+            for name in self.cfg.transports:
+                port = self.cfg.ports.get(name)
+                if port is None:
+                    raise ValueError(f"no UDP port configured for transport {name!r}")
+                if port in used:
+                    raise ValueError(f"transports {used[port]!r} and {name!r} both want UDP "
+                                     f"port {port}: give one another port (--port {name}=N)")
+                socks: list[PortSocket] = []
+                try:
+                    for a, i in addrs:  # port 0 (tests): the first socket's port for all
+                        socks.append(PortSocket(a, port, ifname=i.name, mtu=i.mtu,
+                                                gso=self.cfg.gso, gro=self.cfg.gro,
+                                                rcvbuf=self.cfg.rcvbuf, sndbuf=self.cfg.sndbuf))
+                        port = port or socks[0].sock.getsockname()[1]
+                        socks[-1].port = port
+                    ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
+                                                port, mtu,
+                                                dict(self.cfg.engine_options.get(name, {})))
+                    engine = engines.create(name, ctx)
+                except BaseException as e:
+                    for ps in socks:
+                        ps.close()
+                    if not (isinstance(e, ImportError) and self.cfg.optional_transports):
+                        raise
+                    self.warnings.append(f"transport {name} not available: {e}")
+                    continue
+                used[port] = name
+                c = dict.fromkeys(_SLOT_COUNTERS, 0)
+                framer = framer_for(name)
+                tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,
+                            seal=framer.seal if framer else None)
+                self.slots[name] = EngineSlot(name, engine, port, tx, c,
+                                              check=framer.check if framer else None)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for slot in self.slots.values():
+            for ps in slot.tx.mains:
+                ps.close()
+            slot.tx.close()
+        if self._ns_fd is not None:
+            os.close(self._ns_fd)
+            self._ns_fd = None
+
+    def device_info(self) -> dict[str, Any]:
+        """What ``hello``/``query_device`` return: ports, addresses, GIDs, transports."""
+        ports = []
+        for n, i in enumerate(self.ifaces, 1):
+            addrs = i.ipv4 + i.ipv6
+            ports.append({"port": n, "ifname": i.name, "mtu": i.mtu, "addresses": addrs,
+                          "gids": [gid_of(a) for a in addrs]})
+        return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
+                "ports": ports,
+                "transports": {s.name: {"udp_port": s.port,
+                                        "sockets": [p.describe() for p in s.tx.mains]}
+                               for s in self.slots.values()}}
+
+    # -- the tasks ------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until :meth:`stop`; report readiness once sockets and control socket exist."""
+        if not self.slots:
+            self.open()
+        try:
+            listener = self.control.listen()
+            async with trio.open_nursery() as n:
+                for slot in self.slots.values():
+                    for ps in slot.tx.mains:
+                        n.start_soon(self._rx_loop, slot, ps)
+                    n.start_soon(self._engine_loop, slot)
+                    n.start_soon(self._timer_loop, slot)
+                    n.start_soon(self._tx_loop, slot)
+                n.start_soon(self.control.serve, listener)
+                self.ready_after = process_age()
+                task_status.started(self)
+                await self._stop.wait()
+                await self._drain()
+                n.cancel_scope.cancel()
+        finally:
+            self.control.close_all()
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
+        sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
+        while True:
+            try:
+                ps.recv_batch(slot.backlog, batch, maxlen, slot.c, slot.check)
+            except BlockingIOError:
+                slot.rx_lot.unpark_all()
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            except OSError:
+                slot.c["rx_errors"] += 1  # e.g. a queued ICMP error: keep serving
+            slot.rx_lot.unpark_all()
+            await trio.lowlevel.checkpoint()
+
+    async def _engine_loop(self, slot: EngineSlot) -> None:
+        backlog, batch = slot.backlog, self.cfg.engine_batch
+        recv = slot.engine.receive_datagram
+        while True:
+            if not backlog:
+                await slot.rx_lot.park()
+                continue
+            now = trio.current_time()
+            for _ in range(min(batch, len(backlog))):
+                data, addr, ecn = backlog.popleft()
+                try:
+                    recv(data, addr, now, ecn=ecn)
+                except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
+                    slot.c["engine_errors"] += 1
+                    self._log_once(f"{slot.name}: receive_datagram raised {e!r}")
+            slot.c["engine_batches"] += 1
+            self.pump(slot)
+            await trio.lowlevel.checkpoint()
+
+    async def _timer_loop(self, slot: EngineSlot) -> None:
+        eng = slot.engine
+        while True:
+            t = eng.get_timer()
+            with trio.CancelScope(deadline=math.inf if t is None else t) as scope:
+                slot.timer_scope = scope
+                await trio.sleep_forever()
+            now = trio.current_time()
+            t = eng.get_timer()
+            if t is not None and t <= now:
+                slot.c["timer_fires"] += 1
+                try:
+                    eng.handle_timer(now)
+                except Exception as e:  # noqa: BLE001
+                    slot.c["engine_errors"] += 1
+                    self._log_once(f"{slot.name}: handle_timer raised {e!r}")
+                self.pump(slot)
+
+    async def _tx_loop(self, slot: EngineSlot) -> None:
+        tx = slot.tx
+        while True:
+            if tx.blocked is None:
+                await slot.tx_lot.park()
+                continue
+            await trio.lowlevel.wait_writable(tx.blocked.sock)
+            with contextlib.suppress(BlockingIOError):
+                tx.flush()
+
+    def pump(self, slot: EngineSlot) -> None:
+        """Drain the engine after an input: datagrams out, events to clients, re-arm the timer."""
+        eng = slot.engine
+        out = eng.datagrams_to_send(trio.current_time())
+        if out:
+            tx = slot.tx
+            tx.put(out)
+            if tx.blocked is None:
+                try:
+                    tx.flush()
+                except BlockingIOError:
+                    slot.tx_lot.unpark_all()
+        ev = eng.next_event()
+        while ev is not None:
+            self.control.on_event(slot, ev)
+            ev = eng.next_event()
+        t = eng.get_timer()
+        slot.timer_scope.deadline = math.inf if t is None else t
+
+    async def _drain(self) -> None:
+        """SIGTERM: flush what is queued (bounded by ``drain_timeout``), then tell clients."""
+        self.control.close_listener()
+        with trio.move_on_after(self.cfg.drain_timeout):
+            for slot in self.slots.values():
+                self.pump(slot)
+                while slot.tx.queue:
+                    try:
+                        slot.tx.flush()
+                    except BlockingIOError:
+                        assert slot.tx.blocked is not None
+                        await trio.lowlevel.wait_writable(slot.tx.blocked.sock)
+            await self.control.shutdown()
+
+    # -- counters -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        totals: dict[str, int] = {}
+        transports = {}
+        for slot in self.slots.values():
+            slot.c["rx_kernel_drops"] = sum(p.kernel_drops for p in slot.tx.sockets())
+            for k, v in slot.c.items():
+                if k != "tx_last_errno":
+                    totals[k] = totals.get(k, 0) + v
+            try:
+                eng = slot.engine.counters()
+            except Exception as e:  # noqa: BLE001
+                eng = {"error": repr(e)}
+            transports[slot.name] = {"udp_port": slot.port, "rx_backlog": len(slot.backlog),
+                                     "tx_queue": len(slot.tx.queue), "counters": dict(slot.c),
+                                     "engine": eng,
+                                     "sockets": [p.describe() for p in slot.tx.sockets()]}
+        return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
+                "uptime_s": round(time.monotonic() - self._t0, 3),
+                "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
+                "totals": totals, "transports": transports, "control": self.control.counters(),
+                "memory": {"regions": len(self.memory)}, "warnings": self.warnings}
+
+    _logged: set[str] = set()
+
+    def _log_once(self, msg: str) -> None:
+        if msg not in self._logged and len(self._logged) < 100:
+            self._logged.add(msg)
+            print(f"emu nicd: {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[NicDaemon]:
+    """An in-process daemon (tests, benchmarks): sockets opened inside ``netns``, stopped
+    (drained) on exit. The namespace is entered only while sockets are made."""
+    d = NicDaemon(cfg)
+    if netns:
+        from emu.fabric.netns import entered
+
+        with entered(netns):
+            d.open()
+    else:
+        d.open()
+    async with trio.open_nursery() as n:
+        await n.start(d.run)
+        try:
+            yield d
+        finally:
+            d.stop()
+
+
+def process_age() -> float:
+    """Seconds since this process started (10 ms resolution): the honest start-up time,
+    interpreter and imports included."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return round(up - start / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from emu.nic.cli import run_main
+
+    return run_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+__all__ = ["EngineSlot", "NicDaemon", "family_of", "main", "running"]

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The control protocol's framing, paths and names, shared by the daemon and the client API.
+
+Why newline-delimited JSON: every message is small (work requests carry
+scatter/gather *addresses*, never data — data moves through shared memory),
+so a text format costs little, ``socat`` and a shell can speak it, and the
+framing needs no state beyond "split on ``\\n``". ``docs/nic-protocol.md``
+is the full description; in short:
+
+* request  ``{"id": 7, "op": "reg_mr", ...arguments}``
+* reply    ``{"id": 7, "ok": true, "result": {...}}`` or
+  ``{"id": 7, "ok": false, "error": "text", "code": "EINVAL"}``
+* event    ``{"event": "wc", "cq": 3, "wcs": [{...}, ...]}`` (no ``id``),
+  ``{"event": "qp", "qpn": ..., ...}``, ``{"event": "shutdown"}``
+
+This module imports only the standard library so that the client API (and
+its users: perftest-style tools) load fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+PROTOCOL_VERSION = 1
+RUN_DIR = "/run/emu/nic"
+#: the largest message either side accepts; longer lines are a protocol error
+MAX_LINE = 1 << 20
+#: UDP destination port of each transport (RoCEv2 4791, UET 4793); the stub engine
+#: shares RoCE's by default so captures of plumbing tests look like RoCE ports
+DEFAULT_PORTS: dict[str, int] = {"roce": 4791, "uet": 4793, "mrc": 4793, "loopback": 4791}
+
+#: ``ibv_wr_opcode`` names accepted in work requests
+WR_OPCODES = ("RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
+              "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD")
+
+
+class ProtocolError(Exception):
+    """A malformed message (bad JSON, over-long line, missing field)."""
+
+
+def sock_path(cluster: str, host: str, run_dir: str = RUN_DIR) -> str:
+    """Where the daemon of ``host`` in ``cluster`` listens."""
+    for part in (cluster, host):
+        if not part or "/" in part or part.startswith("."):
+            raise ValueError(f"bad cluster/host name {part!r}")
+    return os.path.join(run_dir, cluster, f"{host}.sock")
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    """One message as a line (compact separators: the daemon encodes many of these)."""
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    try:
+        msg = json.loads(line)
+    except ValueError as e:
+        raise ProtocolError(f"bad JSON: {e}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("a message must be a JSON object")
+    return msg
+
+
+class LineBuffer:
+    """Accumulates stream bytes and yields complete lines; bounded by ``MAX_LINE``."""
+
+    __slots__ = ("_buf", "max_line")
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self._buf = bytearray()
+        self.max_line = max_line
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        if b"\n" not in data:
+            if len(buf) > self.max_line:
+                raise ProtocolError(f"message longer than {self.max_line} bytes")
+            return []
+        *lines, rest = bytes(buf).split(b"\n")
+        self._buf = bytearray(rest)
+        if len(rest) > self.max_line or any(len(x) > self.max_line for x in lines):
+            raise ProtocolError(f"message longer than {self.max_line} bytes")
+        return [x for x in lines if x.strip()]
+
+
+def find_sock(run_dir: str = RUN_DIR) -> str:
+    """The daemon socket of the host namespace this thread is in.
+
+    ``emu exec h1 -- tool`` runs ``tool`` in namespace ``<cluster>-h1``; the
+    daemon for that host listens at ``<run_dir>/<cluster>/h1.sock``. We match
+    the namespace inode of ``/run/netns/<cluster>-<host>`` against our own, so
+    no name guessing is involved. ``$EMU_NIC_SOCK`` overrides.
+    """
+    env = os.environ.get("EMU_NIC_SOCK")
+    if env:
+        return env
+    me = os.stat("/proc/thread-self/ns/net").st_ino
+    found = []
+    try:
+        clusters = sorted(os.listdir(run_dir))
+    except FileNotFoundError:
+        clusters = []
+    for c in clusters:
+        try:
+            socks = sorted(os.listdir(os.path.join(run_dir, c)))
+        except (NotADirectoryError, PermissionError, FileNotFoundError):
+            continue
+        for s in socks:
+            if not s.endswith(".sock"):
+                continue
+            try:
+                ino = os.stat(f"/run/netns/{c}-{s[:-5]}").st_ino
+            except OSError:
+                continue
+            if ino == me:
+                found.append(os.path.join(run_dir, c, s))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise FileNotFoundError("no NIC daemon serves this namespace (run inside a host: "
+                                "`emu exec h1 -- …`, or give cluster/host or $EMU_NIC_SOCK)")
+    raise FileNotFoundError(f"several daemons match this namespace: {found}")

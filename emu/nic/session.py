@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""What the control server keeps per client, and work requests from JSON.
+
+Split from :mod:`emu.nic.control` so the server reads as behaviour; these are
+the records it hands around. Work requests become the engines' ``SendWR`` /
+``RecvWR`` (:mod:`emu.transports.roce.verbs`: verbs opcodes and SGEs, no
+RoCE specifics) here, once, so engines never see JSON.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from emu.core.cq import CompletionQueue
+from emu.core.memory import MemoryRegion, ProtectionDomain
+from emu.transports.roce.verbs import RecvWR, SendWR, Sge, WrOpcode
+
+if TYPE_CHECKING:
+    from emu.nic.daemon import EngineSlot
+
+
+class OpError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(eq=False)
+class Session:
+    """One connected client and what it owns."""
+
+    id: int
+    sock: Any
+    uid: int
+    pid: int
+    pd: ProtectionDomain
+    out: deque[bytes] = field(default_factory=deque)
+    events: deque[dict[str, Any]] = field(default_factory=deque)
+    dirty: dict[int, None] = field(default_factory=dict)
+    lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    drained: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    mrs: dict[int, MemoryRegion] = field(default_factory=dict)
+    buffers: dict[str, list[Any]] = field(default_factory=dict)  # name → [buffer, refs]
+    cqs: set[int] = field(default_factory=set)
+    qps: set[int] = field(default_factory=set)
+    closing: bool = False
+    events_dropped: int = 0
+
+    def wake(self) -> None:
+        self.lot.unpark_all()
+
+
+@dataclass(eq=False)
+class CqRec:
+    handle: int
+    cq: CompletionQueue
+    owner: Session
+    qps: set[int] = field(default_factory=set)
+    reported: bool = False
+
+
+@dataclass(eq=False)
+class QpRec:
+    handle: int
+    slot: EngineSlot
+    qpn: int
+    owner: Session
+    send_cq: int
+    recv_cq: int
+
+
+def _sges(d: dict[str, Any]) -> tuple[Sge, ...]:
+    out = []
+    for e in d.get("sg_list", ()):
+        if isinstance(e, dict):
+            out.append(Sge(int(e["addr"]), int(e["length"]), int(e["lkey"])))
+        else:
+            a, n, k = e
+            out.append(Sge(int(a), int(n), int(k)))
+    return tuple(out)
+
+
+def send_wr(d: dict[str, Any]) -> SendWR:
+    """A protocol work request (JSON) as the engines' ``SendWR``."""
+    op = d.get("opcode", "SEND")
+    opcode = WrOpcode[op] if isinstance(op, str) else WrOpcode(int(op))
+    imm = d.get("imm")
+    return SendWR(int(d["wr_id"]), opcode, _sges(d), int(d.get("remote_addr", 0)),
+                  int(d.get("rkey", 0)), None if imm is None else int(imm),
+                  int(d.get("compare_add", 0)), int(d.get("swap", 0)),
+                  bool(d.get("signaled", True)), bool(d.get("solicited", False)))
+
+
+def recv_wr(d: dict[str, Any]) -> RecvWR:
+    return RecvWR(int(d["wr_id"]), _sges(d))

@@ -1,0 +1,416 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The NIC's ports: UDP sockets, interface discovery, drain-until-EAGAIN receive, GSO send.
+
+Why each socket option (see ``/work/shared/perf-notes.md`` and ``specs/rocev2.md``):
+
+* IPv4 sockets are **unconnected** with ``IP_MTU_DISCOVER=IP_PMTUDISC_DO``: DF is
+  set, so the kernel writes IP ID 0 — the RoCE ICRC covers the IPv4 ID, and a
+  connected socket (or fragmentation) would randomise it.
+* **GSO on IPv4 is off by default**: measured on this kernel, a GSO send with DF
+  gets IP IDs 0, 1, 2, … across its segments, which breaks the ICRC of every
+  segment but the first. IPv6 has no ID, so GSO is used there when detected.
+* ``UDP_GRO`` on receive keeps the kernel's cost per super-packet; segments
+  are split here using the segment size from the cmsg.
+* ``SO_RXQ_OVFL`` reports the kernel's own receive-queue drops (the socket
+  buffer is the first bounded queue: counted, not hidden).
+* ``IP_RECVTOS``/``IPV6_RECVTCLASS``: the ECN bits, which a congestion-controlled
+  transport needs (CE → CNP).
+* ``IP_FREEBIND``: bind to an address that is still being configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import struct
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2
+IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = 23, 2
+IP_FREEBIND, IPV6_FREEBIND = 15, 78
+SO_RXQ_OVFL = 40
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
+IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
+GSO_MAX_SEGS = 64
+GSO_MAX_BYTES = 65000
+_ANC = socket.CMSG_SPACE(4) * 4
+_U16 = struct.Struct("=H")
+_I32 = struct.Struct("=i")
+_U32 = struct.Struct("=I")
+
+
+@dataclass
+class Iface:
+    """One NIC port as the namespace shows it."""
+
+    name: str
+    mtu: int
+    ipv4: list[str] = field(default_factory=list)
+    ipv6: list[str] = field(default_factory=list)
+
+
+def interfaces() -> list[Iface]:
+    """Non-loopback interfaces of this thread's namespace with their global addresses.
+
+    No pyroute2 (its import alone costs ~100 ms and MiBs): one ioctl per
+    interface for IPv4 and MTU, ``/proc/thread-self/net/if_inet6`` for IPv6.
+    """
+    out: list[Iface] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _idx, name in sorted(socket.if_nameindex()):
+            if name == "lo":
+                continue
+            req = struct.pack("16s16x", name.encode())
+            try:
+                mtu = struct.unpack_from("=i", fcntl.ioctl(s, SIOCGIFMTU, req), 16)[0]
+            except OSError:
+                continue
+            ifc = Iface(name, mtu)
+            with contextlib.suppress(OSError):
+                ifc.ipv4.append(socket.inet_ntoa(fcntl.ioctl(s, SIOCGIFADDR, req)[20:24]))
+            out.append(ifc)
+    by_name = {i.name: i for i in out}
+    with contextlib.suppress(OSError), open("/proc/thread-self/net/if_inet6") as f:
+        for line in f:
+            hexaddr, _ix, _plen, scope, _flags, name = line.split()
+            if name in by_name and int(scope, 16) == 0:
+                by_name[name].ipv6.append(str(socket.inet_ntop(socket.AF_INET6,
+                                                               bytes.fromhex(hexaddr))))
+    return out
+
+
+@contextlib.contextmanager
+def in_netns(fd: int | None) -> Iterator[None]:
+    """Run the body in the network namespace ``fd`` refers to (this thread only).
+
+    Sockets made later (entropy source ports) must live in the NIC's namespace
+    even when the daemon runs in-process in a test whose thread is elsewhere.
+    """
+    if fd is None or os.fstat(fd).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        try:
+            yield
+        finally:
+            libc.setns(home, 0x40000000)
+    finally:
+        os.close(home)
+
+
+def family_of(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def gid_of(address: str) -> str:
+    """The RoCEv2 GID of an address: IPv4-mapped IPv6 for IPv4, the address for IPv6."""
+    return f"::ffff:{address}" if family_of(address) == socket.AF_INET else address
+
+
+class PortSocket:
+    """One bound, non-blocking UDP socket of one NIC port and address family."""
+
+    def __init__(self, address: str, port: int, *, ifname: str = "", mtu: int = 1500,
+                 gso: bool | None = None, gro: bool = True, rcvbuf: int = 4 << 20,
+                 sndbuf: int = 4 << 20, tos: int | None = None, sport: int | None = None) -> None:
+        fam = family_of(address)
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        try:
+            if fam == socket.AF_INET:
+                s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+                with contextlib.suppress(OSError):
+                    s.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
+                s.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+                if tos is not None:
+                    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            else:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO)
+                with contextlib.suppress(OSError):
+                    s.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
+                s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+                if tos is not None:
+                    s.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, tos)
+            for opt, force, size in ((socket.SO_RCVBUF, 33, rcvbuf), (socket.SO_SNDBUF, 32,
+                                                                        sndbuf)):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, force, size)  # *BUFFORCE: root only
+                except OSError:
+                    s.setsockopt(socket.SOL_SOCKET, opt, size)
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+            self.gro = False
+            if gro:
+                try:
+                    s.setsockopt(SOL_UDP, UDP_GRO, 1)
+                    self.gro = True
+                except OSError:
+                    pass
+            can_gso = True
+            try:
+                s.setsockopt(SOL_UDP, UDP_SEGMENT, 0)
+            except OSError:
+                can_gso = False
+            # None = auto: IPv6 only (IPv4 GSO numbers IP IDs per segment → bad ICRC)
+            self.gso = can_gso and (fam == socket.AF_INET6 if gso is None else gso)
+            s.bind((address, port if sport is None else sport))
+            s.setblocking(False)
+            self.sport = s.getsockname()[1]  # the UDP source port of what it sends
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+        self.family = fam
+        self.address = address
+        self.port = port
+        self.ifname = ifname
+        self.mtu = mtu
+        self.kernel_drops = 0  # SO_RXQ_OVFL: cumulative, as the kernel reports it
+        self.tos = 0
+        self.sndbuf = sndbuf
+        self._buf = bytearray(65536 if self.gro else 16384)
+        self.hdr = 28 if fam == socket.AF_INET else 48
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"address": self.address, "port": self.port, "ifname": self.ifname,
+                "mtu": self.mtu, "gso": self.gso, "gro": self.gro}
+
+    # -- receive ------------------------------------------------------------------
+
+    def recv_batch(self, out: deque[tuple[bytes, Any, int]], limit: int, maxlen: int,
+                   c: dict[str, int], check: Any = None) -> int:
+        """Move up to ``limit`` socket reads into ``out``; raise BlockingIOError when empty.
+
+        Each read may be a GRO super-packet of several datagrams. ``out`` is the
+        caller's bounded backlog: past ``maxlen`` items, datagrams
+        are dropped and counted (``rx_backlog_drops``) — draining the socket
+        anyway keeps the kernel from dropping silently behind our back.
+        ``check`` (the transport's framing, e.g. the RoCE ICRC) drops and
+        counts (``rx_bad_icrc``) datagrams that fail it.
+        """
+        buf = self._buf
+        sock = self.sock
+        n_reads = 0
+        while n_reads < limit:
+            n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
+            n_reads += 1
+            seg = n
+            ecn = 0
+            for level, typ, data in anc:
+                if level == SOL_UDP and typ == UDP_GRO:
+                    seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
+                        _I32.unpack_from(data)[0]
+                elif level == socket.SOL_SOCKET and typ == SO_RXQ_OVFL:
+                    self.kernel_drops = _U32.unpack_from(data)[0]
+                elif (level, typ) in ((socket.IPPROTO_IP, socket.IP_TOS),
+                                      (socket.IPPROTO_IPV6, IPV6_TCLASS)):
+                    ecn = data[0] & 3 if len(data) == 1 else _I32.unpack_from(data)[0] & 3
+            if flags & socket.MSG_TRUNC:
+                c["rx_truncated"] += 1
+                continue
+            if seg <= 0:
+                seg = n or 1
+            for off in range(0, max(n, 1), seg):
+                chunk = bytes(buf[off:min(off + seg, n)])
+                c["rx_packets"] += 1
+                c["rx_bytes"] += len(chunk)
+                if check is not None and not check(chunk, addr[0], addr[1], self.address,
+                                                   self.sport):
+                    c["rx_bad_icrc"] += 1
+                elif len(out) >= maxlen:
+                    c["rx_backlog_drops"] += 1
+                else:
+                    out.append((chunk, addr, ecn))
+        return n_reads
+
+    # -- send ---------------------------------------------------------------------
+
+    def set_tos(self, tos: int) -> None:
+        """The IP TOS (DSCP | ECN) of what this socket sends next; a syscall only on change."""
+        if tos != self.tos:
+            if self.family == socket.AF_INET:
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            else:
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, tos)
+            self.tos = tos
+
+
+class TxPath:
+    """An engine's way out: one bounded FIFO, the ports' sockets, and source-port sockets.
+
+    Why a socket per source port: the engine picks the UDP source port (the
+    ECMP entropy, ``TxMeta.entropy``) and a UDP socket's source port is the
+    port it is bound to. Sockets for entropy values are made on first use,
+    bound to the port's address, up to ``max_entropy`` (past that, and when a
+    port is taken, the port's main socket is used and ``tx_entropy_fallback``
+    counts it).
+
+    :meth:`flush` sends from the head of the queue in order; consecutive
+    datagrams with the same destination and the same ``meta`` object (so one
+    source port and TOS) and one size (the last may be shorter) go out as one
+    GSO send where the socket does GSO. EAGAIN leaves the rest queued and sets
+    :attr:`blocked` to the socket to wait on; per-datagram errors (EMSGSIZE,
+    unreachable) drop that datagram and count.
+    """
+
+    def __init__(self, mains: list[PortSocket], c: dict[str, int], *, max_queue: int,
+                 max_entropy: int = 512, netns_fd: int | None = None, seal: Any = None) -> None:
+        self.mains = mains
+        self.seal = seal  # the transport's framing: seal(buf, src, sport, dst, dport)
+        self.netns_fd = netns_fd
+        self.c = c
+        self.queue: deque[tuple[bytes, Any, Any]] = deque()
+        self.max_queue = max_queue
+        self.max_entropy = max_entropy
+        self.blocked: PortSocket | None = None
+        self._route: dict[str, PortSocket] = {}
+        self._entropy: dict[tuple[str, int], PortSocket] = {}
+
+    def sockets(self) -> list[PortSocket]:
+        return self.mains + list(self._entropy.values())
+
+    def put(self, items: list[tuple[bytes, Any, Any]]) -> None:
+        """Queue the engine's output (dropping and counting past ``max_queue``)."""
+        q = self.queue
+        room = self.max_queue - len(q)
+        if len(items) > room:
+            self.c["tx_backlog_drops"] += len(items) - max(room, 0)
+            items = items[:max(room, 0)]
+        q.extend(items)
+
+    def _main_for(self, ip: str) -> PortSocket:
+        ps = self._route.get(ip)
+        if ps is None:
+            fam = family_of(ip)
+            cands = [m for m in self.mains if m.family == fam] or self.mains
+            if not cands:
+                raise OSError(errno.EADDRNOTAVAIL, "no socket for this address family")
+            dst = socket.inet_pton(fam, ip) if cands[0].family == fam else b""
+            ps = max(cands, key=lambda m: _common_prefix(socket.inet_pton(m.family, m.address),
+                                                         dst))
+            if len(self._route) > 4096:
+                self._route.clear()
+            self._route[ip] = ps
+        return ps
+
+    def _socket_for(self, ip: str, meta: Any) -> PortSocket:
+        main = self._main_for(ip)
+        sport = getattr(meta, "entropy", None)
+        if sport is None or sport == main.port:
+            return main
+        key = (main.address, sport)
+        ps = self._entropy.get(key)
+        if ps is None:
+            if len(self._entropy) >= self.max_entropy:
+                self.c["tx_entropy_fallback"] += 1
+                return main
+            try:
+                with in_netns(self.netns_fd):
+                    ps = PortSocket(main.address, main.port, ifname=main.ifname, mtu=main.mtu,
+                                    gso=main.gso, gro=False, rcvbuf=4096, sndbuf=main.sndbuf,
+                                    sport=sport)
+            except OSError:
+                self.c["tx_entropy_fallback"] += 1
+                return main
+            self._entropy[key] = ps
+        return ps
+
+    def flush(self) -> None:
+        """Send what is queued; raise BlockingIOError (with :attr:`blocked` set) on EAGAIN."""
+        q = self.queue
+        c = self.c
+        self.blocked = None
+        while q:
+            data, addr, meta = q[0]
+            try:
+                ps = self._socket_for(addr[0], meta)
+            except OSError:
+                q.popleft()
+                c["tx_errors"] += 1
+                continue
+            seal = self.seal
+            if seal is not None:
+                if not isinstance(data, bytearray):
+                    data = bytearray(data)
+                    q[0] = (data, addr, meta)
+                seal(data, ps.address, ps.sport, addr[0], addr[1])
+            tos = getattr(meta, "tos", None)
+            if tos is not None and tos != ps.tos:
+                ps.set_tos(tos)
+            k = 1
+            seg = len(data)
+            if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1:
+                total = seg
+                for i in range(1, min(len(q), GSO_MAX_SEGS)):
+                    nxt, naddr, nmeta = q[i]
+                    n = len(nxt)
+                    if nmeta is not meta or naddr != addr or n > seg or total + n > GSO_MAX_BYTES:
+                        break
+                    if seal is not None:
+                        if not isinstance(nxt, bytearray):
+                            nxt = bytearray(nxt)
+                            q[i] = (nxt, naddr, nmeta)
+                        seal(nxt, ps.address, ps.sport, naddr[0], naddr[1])
+                    k += 1
+                    total += n
+                    if n < seg:
+                        break
+            try:
+                if k == 1:
+                    ps.sock.sendto(data, addr)
+                else:
+                    ps.sock.sendmsg([q[i][0] for i in range(k)],
+                                    [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
+                    c["tx_gso_sends"] += 1
+            except BlockingIOError:
+                self.blocked = ps
+                raise
+            except OSError as e:
+                if k > 1 and e.errno in (errno.EINVAL, errno.EIO, errno.EOPNOTSUPP):
+                    ps.gso = False  # this path refuses GSO: fall back for good
+                    c["tx_gso_disabled"] += 1
+                    continue
+                c["tx_errors"] += k
+                c["tx_last_errno"] = e.errno or 0
+                for _ in range(k):
+                    q.popleft()
+                continue
+            c["tx_packets"] += k
+            for _ in range(k):
+                c["tx_bytes"] += len(q.popleft()[0])
+
+    def close(self) -> None:
+        for ps in self._entropy.values():
+            ps.close()
+        self._entropy.clear()
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            return n * 8 + (8 - (x ^ y).bit_length())
+        n += 1
+    return n * 8

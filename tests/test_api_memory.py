@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The client API against an in-process daemon (stub engine on 127.0.0.1; no namespaces).
+
+Client calls block, so they run in worker threads while the daemon runs on the trio
+thread. Waits have deadlines only to fail fast; nothing asserts on elapsed time.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+
+from emu.api import Access, Device, NicError
+from emu.core.cq import WcOpcode, WcStatus
+from emu.nic.config import NicConfig
+from emu.nic.daemon import running
+
+pytestmark = pytest.mark.trio
+
+
+def _cfg(tmp_path, **kw) -> NicConfig:  # noqa: ANN001
+    return NicConfig(sock_path=str(tmp_path / "nic" / "h.sock"), transports=["loopback"],
+                     ports={"loopback": 0}, addresses=["127.0.0.1"], seed=5, **kw)
+
+
+async def _until(pred, what: str, timeout: float = 10.0) -> None:  # noqa: ANN001
+    with trio.move_on_after(timeout):
+        while not pred():
+            await trio.sleep(0.005)
+        return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_reg_mr_maps_client_memory_into_the_daemon(tmp_path):
+    async with running(_cfg(tmp_path)) as d:
+        def client():
+            dev = Device.open(sock_path=d.cfg.sock_path)
+            buf = dev.alloc_buffer(1 << 16)
+            mr = dev.reg_mr(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ,
+                            offset=4096, length=8192)
+            return dev, buf, mr
+
+        dev, buf, mr = await trio.to_thread.run_sync(client)
+        try:
+            # the daemon writes through its mapping (what a remote WRITE does) …
+            d.memory.remote_write(mr.rkey, mr.va + 10, b"from the daemon")
+            assert bytes(buf.view[4096 + 10:4096 + 25]) == b"from the daemon"
+            assert bytes(mr.view[10:25]) == b"from the daemon"
+            # … and reads what the application wrote
+            buf.view[4096:4100] = b"app!"
+            assert bytes(d.memory.remote_read(mr.rkey, mr.va, 4)) == b"app!"
+            assert d.control.counters()["mrs"] == 1
+        finally:
+            await trio.to_thread.run_sync(dev.close)
+            buf.close()
+
+
+async def test_client_disconnect_frees_everything(tmp_path):
+    async with running(_cfg(tmp_path)) as d:
+        def client():
+            dev = Device.open(sock_path=d.cfg.sock_path)
+            buf = dev.alloc_buffer(4096)
+            mr = dev.reg_mr(buf)
+            dev.reg_mr(buf, offset=0, length=100)
+            cq = dev.create_cq(16)
+            qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+            qa.connect(qb.local_info())
+            qb.connect(qa.local_info())
+            qb.post_recv(mr.sge(0, 64), wr_id=1)  # still posted when the client goes
+            dev.close()  # no explicit destroy/dereg: the daemon must clean up
+            return buf
+
+        buf = await trio.to_thread.run_sync(client)
+        await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
+        c = d.control.counters()
+        assert (c["freed_qps"], c["freed_mrs"], c["freed_cqs"]) == (2, 2, 1)
+        assert (c["qps"], c["cqs"], c["mrs"]) == (0, 0, 0)
+        assert len(d.memory) == 0
+        assert d.slots["loopback"].engine.counters()["qps"] == 0
+        buf.close()
+
+
+async def test_loopback_transfers_completions_and_errors_through_the_api(tmp_path):
+    async with running(_cfg(tmp_path, engine_options={"loopback": {"rto": 0.02}})) as d:
+        def client():
+            with Device.open(sock_path=d.cfg.sock_path) as dev:
+                assert dev.attrs["transports"]["loopback"]["sockets"][0]["address"] == \
+                    "127.0.0.1"
+                buf = dev.alloc_buffer(1 << 16)
+                mr = dev.reg_mr(buf)
+                scq, rcq = dev.create_cq(), dev.create_cq()
+                qa, qb = dev.create_qp(scq, rcq), dev.create_qp(scq, rcq)
+                info_b = qb.local_info()
+                assert {"qpn", "psn", "address", "gid", "port"} <= set(info_b)
+                qa.connect(info_b)
+                qb.connect(qa.local_info())
+                buf.view[:11] = b"hello world"
+                qb.post_recv(mr.sge(1000, 64), wr_id=10)
+                qb.post_recv(mr.sge(2000, 64), wr_id=11)
+                qa.post_send(mr.sge(0, 11), wr_id=1)
+                qa.post_write(mr.sge(0, 5), mr.va + 3000, mr.rkey, wr_id=2)
+                qa.post_write(mr.sge(6, 5), mr.va + 4000, mr.rkey, wr_id=3, imm=0xABCD)
+                sends = scq.wait(3, timeout=10)
+                recvs = rcq.wait(2, timeout=10)
+                assert [(w.wr_id, w.status, w.opcode) for w in sends] == [
+                    (1, WcStatus.SUCCESS, WcOpcode.SEND), (2, WcStatus.SUCCESS,
+                                                           WcOpcode.RDMA_WRITE),
+                    (3, WcStatus.SUCCESS, WcOpcode.RDMA_WRITE)]
+                assert recvs[0].wr_id == 10 and recvs[0].byte_len == 11
+                assert recvs[1].opcode is WcOpcode.RECV_RDMA_WITH_IMM and recvs[1].imm == 0xABCD
+                assert bytes(buf.view[1000:1011]) == b"hello world"
+                assert bytes(buf.view[3000:3005]) == b"hello"
+                assert bytes(buf.view[4000:4005]) == b"world"
+                # a bad R_Key: nothing written, remote access error, QP to error
+                qa.post_write(mr.sge(0, 5), mr.va + 5000, mr.rkey ^ 0x55, wr_id=4)
+                (bad,) = scq.wait(1, timeout=10)
+                assert bad.status is WcStatus.REM_ACCESS_ERR
+                assert bytes(buf.view[5000:5005]) == b"\0" * 5
+                with pytest.raises(NicError) as e:
+                    qa.post_send(mr.sge(0, 1), wr_id=5)  # QP is in error now
+                assert e.value.code == "EINVAL"
+                assert qa.state == "ERR"
+                # protocol errors come back as error replies
+                with pytest.raises(NicError) as e:
+                    dev.reg_mr(type(buf)("no-such-emu-buffer", 1, buf._mmap, False, "/x"))
+                assert e.value.code == "ENOENT"
+                with pytest.raises(NicError) as e:
+                    dev.conn.call("frobnicate")
+                assert e.value.code == "ENOSYS"
+                st = dev.stats()
+                assert st["totals"]["rx_packets"] >= 5 and st["control"]["clients"] == 1
+                buf.close()
+
+        await trio.to_thread.run_sync(client)
+
+
+async def test_wait_async_from_trio(tmp_path):
+    async with running(_cfg(tmp_path)) as d:
+        dev = await trio.to_thread.run_sync(Device.open, None, None, d.cfg.sock_path)
+        try:
+            def setup():
+                buf = dev.alloc_buffer(4096)
+                mr = dev.reg_mr(buf)
+                cq = dev.create_cq()
+                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+                qa.connect(qb.local_info())
+                qb.connect(qa.local_info())
+                qa.post_write(mr.sge(0, 8), mr.va + 8, mr.rkey, wr_id=42)
+                return buf, cq
+
+            buf, cq = await trio.to_thread.run_sync(setup)
+            (wc,) = await cq.wait_async(1, timeout=10)
+            assert wc.wr_id == 42 and wc.ok
+            buf.close()
+        finally:
+            await trio.to_thread.run_sync(dev.close)
+
+
+async def test_overlong_message_is_a_protocol_error(tmp_path):
+    async with running(_cfg(tmp_path)) as d:
+        def client() -> bytes:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(d.cfg.sock_path)
+                try:
+                    s.sendall(b"x" * (2 << 20))
+                except BrokenPipeError:
+                    pass  # the daemon gave up on us mid-message: what we test
+                s.settimeout(10)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+                return data
+
+        reply = await trio.to_thread.run_sync(client)
+        assert b'"EPROTO"' in reply
+        await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
+        assert d.control.counters()["protocol_errors"] == 1
