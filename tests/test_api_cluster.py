@@ -60,7 +60,7 @@ def test_up_starts_one_daemon_per_host_and_down_stops_them(cluster):
     code = ("from emu.api import Device\n"
             "with Device.open() as d:\n"
             "    print(d.attrs['host'], d.attrs['ports'][0]['addresses'][0])\n")
-    r = emu("exec", "h1", "--", sys.executable, "-c", code)
+    r = emu("exec", f"{cluster}:h1", "--", sys.executable, "-c", code)
     assert r.stdout.split()[0] == "h1"
     r = emu("nicd", "stats", "--cluster", cluster, "--json")
     stats = json.loads(r.stdout)

@@ -45,6 +45,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="engine option, e.g. roce.mtu=4096")
     p.add_argument("--allow-uid", type=int, action="append", default=[],
                    help="a uid besides root that may use the control socket")
+    p.add_argument("--no-pfc", dest="pfc", action="store_false",
+                   help="ignore PFC pause frames arriving on the ports")
+    p.add_argument("--pfc-quantum", type=float, default=512e-9, metavar="SECONDS",
+                   help="one pause quantum (default 512e-9: 512 bit times at 1 Gb/s, as switchd)")
     p.add_argument("--optional-transports", action="store_true",
                    help="skip (with a warning) transports whose engine is not installed")
 
@@ -76,7 +80,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      ports=ports, addresses=a.addr, rx_backlog=a.rx_backlog,
                      tx_backlog=a.tx_backlog, event_queue=a.event_queue, rx_batch=a.rx_batch,
                      gso=a.gso, gro=a.gro, seed=a.seed, engine_options=opts,
-                     allowed_uids=(0, *a.allow_uid))
+                     allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum)
 
 
 def enter_netns(name: str) -> None:
@@ -182,6 +186,10 @@ def render(s: dict[str, Any]) -> str:
              f"  clients {ctl['clients']} (total {ctl['clients_total']}, refused "
              f"{ctl['refused']})  QPs {ctl['qps']}  CQs {ctl['cqs']}  MRs {ctl['mrs']}  freed "
              f"qps/mrs/cqs {ctl['freed_qps']}/{ctl['freed_mrs']}/{ctl['freed_cqs']}"]
+    for ifname, pc in (s.get("pause") or {}).items():
+        lines.append(f"  pause {ifname}: frames {pc['frames']} (xoff {pc['xoff']}, xon "
+                     f"{pc['xon']})  paused {pc['paused_s']:.3f} s"
+                     + (f"  paused now: {pc['paused_now']}" if pc["paused_now"] else ""))
     for name, tr in s["transports"].items():
         eng = " ".join(f"{k}={v}" for k, v in sorted(tr["engine"].items()) if v)
         lines.append(f"  {name} (udp {tr['udp_port']}): {eng or 'idle'}")

@@ -45,4 +45,7 @@ class NicConfig:
     seed: int | None = None
     allowed_uids: tuple[int, ...] = (0,)
     engine_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: honour PFC pause frames arriving on the ports (``emu.nic.pause``), quantum in seconds
+    pfc: bool = True
+    pfc_quantum: float = 512e-9
     drain_timeout: float = 1.0  # SIGTERM: how long to flush queued datagrams and replies

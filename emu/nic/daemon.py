@@ -44,6 +44,7 @@ from emu.nic import engines
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.framing import framer_for
+from emu.nic.pause import PortPause
 from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
 
 _SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
@@ -83,6 +84,8 @@ class NicDaemon:
         self._t0 = time.monotonic()
         self.ready_after: float | None = None
         self._ns_fd: int | None = None
+        self.pause_ports: list[PortPause] = []
+        self.pause_errors = 0
 
     # -- setup ----------------------------------------------------------------------
 
@@ -134,11 +137,25 @@ class NicDaemon:
                             seal=framer.seal if framer else None)
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
                                               check=framer.check if framer else None)
+            if self.cfg.pfc:
+                self._open_pause({i.name for _, i in addrs if i.name})
         except BaseException:
             self.close()
             raise
 
+    def _open_pause(self, ifnames: set[str]) -> None:
+        """One PFC listener per NIC port (``emu.nic.pause``); a port without one is a
+        warning, not a failure (e.g. no CAP_NET_RAW): the NIC then ignores pause."""
+        for ifname in sorted(ifnames):
+            try:
+                self.pause_ports.append(PortPause(ifname, self.cfg.pfc_quantum))
+            except OSError as e:
+                self.warnings.append(f"{ifname}: PFC pause frames ignored ({e})")
+
     def close(self) -> None:
+        for pp in self.pause_ports:
+            pp.close()
+        self.pause_ports = []
         for slot in self.slots.values():
             for ps in slot.tx.mains:
                 ps.close()
@@ -175,6 +192,8 @@ class NicDaemon:
                     n.start_soon(self._engine_loop, slot)
                     n.start_soon(self._timer_loop, slot)
                     n.start_soon(self._tx_loop, slot)
+                for pp in self.pause_ports:
+                    n.start_soon(self._pause_loop, pp)
                 n.start_soon(self.control.serve, listener)
                 self.ready_after = process_age()
                 task_status.started(self)
@@ -249,6 +268,30 @@ class NicDaemon:
             with contextlib.suppress(BlockingIOError):
                 tx.flush()
 
+    async def _pause_loop(self, pp: PortPause) -> None:
+        """PFC frames from one port → ``engine.pause(priority, until)`` on every engine, then
+        a pump (an XON, or a shorter pause, lets held QPs go at once; an XOFF is honoured
+        by the engine on its next drain and re-armed by its own pause timer)."""
+        while True:
+            await trio.lowlevel.wait_readable(pp.sock)
+            now = trio.current_time()
+            try:
+                items = pp.drain(now)
+            except OSError:
+                self.pause_errors += 1
+                await trio.lowlevel.checkpoint()
+                continue
+            if not items:
+                continue
+            for slot in self.slots.values():
+                for prio, until in items:
+                    try:
+                        slot.engine.pause(prio, until)
+                    except Exception as e:  # noqa: BLE001 - a NIC survives its engine
+                        slot.c["engine_errors"] += 1
+                        self._log_once(f"{slot.name}: pause raised {e!r}")
+                self.pump(slot)
+
     def pump(self, slot: EngineSlot) -> None:
         """Drain the engine after an input: datagrams out, events to clients, re-arm the timer."""
         eng = slot.engine
@@ -300,10 +343,18 @@ class NicDaemon:
                                      "tx_queue": len(slot.tx.queue), "counters": dict(slot.c),
                                      "engine": eng,
                                      "sockets": [p.describe() for p in slot.tx.sockets()]}
+        try:
+            now = trio.current_time()
+        except RuntimeError:  # outside the daemon's trio run (tests)
+            now = 0.0
+        pause = {pp.ifname: pp.counters(now) for pp in self.pause_ports}
+        totals["pause_frames"] = sum(p["frames"] for p in pause.values())
+        totals["paused_s"] = round(sum(p["paused_s"] for p in pause.values()), 6)
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
                 "uptime_s": round(time.monotonic() - self._t0, 3),
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
                 "totals": totals, "transports": transports, "control": self.control.counters(),
+                "pause": pause, "pause_errors": self.pause_errors,
                 "memory": {"regions": len(self.memory)}, "warnings": self.warnings}
 
     _logged: set[str] = set()
