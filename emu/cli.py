@@ -29,9 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     from emu import cluster_cli, wireshark
+    from emu.apps.perf import cli as perf_cli
     from emu.wire import dissect, sample
 
     cluster_cli.add_cli(sub)
+    perf_cli.add_cli(sub)  # emu perf (emu/apps/perf)
     dissect.add_cli(sub)
     sample.add_cli(sub)
     wireshark.add_cli(sub)
