@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +27,23 @@ _LE32 = struct.Struct("<I")
 
 
 class RoceIcrc:
-    """Seal and check RoCEv2 ICRCs over the headers the kernel writes/wrote."""
+    """Seal and check RoCEv2 ICRCs over the headers the kernel writes/wrote.
+
+    Hot path: the masked IP and UDP headers of a flow are the same for every
+    packet of one length, so the CRC state after them is cached per (source,
+    source port, destination, destination port, length); a packet then costs
+    three short ``crc32`` calls over its masked BTH and one over its payload —
+    no header building and no copies (profiled: the ICRC was ~20 % of a
+    receiving daemon's time, half of it building headers).
+    """
 
     def __init__(self) -> None:
-        from emu.wire.icrc import icrc_parts
+        from emu.wire.icrc import _CRC_AFTER_LRH, _masked_ip_udp_bth
 
-        self._parts = icrc_parts
+        self._seed = _CRC_AFTER_LRH
+        self._mask = _masked_ip_udp_bth
         self._raw: dict[str, tuple[int, bytes]] = {}
+        self._prefix: dict[tuple[str, int, str, int, int], int] = {}
 
     def _addr(self, a: str) -> tuple[int, bytes]:
         r = self._raw.get(a)
@@ -43,10 +54,8 @@ class RoceIcrc:
                 self._raw.clear()
         return r
 
-    def _icrc(self, data: Any, src: str, sport: int, dst: str, dport: int) -> int | None:
-        n = len(data)
-        if n < 16:
-            return None
+    def _prefix_crc(self, key: tuple[str, int, str, int, int]) -> int:
+        src, sport, dst, dport, n = key
         fam, s = self._addr(src)
         _, d = self._addr(dst)
         ulen = 8 + n
@@ -54,8 +63,26 @@ class RoceIcrc:
             ip = _IP4.pack(0x45, 0, 20 + ulen, 0, 0x4000, 64, 17, 0, s, d)
         else:
             ip = _IP6.pack(6 << 28, ulen, 17, 64, s, d)
+        hdr = self._mask(ip, _UDP.pack(sport, dport, ulen, 0), bytes(12))[:-12]
+        crc = zlib.crc32(hdr, self._seed)
+        if len(self._prefix) > 65536:
+            self._prefix.clear()
+        self._prefix[key] = crc
+        return crc
+
+    def _icrc(self, data: Any, src: str, sport: int, dst: str, dport: int) -> int | None:
+        n = len(data)
+        if n < 16:
+            return None
+        key = (src, sport, dst, dport, n)
+        crc = self._prefix.get(key)
+        if crc is None:
+            crc = self._prefix_crc(key)
         mv = memoryview(data)
-        return self._parts(ip, _UDP.pack(sport, dport, ulen, 0), mv[:12], mv[12:n - 4])
+        crc = zlib.crc32(mv[:4], crc)
+        crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
+        crc = zlib.crc32(mv[5:12], crc)
+        return zlib.crc32(mv[12:n - 4], crc)
 
     def seal(self, buf: bytearray, src: str, sport: int, dst: str, dport: int) -> None:
         v = self._icrc(buf, src, sport, dst, dport)

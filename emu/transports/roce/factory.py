@@ -18,6 +18,8 @@ from emu.transports.roce.qp import PMTU_VALUES
 #: RoceEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
                   "cnp_interval", "cnp_dscp", "default_pmtu")
+#: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
+DEFAULT_DAEMON_LINE_RATE = 10e9
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
 PMTU_OVERHEAD = 84
 
@@ -39,6 +41,11 @@ def create_engine(ctx: Any) -> RoceEngine:
     opts = {k: v for k, v in dict(getattr(ctx, "options", {}) or {}).items()
             if k in ENGINE_OPTIONS}
     opts.setdefault("default_pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
+    # The emulated port speed. A daemon's receive path tops out at a few Gb/s on
+    # a small VM; a sender paced at 100 Gb/s overruns it and go-back-N turns the
+    # overrun into a retransmit storm (31k of 47k packets resent for 64 MiB).
+    # 10 Gb/s keeps the pacer from being the limit while bursts stay absorbable.
+    opts.setdefault("line_rate", DEFAULT_DAEMON_LINE_RATE)
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
     return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

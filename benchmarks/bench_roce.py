@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""RoCEv2 goodput through two NIC daemons vs a plain-Python UDP blaster, same run (root).
+
+``namespaces/pair.toml`` (h1 — h2, MTU 9000), one ``emu nicd`` per host, one
+QP, back-to-back 1 MiB RDMA WRITEs (``--depth`` outstanding), path MTU 4096.
+Goodput = bytes written / time from first post to last completion. The
+blaster is a ``sendto`` loop of 4096-byte UDP payloads (the RoCE payload per
+packet) from h1 to h2 while a ``recv_into`` loop in h2 counts the bytes that
+arrive; its goodput is received bytes / time. Both run over IPv6 by default:
+the daemons GSO over IPv6 (IPv4 GSO numbers IP IDs per segment, which breaks
+the ICRC, so IPv4 sends one datagram per ``sendto``); ``--ipv4`` compares
+over IPv4. Also printed: each daemon's start time (process start → ready,
+interpreter and imports included) and its idle RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from emu.api import Device  # noqa: E402
+from emu.api.client import call_once  # noqa: E402
+from emu.fabric import Fabric, down  # noqa: E402
+from emu.fabric.naming import random_cluster  # noqa: E402
+from emu.nic.protocol import sock_path  # noqa: E402
+from emu.topology import load  # noqa: E402
+
+MiB = 1 << 20
+
+_BLAST_RX = r"""
+import socket, sys, time
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)
+s.bind((sys.argv[1], 9999)); s.settimeout(1.0)
+print("ready", flush=True)
+buf = bytearray(65536); n = 0; t0 = t1 = None
+while True:
+    try:
+        k = s.recv_into(buf)
+    except TimeoutError:
+        if t0 is not None:
+            break
+        continue
+    t1 = time.monotonic()
+    if t0 is None:
+        t0 = t1
+    else:
+        n += k
+print(n, t1 - t0 if t0 else 0.0, flush=True)
+"""
+
+_BLAST_TX = r"""
+import socket, sys, time
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)
+payload = bytes(int(sys.argv[3])); dst = (sys.argv[1], 9999)
+end = time.monotonic() + float(sys.argv[2])
+sent = 0
+while time.monotonic() < end:
+    for _ in range(64):
+        try:
+            s.sendto(payload, dst); sent += 1
+        except BlockingIOError:
+            pass
+print(sent, flush=True)
+"""
+
+
+def _in_ns(ns: str, argv: list[str]) -> list[str]:
+    return ["nsenter", f"--net=/run/netns/{ns}", "--", *argv]
+
+
+def blaster(f: Fabric, dst: str, seconds: float, size: int) -> float:
+    """Gb/s received by a Python recv loop in h2 from a Python sendto loop in h1."""
+    rx = subprocess.Popen(_in_ns(f.ns("h2"), [sys.executable, "-c", _BLAST_RX, dst]),
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        assert rx.stdout.readline().strip() == "ready"
+        subprocess.run(_in_ns(f.ns("h1"), [sys.executable, "-c", _BLAST_TX, dst, str(seconds),
+                                           str(size)]), check=True, capture_output=True)
+        n, dt = rx.stdout.readline().split()
+        rx.wait(10)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+        rx.stdout.close()
+    return int(n) * 8 / float(dt) / 1e9 if float(dt) > 0 else 0.0
+
+
+def roce(cluster: str, v6: bool, total: int, msg: int, depth: int) -> dict:
+    a = Device.open(cluster=cluster, host="h1")
+    b = Device.open(cluster=cluster, host="h2")
+    ba, bb = a.alloc_buffer(msg * depth), b.alloc_buffer(msg * depth)
+    try:
+        ma, mb = a.reg_mr(ba), b.reg_mr(bb)
+        ca, cb = a.create_cq(), b.create_cq()
+        qa, qb = a.create_qp(ca), b.create_qp(cb)
+        qa.connect(qb.local_info())
+        qb.connect(qa.local_info())
+        ba.view[:] = os.urandom(msg * depth)
+        bb.view[:] = bytes(msg * depth)  # touch the pages before timing
+        n = total // msg
+        t0 = time.monotonic()
+        posted = done = 0
+        while done < n:
+            while posted < n and posted - done < depth:
+                off = (posted % depth) * msg
+                qa.post_write(ma.sge(off, msg), mb.va + off, mb.rkey, wr_id=posted, wait=False)
+                posted += 1
+            wcs = ca.wait(1, timeout=120)
+            if not wcs or not all(w.ok for w in wcs):
+                raise RuntimeError(f"write failed: {wcs}")
+            done += len(wcs)
+        dt = time.monotonic() - t0
+        if bytes(bb.view) != bytes(ba.view):
+            raise RuntimeError("data differs")
+        return {"gbps": total * 8 / dt / 1e9, "seconds": dt, "info": qa.info}
+    finally:
+        for x in (a, b, ba, bb):
+            x.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--total", type=int, default=256, help="MiB written per run (default 256)")
+    p.add_argument("--msg", type=int, default=1, help="MiB per WRITE (default 1)")
+    p.add_argument("--depth", type=int, default=8, help="outstanding WRITEs (default 8)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--blast-seconds", type=float, default=2.0)
+    p.add_argument("--line-rate", type=float, default=10e9,
+                   help="engine line rate, bits/s (the pacer's ceiling; default 10e9)")
+    p.add_argument("--ipv4", action="store_true", help="IPv4 (no GSO) instead of IPv6")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench-roce needs root (namespaces)", file=sys.stderr)
+        return 2
+    topo = load(str(ROOT / "namespaces/pair.toml"))
+    name = random_cluster("b")
+    f = Fabric(topo, cluster=name, checksum_offload=True).up()
+    procs: list[subprocess.Popen] = []
+    res: dict = {}
+    try:
+        fam = 4 if a.ipv4 else 6
+        addr = {h: str(getattr(topo.links_of(h)[0].end(h), f"ipv{fam}").ip) for h in ("h1", "h2")}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        ready = {}
+        for h in ("h1", "h2"):
+            pr = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster", name,
+                                   "--host", h, "--addr", addr[h], "--engine-opt",
+                                   f"roce.line_rate={a.line_rate:g}"],
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            procs.append(pr)
+            line = pr.stdout.readline()
+            if not line.startswith("ready "):
+                raise RuntimeError(f"nicd {h} did not start")
+            ready[h] = json.loads(line[6:])["ready_after_s"]
+        time.sleep(0.3)
+        rss = {h: call_once(sock_path(name, h), "stats")["rss_kib"] / 1024 for h in ready}
+        gput, blast = [], []
+        for _ in range(a.runs):
+            gput.append(roce(name, not a.ipv4, a.total * MiB, a.msg * MiB, a.depth)["gbps"])
+            blast.append(blaster(f, addr["h2"], a.blast_seconds, 4096))
+        s1 = call_once(sock_path(name, "h1"), "stats")
+        eng = s1["transports"]["roce"]["engine"]
+        g, bl = statistics.median(gput), statistics.median(blast)
+        res = {"family": f"IPv{fam}", "msg_bytes": a.msg * MiB, "pmtu": 4096,
+               "link_mtu": 9000, "line_rate": a.line_rate, "runs": a.runs,
+               "roce_gbps": gput, "blaster_gbps": blast, "roce_gbps_median": g,
+               "blaster_gbps_median": bl, "ratio": g / bl if bl else None,
+               "start_s": ready, "idle_rss_mib": rss,
+               "tx_gso_sends": s1["totals"].get("tx_gso_sends", 0),
+               "retransmits": eng.get("tx_retransmits", 0),
+               "goals": {"ratio": 1.0, "stretch": 3.0, "start_s": 0.5, "rss_mib": 40}}
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.send_signal(signal.SIGTERM)
+            pr.wait(20)
+            pr.stdout.close()
+        down(name)
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print(f"bench-roce: pair, one QP, {a.msg} MiB WRITEs x {a.total} MiB, depth {a.depth}, "
+          f"PMTU 4096 / link MTU 9000, {res['family']}, {a.runs} runs (median)")
+    print(f"{'':28}{'Gb/s':>10}")
+    print(f"{'RoCE WRITE goodput':28}{res['roce_gbps_median']:>10.2f}   runs: "
+          + ", ".join(f"{x:.2f}" for x in gput))
+    print(f"{'Python UDP blaster (4 KiB)':28}{res['blaster_gbps_median']:>10.2f}   runs: "
+          + ", ".join(f"{x:.2f}" for x in blast))
+    print(f"{'ratio':28}{res['ratio']:>10.2f}x  (goal >= 1.0x, stretch >= 3x)")
+    for h in ("h1", "h2"):
+        print(f"nicd {h}: start {ready[h]:.2f} s (goal <= 0.5), idle RSS {rss[h]:.1f} MiB "
+              f"(goal <= 40)")
+    print(f"sender: {res['tx_gso_sends']} GSO sends, {res['retransmits']} retransmitted packets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
