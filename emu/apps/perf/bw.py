@@ -1,0 +1,282 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Bandwidth loops: the client keeps up to ``tx_depth`` posts in flight per QP.
+
+Posts go out in batches (one ``post_send`` message with several work
+requests, not waiting for the reply), every ``cq_mod``-th one signaled, as
+perftest's CQ moderation; RC completes in order, so one completion covers
+every earlier post of its QP. The server's part depends on the verb: WRITE
+and READ servers only wait (and check or provide data), a SEND server keeps
+receive buffers posted and checks every message.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.apps.perf.channel import Channel, check
+from emu.apps.perf.endpoint import Endpoint, TransportError, slot_count
+from emu.apps.perf.pattern import Pattern, client_stream, server_stream
+from emu.apps.perf.stats import Timeline, gbps
+from emu.core.cq import WcStatus
+
+OPCODES = {"write": "RDMA_WRITE", "read": "RDMA_READ", "send": "SEND"}
+PROGRESS_AFTER = 2.0  # seconds: runs longer than this report progress on stderr
+
+
+def effective_cq_mod(cq_mod: int, depth: int) -> int:
+    """Signal often enough that half the window can be refilled while half is in flight."""
+    return max(1, min(cq_mod, depth // 2 or 1))
+
+
+@dataclass
+class BwRun:
+    size: int
+    tposted: list[float] = field(default_factory=list)
+    tcompleted: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    timeline: Timeline | None = None
+    end: float = 0.0
+
+
+class Progress:
+    """One stderr line per second for long runs: elapsed time, rate, iterations."""
+
+    def __init__(self, start: float, enabled: bool, out: Any = None) -> None:
+        self.start, self.enabled = start, enabled
+        self.out = out or sys.stderr
+        self.next = start + PROGRESS_AFTER
+        self.last_t, self.last_bytes = start, 0
+
+    def tick(self, now: float, nbytes: int, messages: int) -> None:
+        if not self.enabled or now < self.next:
+            return
+        rate = gbps(nbytes - self.last_bytes, now - self.last_t)
+        print(f" progress: {now - self.start:6.1f} s  {rate:9.3f} Gb/s  {messages} iterations",
+              file=self.out, flush=True)
+        self.last_t, self.last_bytes = now, nbytes
+        self.next = now + 1.0
+
+
+def _peer_check(chan: Channel | None) -> None:
+    """Raise if the peer aborted (e.g. it found corrupted data)."""
+    if chan is not None:
+        msg = chan.poll()
+        if msg is not None:
+            check(msg, ())
+
+
+def _wc_error(wc: Any) -> TransportError:
+    return TransportError(f"work completion error on QPN {wc.qp_num:#x} (wr_id {wc.wr_id}): "
+                          f"{WcStatus(wc.status).describe()} ({WcStatus(wc.status).name}, "
+                          f"vendor_err {wc.vendor_err:#x})")
+
+
+def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *,
+               iters: int, duration: float | None, tx_depth: int, cq_mod: int,
+               pattern: Pattern | None, chan: Channel | None, timeout: float,
+               progress: bool = True, clock: Callable[[], float] = time.perf_counter
+               ) -> BwRun:
+    """Post ``iters`` messages per QP (or for ``duration`` s) and time every completion.
+
+    ``pattern`` set: WRITE/SEND sources are filled per iteration, READ
+    results are checked as they complete (:class:`DataError` on a mismatch).
+    """
+    nq = len(ep.qps)
+    slots = slot_count(size, tx_depth)
+    depth = min(tx_depth, slots)
+    cqm = effective_cq_mod(cq_mod, depth)
+    opcode = OPCODES[verb]
+    posted, completed, last_signaled = [0] * nq, [0] * nq, [-1] * nq
+    views = [mr.view for mr in ep.mrs]
+    run = BwRun(size)
+    tp, tc = run.tposted, run.tcompleted
+    t0 = clock()
+    timeline = run.timeline = Timeline(t0)
+    deadline = t0 + duration if duration else None
+    prog = Progress(t0, progress)
+    stopping = False
+    last_progress = last_peer_check = t0
+    done_bytes = 0
+
+    def post(q: int, first: int, n: int, force_signal_last: bool) -> None:
+        mr, rem, view = ep.mrs[q], remote[q], views[q]
+        wrs = []
+        for k in range(first, first + n):
+            off = (k % slots) * size
+            if pattern is not None and verb != "read":
+                pattern.fill(view[off:off + size], client_stream(q), k)
+            sig = (k + 1) % cqm == 0 or (deadline is None and k == iters - 1) or \
+                (force_signal_last and k == first + n - 1)
+            wr: dict[str, Any] = {"wr_id": k, "opcode": opcode, "signaled": sig,
+                                  "sg_list": [[mr.va + off, size, mr.lkey]]}
+            if verb != "send":
+                wr["remote_addr"] = rem["va"] + off
+                wr["rkey"] = rem["rkey"]
+            wrs.append(wr)
+            if sig:
+                last_signaled[q] = k
+        tp.extend([clock()] * n)
+        ep.qps[q].post_many(wrs, wait=False)
+        posted[q] += n
+
+    while True:
+        now = clock()
+        if deadline is not None and not stopping and now >= deadline:
+            stopping = True
+            for q in range(nq):  # the tail must end in a signaled post, or it never completes
+                if posted[q] and last_signaled[q] != posted[q] - 1:
+                    post(q, posted[q], 1, True)
+        if not stopping:
+            for q in range(nq):
+                room = depth - (posted[q] - completed[q])
+                if deadline is None:
+                    room = min(room, iters - posted[q])
+                if room > 0:
+                    post(q, posted[q], room, False)
+            if deadline is None and all(p >= iters for p in posted):
+                stopping = True
+        if stopping and completed == posted:
+            break
+        wcs = ep.send_cq.wait(1, timeout=0.2)
+        if wcs:
+            wcs += ep.send_cq.poll(1 << 16)
+        now = clock()
+        if not wcs:
+            ep.check()
+            if now - last_progress > timeout:
+                raise TransportError(f"no completion for {timeout:g} s ({sum(completed)} of "
+                                     f"{sum(posted)} posts completed)")
+        for wc in wcs:
+            if wc.status != WcStatus.SUCCESS:
+                raise _wc_error(wc)
+            q = ep.by_qpn[wc.qp_num]
+            k = wc.wr_id
+            n = k + 1 - completed[q]
+            if n <= 0:
+                continue
+            if pattern is not None and verb == "read":
+                view = views[q]
+                for j in range(completed[q], k + 1):
+                    off = (j % slots) * size
+                    pattern.check(view[off:off + size], server_stream(q), j % slots,
+                                  f"QP {q} iteration {j} (READ into slot {j % slots})")
+            completed[q] = k + 1
+            tc.extend([now] * n)
+            timeline.add(now, n * size)
+            done_bytes += n * size
+            last_progress = now
+        if now - last_peer_check > 0.2:
+            _peer_check(chan)
+            last_peer_check = now
+        prog.tick(now, done_bytes, len(tc))
+    ep.check()
+    run.counts = completed
+    run.end = tc[-1] if tc else clock()
+    return run
+
+
+# -- server side -----------------------------------------------------------------------
+
+
+def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern | None
+                        ) -> None:
+    """Fill every slot the client will READ with its stream's pattern for that slot."""
+    if pattern is None:
+        return
+    slots = slot_count(size, tx_depth)
+    for q, mr in enumerate(ep.mrs):
+        view = mr.view
+        for s in range(slots):
+            pattern.fill(view[s * size:(s + 1) * size], server_stream(q), s)
+
+
+def verify_writes(ep: Endpoint, size: int, tx_depth: int, counts: list[int],
+                  pattern: Pattern) -> None:
+    """After a WRITE run: each slot holds the last iteration that targeted it."""
+    slots = slot_count(size, tx_depth)
+    for q, mr in enumerate(ep.mrs):
+        n = counts[q]
+        view = mr.view
+        for s in range(min(slots, n)):
+            k = s + ((n - 1 - s) // slots) * slots
+            pattern.check(view[s * size:(s + 1) * size], client_stream(q), k,
+                          f"QP {q} iteration {k} (WRITE into slot {s}, checked after the run)")
+
+
+class SendReceiver:
+    """The send-bw server: keeps receives posted, checks each message, reposts.
+
+    Iteration ``j`` of a QP lands in receive slot ``j % slots`` (receives
+    complete in the order they were posted). With a known iteration count no
+    receive is posted beyond it, so nothing is left over for the next size.
+    """
+
+    def __init__(self, ep: Endpoint, size: int, rx_depth: int, iters: int | None,
+                 pattern: Pattern | None) -> None:
+        self.ep, self.size, self.iters, self.pattern = ep, size, iters, pattern
+        self.slots = slot_count(size, rx_depth)
+        nq = len(ep.qps)
+        self.received = [0] * nq
+        self.posted = [0] * nq
+        self.done: dict[str, Any] | None = None  # the client's "done" message
+
+    def _post(self, q: int, upto: int) -> None:
+        mr = self.ep.mrs[q]
+        if self.iters is not None:
+            upto = min(upto, self.iters)
+        if upto <= self.posted[q]:
+            return
+        wrs = [{"wr_id": j, "sg_list": [[mr.va + (j % self.slots) * self.size, self.size,
+                                          mr.lkey]]}
+               for j in range(self.posted[q], upto)]
+        self.ep.qps[q].post_many(wrs, recv=True, wait=False)
+        self.posted[q] = upto
+
+    def prepost(self) -> None:
+        for q in range(len(self.ep.qps)):
+            self._post(q, self.slots)
+        self.ep.dev.conn.call("ping")  # every post above is in the daemon before "go"
+
+    def serve(self, chan: Channel, timeout: float) -> list[int]:
+        """Receive until the client's ``done`` says how many were sent; return the counts."""
+        ep, size = self.ep, self.size
+        target: list[int] | None = None
+        last_progress = time.monotonic()
+        while target is None or any(r < t for r, t in zip(self.received, target, strict=True)):
+            wcs = ep.recv_cq.wait(1, timeout=0.05)
+            if wcs:
+                wcs += ep.recv_cq.poll(1 << 16)
+                last_progress = time.monotonic()
+            touched = set()
+            for wc in wcs:
+                if wc.status != WcStatus.SUCCESS:
+                    raise _wc_error(wc)
+                q = ep.by_qpn[wc.qp_num]
+                j = self.received[q]
+                if wc.byte_len != size:
+                    raise TransportError(f"QP {q} message {j}: {wc.byte_len} bytes, "
+                                         f"expected {size}")
+                if self.pattern is not None:
+                    off = (j % self.slots) * size
+                    self.pattern.check(ep.mrs[q].view[off:off + size], client_stream(q), j,
+                                       f"QP {q} iteration {j} (SEND into receive slot "
+                                       f"{j % self.slots})")
+                self.received[q] = j + 1
+                touched.add(q)
+            for q in touched:
+                self._post(q, self.received[q] + self.slots)
+            msg = chan.poll()
+            if msg is not None:
+                msg = check(msg, "done")
+                target = list(msg["counts"])
+                self.done = msg
+            if not wcs:
+                ep.check()
+                if time.monotonic() - last_progress > timeout and target is not None:
+                    raise TransportError(f"received {sum(self.received)} of {sum(target)} "
+                                         f"messages; nothing for {timeout:g} s")
+        return self.received

@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu perf TEST --from H1 --to H2``: both halves across a running cluster.
+
+The server starts in ``--to``'s namespace, the client in ``--from``'s (each
+``python -m emu perf …`` under ``nsenter``, as ``emu exec`` runs commands),
+the client is given ``--to``'s first IPv4 address from the cluster's model.
+The client's stdout and stderr pass through untouched (so ``--json`` stays
+one document); the server's stderr is relayed with a ``[h2]`` prefix, its
+stdout only with ``--verbose``. The exit status is the client's, or the
+server's when only the server failed. Both children are always reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+from emu.apps.perf import EXIT_USAGE
+from emu.apps.perf.options import Options, UsageError, client_argv, server_argv
+
+GRACE = 3.0  # seconds the client gets to notice a failed server by itself
+
+
+def server_address(cluster: str, node: str) -> str:
+    """The first IPv4 address of ``node``'s first port (IPv6 if it has no IPv4)."""
+    from emu import cluster as C
+
+    topo = C.model(cluster)
+    if node not in topo.nodes:
+        raise UsageError(f"no node {node!r} in cluster {cluster}")
+    if topo.nodes[node].kind != "host":
+        raise UsageError(f"{node} is a switch: --from/--to take hosts")
+    for lk in topo.links_of(node):
+        end = lk.end(node)
+        if end.ipv4 is not None:
+            return str(end.ipv4.ip)
+    for lk in topo.links_of(node):
+        end = lk.end(node)
+        if end.ipv6 is not None:
+            return str(end.ipv6.ip)
+    raise UsageError(f"{node} has no address in cluster {cluster}")
+
+
+def _relay(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        out.write(prefix + raw.decode(errors="replace"))
+        out.flush()
+    stream.close()
+
+
+def _env() -> dict[str, str]:
+    """Our environment, with emu importable in the children whatever the cwd."""
+    import emu
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(emu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run(o: Options) -> int:
+    from emu import cluster as C
+    from emu.fabric.status import exec_argv
+
+    if os.geteuid() != 0:
+        print("emu perf: --from/--to enter the hosts' namespaces: run as root", file=sys.stderr)
+        return EXIT_USAGE
+    assert o.src is not None and o.dst is not None
+    try:
+        name = C.resolve(o.cluster)
+        addr = server_address(name, o.dst)
+        if o.plot:
+            o.plot = os.path.abspath(o.plot)
+        py = [sys.executable, "-m", "emu", "perf"]
+        srv_cmd = exec_argv(name, o.dst, py + server_argv(o))
+        cli_cmd = exec_argv(name, o.src, py + client_argv(o, addr))
+    except (C.ClusterError, KeyError, UsageError) as e:
+        print(f"emu perf: {str(e).strip(chr(34) + chr(39))}", file=sys.stderr)
+        return EXIT_USAGE
+    env = _env()
+    print(f"emu perf {o.test.name}: server on {name}:{o.dst} ({addr}), client on "
+          f"{name}:{o.src}", file=sys.stderr, flush=True)
+    server = subprocess.Popen(srv_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    relays = [threading.Thread(target=_relay, args=(server.stderr, f"[{o.dst}] ", sys.stderr),
+                               daemon=True)]
+    if o.verbose:
+        relays.append(threading.Thread(target=_relay, args=(server.stdout, f"[{o.dst}] ",
+                                                            sys.stderr), daemon=True))
+    else:
+        relays.append(threading.Thread(target=lambda s: s.read() and None,
+                                       args=(server.stdout,), daemon=True))
+    for t in relays:
+        t.start()
+    client = None
+    try:
+        client = subprocess.Popen(cli_cmd, stdin=subprocess.DEVNULL, env=env)
+        server_failed_at = None
+        while client.poll() is None:
+            if server_failed_at is None and server.poll() not in (None, 0):
+                server_failed_at = time.monotonic()  # e.g. its port was taken
+            if server_failed_at is not None and time.monotonic() - server_failed_at > GRACE:
+                client.terminate()  # it would wait for a server that is gone
+                break
+            time.sleep(0.05)
+        rc = client.wait()
+        try:
+            src = server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.terminate()
+            src = server.wait()
+    finally:
+        for p in (client, server):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        for t in relays:
+            t.join(2)
+    if rc < 0 and src > 0:  # we stopped the client because the server had failed
+        print(f"emu perf: the server on {o.dst} failed (exit status {src})", file=sys.stderr)
+        return src
+    return rc if rc != 0 else src

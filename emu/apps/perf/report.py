@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""perftest's output: the banner, the address lines, the result tables, and ``--json``.
+
+The strings are perftest's (``perftest_parameters.h``: ``RESULT_LINE``,
+``RESULT_FMT_G``, ``REPORT_FMT``, ``RESULT_FMT_LAT``, ``REPORT_FMT_LAT``;
+``perftest_communication.h``: ``BASIC_ADDR_FMT``, ``RDMA_FMT``,
+``PERF_GID_FMT``), so scripts that parse perftest's output parse ours. The
+lines that describe hardware emu does not have (PCIe relaxed ordering,
+``ibv_wr*`` API) are left out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Any
+
+from emu.apps.perf.options import Test
+from emu.apps.perf.stats import BwResult, LatResult, bw_unit
+
+RESULT_LINE = "-" * 87
+RESULT_FMT = " #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]"
+RESULT_FMT_LAT = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    "
+                  "t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+REPORT_FMT = " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f"
+REPORT_FMT_EXT = " %-7d    %d           %-7.6f            %-7.6f            %-7.6f"
+REPORT_FMT_LAT = (" %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f"
+                  "\t\t%-7.2f \t\t%-7.2f")
+
+
+def c_hex(value: int, width: int) -> str:
+    """C's ``%#0<width>x``: ``0x`` counts in the width, and zero gets no ``0x``."""
+    if value == 0:
+        return "0" * width
+    return "0x" + format(value, "x").zfill(width - 2)
+
+
+def gid_line(gid: str, label: str = "GID") -> str:
+    """perftest's ``PERF_GID_FMT``: the 16 GID bytes in *decimal*, two digits each."""
+    try:
+        raw = ipaddress.IPv6Address(gid).packed
+    except ValueError:
+        raw = ipaddress.IPv6Address("::ffff:" + gid).packed
+    return f" {label}: " + ":".join(f"{b:02d}" for b in raw)
+
+
+def address_line(side: str, info: dict[str, Any], verb: str, outs: int) -> str:
+    """``BASIC_ADDR_FMT`` plus ``READ_FMT`` (reads) and ``RDMA_FMT`` (reads, writes)."""
+    line = (f" {side} address: LID {c_hex(0, 4)} QPN {c_hex(int(info['qpn']), 6)} "
+            f"PSN {c_hex(int(info['psn']), 6)}")
+    if verb == "read":
+        line += f" OUT {c_hex(outs, 4)}"
+    if verb in ("read", "write"):
+        line += f" RKey {c_hex(int(info['rkey']), 8)} VAddr {c_hex(int(info['va']), 16)}"
+    return line
+
+
+def banner(test: Test, *, role: str, device: str, qps: int, mtu: int, tx_depth: int,
+           rx_depth: int, cq_mod: int, outs: int, gid_index: int | None) -> list[str]:
+    """``ctx_print_test_info``: the box perftest prints before it connects."""
+    lines = [RESULT_LINE, " " * 20 + test.banner,
+             f" Dual-port       : OFF\t\tDevice         : {device}",
+             f" Number of qps   : {qps}\t\tTransport type : IB",
+             " Connection type : RC\t\tUsing SRQ      : OFF"]
+    if role == "client":
+        lines.append(f" TX depth        : {tx_depth}")
+    if test.verb == "send" and role == "server":
+        lines.append(f" RX depth        : {rx_depth}")
+    if test.is_bw:
+        lines.append(f" CQ Moderation   : {cq_mod}")
+    lines += [f" Mtu             : {mtu}[B]", " Link type       : Ethernet"]
+    if gid_index is not None:
+        lines.append(f" GID index       : {gid_index}")
+    if test.verb == "read":
+        lines.append(f" Outstand reads  : {outs}")
+    else:
+        lines.append(" Max inline data : 0[B]")
+    lines += [" rdma_cm QPs\t : OFF", " Data ex. method : Ethernet", RESULT_LINE]
+    return lines
+
+
+def addresses(test: Test, local: Sequence[dict[str, Any]], remote: Sequence[dict[str, Any]],
+              outs: int) -> list[str]:
+    """Every local QP's line and GID, then every remote one's, then a rule."""
+    lines = []
+    for side, infos in (("local", local), ("remote", remote)):
+        for info in infos:
+            lines.append(address_line(side, info, test.verb, outs))
+            if info.get("gid"):
+                lines.append(gid_line(str(info["gid"])))
+    return lines + [RESULT_LINE]
+
+
+def header(test: Test, gbits: bool) -> str:
+    return RESULT_FMT.format(u=bw_unit(gbits)[0]) if test.is_bw else RESULT_FMT_LAT
+
+
+def bw_row(r: BwResult, gbits: bool) -> str:
+    """``REPORT_FMT``; ``REPORT_FMT_EXT`` (more digits) below 0.1 Gb/s, as perftest."""
+    fmt = REPORT_FMT_EXT if gbits and r.bw_average < 0.1 else REPORT_FMT
+    return fmt % (r.size, r.iterations, r.bw_peak, r.bw_average, r.msg_rate)
+
+
+def lat_row(r: LatResult) -> str:
+    return REPORT_FMT_LAT % (r.size, r.iterations, r.t_min, r.t_max, r.t_typical, r.t_avg,
+                             r.t_stdev, r.p99, r.p99_9)
+
+
+def row(r: BwResult | LatResult, gbits: bool) -> str:
+    return bw_row(r, gbits) if isinstance(r, BwResult) else lat_row(r)
+
+
+def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu: int,
+             local: Sequence[dict[str, Any]], remote: Sequence[dict[str, Any]],
+             results: Sequence[BwResult | LatResult | dict[str, Any]], errors: Sequence[str],
+             min_bw: float | None) -> dict[str, Any]:
+    """The ``--json`` document (one per run, on stdout); a server's results are the
+    client's (dicts, as they came over the side channel)."""
+    keys = ("qpn", "psn", "rkey", "va", "gid", "address")
+    return {
+        "test": test.name, "title": test.banner, "role": role, "device": device,
+        "transport": "roce", "connection": "RC", "mtu": mtu,
+        "units": {"bw": bw_unit(bool(params.get("report_gbits")))[0], "latency": "usec",
+                  "msg_rate": "Mpps"},
+        "params": params,
+        "local": [{k: q.get(k) for k in keys if k in q} for q in local],
+        "remote": [{k: q.get(k) for k in keys if k in q} for q in remote],
+        "results": [r if isinstance(r, dict) else r.to_json() for r in results],
+        "min_bw_gbps": min_bw,
+        "errors": list(errors),
+        "passed": not errors,
+    }
+
+
+def plot(path: str, test: Test, results: Sequence[BwResult]) -> int:
+    """Bandwidth over time per message size (:mod:`emu.plot`); returns the points drawn."""
+    from emu.plot import line_chart
+
+    series = {f"{r.size} B": r.series for r in results if r.series}
+    with open(path, "w") as f:
+        f.write(line_chart(series, title=f"emu perf {test.name}: bandwidth over time",
+                           xlabel="seconds", ylabel="Gb/s"))
+    return sum(len(s) for s in series.values())

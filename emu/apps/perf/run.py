@@ -1,0 +1,273 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The client and the server of one test: handshake, one round per size, report.
+
+Side-channel conversation (JSON lines, :mod:`.channel`)::
+
+    client → hello {params}          server → hello {qps: [QP data]}
+    client → connect {qps}           server → connected
+    per size:  client → round {size}  server → go          (receives posted, data ready)
+               … the measurement …
+               client → done {counts, row, result}
+               server → result {ok}                        (after checking WRITE data)
+    client → bye
+
+Either side may send ``abort {error, code}`` instead; the other stops with
+that exit status. The server runs with the client's parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report
+from emu.apps.perf.channel import Channel, ChannelError, PeerAbort
+from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_size, open_device
+from emu.apps.perf.options import TESTS, Options, Test
+from emu.apps.perf.pattern import DataError, Pattern
+from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
+
+WAITING = ("*" * 36, "* Waiting for client to connect... *", "*" * 36)
+
+
+class _Side:
+    """What client and server share: output routing, failure bookkeeping, the JSON doc."""
+
+    role = ""
+
+    def __init__(self, opts: Options, out: Any = None, err: Any = None) -> None:
+        self.opts = opts
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.errors: list[str] = []
+        self.code = EXIT_OK
+        self.results: list[Any] = []
+        self.ep: Endpoint | None = None
+        self.chan: Channel | None = None
+        self.params: dict[str, Any] = opts.params()
+        self.test: Test = opts.test
+
+    def say(self, line: str = "") -> None:
+        """Human output: stdout, or stderr when stdout carries the JSON document."""
+        print(line, file=self.err if self.opts.json else self.out, flush=True)
+
+    def fail(self, code: int, message: str, tell_peer: bool = True) -> None:
+        self.errors.append(message)
+        self.code = max(self.code, code)
+        print(f"emu perf {self.test.name} ({self.role}): {message}", file=self.err, flush=True)
+        if tell_peer and self.chan is not None:
+            try:
+                self.chan.send("abort", error=message, code=code)
+            except ChannelError:
+                pass
+
+    def run(self) -> int:
+        try:
+            self._run()
+        except SetupError as e:
+            self.fail(EXIT_USAGE, str(e))
+        except DataError as e:
+            self.fail(EXIT_FAILED, str(e))
+        except TransportError as e:
+            self.fail(EXIT_FAILED, str(e))
+        except PeerAbort as e:
+            peer = "server" if self.role == "client" else "client"
+            self.fail(e.code, f"the {peer} stopped: {e}", tell_peer=False)
+        except ChannelError as e:
+            self.fail(EXIT_FAILED if self.results else EXIT_USAGE, str(e), tell_peer=False)
+        except KeyboardInterrupt:
+            self.fail(130, "interrupted")
+        finally:
+            self._close()
+        self._finish()
+        return self.code
+
+    def _close(self) -> None:
+        if self.ep is not None:
+            self.ep.close()
+        if self.chan is not None:
+            self.chan.close()
+
+    def _finish(self) -> None:
+        if self.opts.json:
+            ep = self.ep
+            doc = report.document(
+                self.test, role=self.role, params=self.params,
+                device=ep.device if ep else "", mtu=ep.mtu if ep else 0,
+                local=ep.local if ep else [], remote=ep.remote if ep else [],
+                results=self.results, errors=self.errors, min_bw=self.opts.min_bw)
+            print(json.dumps(doc, indent=1), file=self.out, flush=True)
+
+    def _banner(self, ep: Endpoint) -> None:
+        p = self.params
+        for line in report.banner(self.test, role=self.role, device=ep.device, qps=p["qps"],
+                                  mtu=ep.mtu, tx_depth=p["tx_depth"], rx_depth=p["rx_depth"],
+                                  cq_mod=p["cq_mod"], outs=p["outs"], gid_index=ep.gid_index()):
+            self.say(line)
+        for line in report.addresses(self.test, ep.local, ep.remote, p["outs"]):
+            self.say(line)
+        self.say(report.header(self.test, bool(p["report_gbits"])))
+
+
+def _cqe(p: dict[str, Any]) -> int:
+    return max(4096, p["qps"] * max(p["tx_depth"], p["rx_depth"]) + 64)
+
+
+class Client(_Side):
+    role = "client"
+
+    def _run(self) -> None:
+        o = self.opts
+        assert o.server is not None
+        dev = open_device(o.timeout)
+        try:
+            self.chan = chan = Channel.connect(o.server, o.port, o.timeout)
+            chan.send("hello", params=self.params)
+            hello = chan.recv("hello")
+            self.ep = ep = Endpoint(dev, o.qps, buffer_size(o.sizes, o.tx_depth,
+                                                            not o.test.is_bw),
+                                    mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params))
+            chan_info = ep.infos()
+            ep.connect(hello["qps"])
+            chan.send("connect", qps=chan_info)
+            chan.recv("connected")
+        except ChannelError as e:
+            raise SetupError(str(e)) from None
+        finally:
+            if self.ep is None:
+                dev.close()
+        self._banner(ep)
+        pattern = Pattern(max(o.sizes)) if o.verify else None
+        for size in o.sizes:
+            r = self._round(ep, chan, size, pattern)
+            self.results.append(r)
+            self.say(report.row(r, o.report_gbits))
+        self.say(report.RESULT_LINE)
+        chan.send("bye")
+        self._check_min_bw()
+        if o.plot:
+            n = report.plot(o.plot, o.test, [r for r in self.results if isinstance(r, BwResult)])
+            print(f"wrote {o.plot} ({n} points)", file=self.err)
+
+    def _round(self, ep: Endpoint, chan: Channel, size: int, pattern: Pattern | None
+               ) -> BwResult | LatResult:
+        o = self.opts
+        if not o.test.is_bw:
+            lat.prepare_client(ep, size)
+        chan.send("round", size=size)
+        chan.recv("go")
+        res: BwResult | LatResult
+        if o.test.is_bw:
+            run = bw.run_client(ep, ep.remote, o.test.verb, size, iters=o.iters,
+                                duration=o.duration, tx_depth=o.tx_depth, cq_mod=o.cq_mod,
+                                pattern=pattern, chan=chan, timeout=o.timeout)
+            elapsed = run.end - run.tposted[0] if run.tposted else 0.0
+            res = bw_result(size, run.tposted, run.tcompleted, o.report_gbits,
+                            peak=not o.no_peak, timeline=run.timeline,
+                            interval=1.0 if elapsed >= 3 else 0.1)
+            counts = run.counts
+        else:
+            lrun = lat.client(ep, ep.remote, o.test.verb, size, iters=o.iters,
+                              duration=o.duration, pattern=pattern, chan=chan,
+                              timeout=o.timeout)
+            res = latency_stats(lrun.samples, size, lrun.iterations)
+            counts = [lrun.iterations]
+        chan.send("done", counts=counts, row=report.row(res, o.report_gbits),
+                  result=res.to_json())
+        chan.recv("result")
+        return res
+
+    def _check_min_bw(self) -> None:
+        o = self.opts
+        if o.min_bw is None:
+            return
+        for r in self.results:
+            if isinstance(r, BwResult) and r.gbps_average < o.min_bw:
+                self.fail(EXIT_FAILED, f"BW average {r.gbps_average:.3f} Gb/s at {r.size} bytes"
+                          f" is below --min-bw {o.min_bw:g} Gb/s", tell_peer=False)
+
+
+class Server(_Side):
+    role = "server"
+
+    def _run(self) -> None:
+        o = self.opts
+        dev = open_device(o.timeout)  # before waiting: no daemon here is a setup error now
+        try:
+            self._serve(dev)
+        finally:
+            if self.ep is None:
+                dev.close()
+
+    def _serve(self, dev: Any) -> None:
+        o = self.opts
+        if not o.json:
+            for line in WAITING:
+                self.say(line)
+        self.chan = chan = Channel.listen(o.port, o.timeout)
+        p = chan.recv("hello")["params"]
+        if p.get("test") != self.test.name:
+            raise SetupError(f"the client runs {p.get('test')}, this server "
+                             f"{self.test.name}")
+        self.params = p
+        self.test = TESTS[p["test"]]
+        sizes = list(p["sizes"])
+        depth = p["rx_depth"] if self.test.verb == "send" else p["tx_depth"]
+        self.ep = ep = Endpoint(dev, p["qps"], buffer_size(sizes, depth, not self.test.is_bw),
+                                mtu=p["mtu"], outs=p["outs"], cqe=_cqe(p))
+        chan.send("hello", qps=ep.infos())
+        ep.connect(chan.recv("connect")["qps"])
+        chan.send("connected")
+        self._banner(ep)
+        pattern = Pattern(max(sizes)) if p["verify"] else None
+        while True:
+            msg = chan.recv(("round", "bye"), timeout=math.inf)
+            if msg["op"] == "bye":
+                break
+            done = self._round(ep, chan, int(msg["size"]), pattern)
+            self.results.append(done["result"])
+            self.say(done["row"])
+        self.say(report.RESULT_LINE)
+
+    def _round(self, ep: Endpoint, chan: Channel, size: int, pattern: Pattern | None
+               ) -> dict[str, Any]:
+        p, verb = self.params, self.test.verb
+        iters = None if p["duration"] else int(p["iters"])
+        timeout = self.opts.timeout
+        rx = None
+        if self.test.is_bw:
+            if verb == "read":
+                bw.prepare_read_source(ep, size, p["tx_depth"], pattern)
+            elif verb == "send":
+                rx = bw.SendReceiver(ep, size, p["rx_depth"], iters, pattern)
+                rx.prepost()
+        else:
+            lat.prepare_server(ep, verb, size, pattern)
+        chan.send("go")
+        done: dict[str, Any] | None
+        if rx is not None:
+            rx.serve(chan, timeout)
+            done = rx.done
+        elif self.test.is_bw:
+            done = None
+        else:
+            _, done = lat.server(ep, verb, size, iters=iters, pattern=pattern, chan=chan,
+                                 timeout=timeout)
+        if done is None:
+            done = chan.recv("done", timeout=math.inf)
+        if self.test.is_bw and verb == "write" and pattern is not None:
+            bw.verify_writes(ep, size, p["tx_depth"], list(done["counts"]), pattern)
+        chan.send("result", ok=True)
+        return done
+
+
+def main(opts: Options) -> int:
+    """Run one side (or, with ``--from/--to``, both); the exit status."""
+    if opts.orchestrated:
+        from emu.apps.perf import cluster
+
+        return cluster.run(opts)
+    side = Client(opts) if opts.is_client else Server(opts)
+    return side.run()
