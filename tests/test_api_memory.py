@@ -177,3 +177,33 @@ async def test_overlong_message_is_a_protocol_error(tmp_path):
         assert b'"EPROTO"' in reply
         await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
         assert d.control.counters()["protocol_errors"] == 1
+
+
+async def test_client_hanging_up_mid_reply_does_not_kill_the_daemon(tmp_path):
+    """A client that closes its socket while the daemon still pushes completions to it
+    (BrokenPipe in the writer task) ends only its own session."""
+    async with running(_cfg(tmp_path)) as d:
+        def rude_client():
+            dev = Device.open(sock_path=d.cfg.sock_path)
+            buf = dev.alloc_buffer(1 << 16)
+            mr = dev.reg_mr(buf)
+            cq = dev.create_cq(4096)
+            qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+            qa.connect(qb.local_info())
+            qb.connect(qa.local_info())
+            for k in range(2000):
+                qa.post_write(mr.sge(0, 64), mr.va + 4096, mr.rkey, wr_id=k, wait=False)
+            dev.conn.sock.shutdown(socket.SHUT_RDWR)
+            dev.conn.sock.close()
+            return buf
+
+        for _ in range(3):
+            buf = await trio.to_thread.run_sync(rude_client)
+            await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
+            buf.close()
+
+        def polite_client():
+            with Device.open(sock_path=d.cfg.sock_path) as dev:
+                return dev.create_cq(8) is not None
+
+        assert await trio.to_thread.run_sync(polite_client)

@@ -151,7 +151,10 @@ class ControlServer:
                 n.start_soon(self._writer, s)
                 await self._reader(s)
                 n.cancel_scope.cancel()
-        except OSError:
+        except* OSError:
+            # A client that hangs up mid-reply (BrokenPipe/ConnectionReset from the
+            # writer task, wrapped in an ExceptionGroup by the nursery) ends only its
+            # own session; the daemon and every other client carry on.
             pass
         finally:
             self._cleanup(s)

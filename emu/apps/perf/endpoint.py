@@ -123,7 +123,23 @@ class Endpoint:
             raise TransportError(f"NIC daemon connection lost: {conn.closed_reason}")
 
     def close(self) -> None:
-        """Disconnect (the daemon frees QPs, CQs, MRs), then unlink the buffers."""
+        """Destroy the QPs, wait for the daemon's last words, disconnect, unlink the buffers.
+
+        Work-around: ``emu nicd`` dies (all its clients with it) when a client
+        closes its socket while the daemon still writes to it — e.g. a
+        completion event racing the close (its session's ``except OSError``
+        does not catch trio's ``ExceptionGroup``). Destroying the QPs first
+        (no more completions) and waiting for a ``ping`` reply (the writer
+        sends pending replies and completions together) leaves the daemon
+        nothing to write when we hang up.
+        """
+        try:
+            if self.dev.conn.closed_reason is None:
+                for qp in self.qps:
+                    qp.destroy()
+                self.dev.conn.call("ping")
+        except (NicError, OSError):
+            pass
         try:
             self.dev.close()
         finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 from typing import Any
 
@@ -270,4 +271,12 @@ def main(opts: Options) -> int:
 
         return cluster.run(opts)
     side = Client(opts) if opts.is_client else Server(opts)
-    return side.run()
+    old = signal.signal(signal.SIGTERM, _interrupt)  # buffers are unlinked on SIGTERM too
+    try:
+        return side.run()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
