@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -27,12 +26,12 @@ from pathlib import Path
 import pytest
 from fabric_util import inside, leaf_spine, ns_of_cluster
 
-from emu.api import Device
 from emu.fabric import Fabric, down, state
 from emu.fabric.naming import random_cluster
 from emu.nic import pause as NP
 from emu.nic.protocol import sock_path
 from emu.switch import pfc
+from tests.rdma_util import write_and_verify
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -119,24 +118,7 @@ def test_lossless_class_pauses_the_sender(fab: Fabric, tmp_path: Path) -> None:
                                "--host", h, "--seed", "7", "--engine-opt", "roce.line_rate=1e9",
                                "--engine-opt", "roce.cc=null"], "ready "))
         n = 4 << 20
-        data = random.Random(11).randbytes(n)
-        a = Device.open(cluster=f.cluster, host="h1")
-        b = Device.open(cluster=f.cluster, host="h2")
-        ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
-        try:
-            ma, mb = a.reg_mr(ba), b.reg_mr(bb)
-            ca, cb = a.create_cq(), b.create_cq()
-            qa, qb = a.create_qp(ca), b.create_qp(cb)
-            qa.connect(qb.local_info())
-            qb.connect(qa.local_info())
-            ba.view[:] = data
-            qa.post_write(ma.sge(0, n), mb.va, mb.rkey, wr_id=1)
-            (wc,) = ca.wait(1, timeout=120)
-            assert wc.ok and wc.byte_len == n, wc
-            assert bytes(bb.view[:n]) == data
-        finally:
-            for x in (a, b, ba, bb):
-                x.close()
+        write_and_verify(f.cluster, "h1", "h2", n, 11, wr_id=1, timeout=120)
         s1 = _nic_stats(f.cluster, "h1")
         deadline = time.monotonic() + 10
         while True:  # the class-3 queue has drained and said XON

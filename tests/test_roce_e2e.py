@@ -48,7 +48,6 @@ import pytest
 from fabric_util import host_addr, inside, ns_of_cluster, pair
 
 from emu import wireshark
-from emu.api import Device
 from emu.api.client import call_once
 from emu.fabric import Fabric, down, linkctl, state
 from emu.fabric.capture import Target, capture
@@ -57,6 +56,7 @@ from emu.nic.protocol import sock_path
 from emu.topology.model import Direction
 from emu.wire.icrc import verify_icrc
 from emu.wire.pcapio import read_frames
+from tests.rdma_util import write_and_verify
 
 ROOT = Path(__file__).resolve().parent.parent
 TSHARK = shutil.which("tshark")
@@ -106,25 +106,7 @@ class Cluster:
 
     def write(self, n: int, seed: int) -> None:
         """One RDMA WRITE of ``n`` random bytes h1 → h2, checked byte for byte."""
-        data = random.Random(seed).randbytes(n)
-        a = Device.open(cluster=self.name, host="h1")
-        b = Device.open(cluster=self.name, host="h2")
-        ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
-        try:
-            ma, mb = a.reg_mr(ba), b.reg_mr(bb)
-            ca, cb = a.create_cq(), b.create_cq()
-            qa, qb = a.create_qp(ca), b.create_qp(cb)
-            qa.connect(qb.local_info())
-            qb.connect(qa.local_info())
-            ba.view[:] = data
-            qa.post_write(ma.sge(0, n), mb.va, mb.rkey, wr_id=7)
-            wcs = ca.wait(1, timeout=300)
-            assert len(wcs) == 1, "no completion"
-            assert wcs[0].ok and wcs[0].byte_len == n and wcs[0].wr_id == 7, wcs[0]
-            assert bytes(bb.view[:n]) == data, "data differs in the receiver's memory"
-        finally:
-            for x in (a, b, ba, bb):
-                x.close()
+        write_and_verify(self.name, "h1", "h2", n, seed)
 
     def captured_write(self, n: int, seed: int, pcap: Path) -> dict:
         """:meth:`write` while capturing the h1-h2 link (on h1's end); the capture's counts."""
