@@ -197,11 +197,17 @@ def down(cluster: str) -> dict[str, int]:
     """Tear ``cluster`` down by its state file: daemons, scheduler, namespaces."""
     import shutil
 
+    from emu.fabric.linkctl import DEFAULT_STATE_DIR as LINK_SNAPSHOTS
+
+    st = state.load(cluster) or {}
+    namespaces = [ns["name"] for ns in st.get("namespaces", [])]
     try:
         removed = fabric_down(cluster)
     except KeyError:
         raise ClusterError(f"no cluster {cluster!r} is up (no {state.path(cluster)})") from None
     shutil.rmtree(switch_dir(cluster), ignore_errors=True)
+    for ns in namespaces:  # addresses/routes saved while links were down (linkctl)
+        shutil.rmtree(LINK_SNAPSHOTS / ns, ignore_errors=True)
     shutil.rmtree(nic_dir(cluster), ignore_errors=True)  # daemons unlinked their sockets
     return removed
 

@@ -47,6 +47,9 @@ def cluster():
         emu("down", name, check=False)
     assert our_namespaces(name) == [], "namespaces left behind"
     assert state.load(name) is None
+    snapshots = Path("/run/emu/linkctl")
+    assert not (snapshots.exists() and any(p.name.startswith(f"{name}-")
+                                           for p in snapshots.iterdir())), "link snapshots left"
 
 
 def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
