@@ -74,6 +74,9 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("clean", help="remove leftovers of crashed runs (emu's own, by state file)")
     p.add_argument("--all", action="store_true", help="tear down every cluster that is up, too")
+    p.add_argument("--logs", action="store_true",
+                   help="also delete the logs emu down keeps (/run/emu/logs) of clusters "
+                        "that are not up")
     p.set_defaults(func=_clean)
 
     p = sub.add_parser("graph", help="draw a topology file or a running cluster (SVG or PNG)")
@@ -324,6 +327,18 @@ def _clean(a: argparse.Namespace) -> int:
     _root()
     done = clean(all_clusters=a.all)
     print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else ""))
+    if a.logs:
+        from emu.fabric import state
+
+        logdir = os.path.join(state.STATE_DIR, "logs")
+        up = set(state.clusters())
+        gone = 0
+        for f in os.listdir(logdir) if os.path.isdir(logdir) else []:
+            cluster = f.split(".", 1)[0]  # <cluster>.events.jsonl, <cluster>.nicd-h1.log …
+            if cluster not in up:
+                os.unlink(os.path.join(logdir, f))
+                gone += 1
+        print(f"deleted {gone} log file(s) of clusters that are down")
     return 0
 
 
