@@ -1,0 +1,384 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``UetEngine``: every UET endpoint and PDC of one NIC behind UDP port 4793, sans-IO.
+
+The daemon drives it through :class:`emu.transports.base.Engine`; the client
+API through the verbs here: :meth:`UetEngine.create_ep`, :meth:`~UetEngine.post_write`,
+:meth:`~UetEngine.post_send`, :meth:`~UetEngine.post_recv`,
+:meth:`~UetEngine.close_pdc`. Delivery mode is RUD (reliable, unordered).
+
+PDCs are opened on demand, one per {destination host, job} (uet.md:
+Behaviour, PDC — the traffic class is fixed here), and shared by all local
+endpoints. Incoming datagrams are demultiplexed by PDS type and DPDCID:
+requests and CPs go to the target half (:mod:`.target`), ACKs and NACKs to
+the initiator half (:mod:`.pds`). Each data packet leaves with a fresh
+entropy (UDP source port) drawn from ``entropies`` with the injected RNG —
+oblivious spraying (uet.md: Spraying); replies echo the entropy they answer.
+
+Trimmed packets: the daemon cannot see DSCP today, so the target infers
+trimming from a request whose payload is shorter than its SES header
+declares; tests (and a future daemon) may also pass ``trimmed=True``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict, deque
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.memory import MemoryAccessError, MemoryTable
+from emu.core.psn import PSN32, RandomBits
+from emu.core.trace import NULL_TRACE, Trace
+from emu.transports.base import (
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    Addr,
+    Completion,
+    Engine,
+    Event,
+    StateChanged,
+    TxMeta,
+    VerbsError,
+)
+from emu.transports.uet import pdc as D
+from emu.transports.uet import ses as S
+from emu.transports.uet.pdc import InitiatorPdc, PdcIds, PdcState, TxMessage, snapshot
+from emu.transports.uet.pds import Initiator
+from emu.transports.uet.target import Target
+from emu.wire.codec.uet import decode_packet
+from emu.wire.errors import DecodeError
+
+_REQ_TYPES = frozenset({2})  # RUD_REQ (ROD/RUDI/UUD/CC_REQ: not yet)
+_ACK_TYPES = frozenset({7, 8, 9})
+_NACK_TYPES = frozenset({10, 12})
+_CP_TYPE = 11
+_MAX_MSG = 1 << 32
+_MAX_SEG = (1 << 14) - 1  # payload_length is 14 bits
+
+
+class UetEngine(Engine):
+    """Sans-IO UET (RUD) for one NIC (see the module docstring).
+
+    ``memory`` is the device's registration table (WRITE targets by rkey);
+    ``rng`` supplies Start_PSNs and entropies. ``mtu`` is the SES payload per
+    packet; ``mpr`` sets MP_RANGE = mpr × 128 PSNs; ``rto`` (1–5 ms) and
+    ``max_retries`` govern retransmission; ``nack_retx_delay`` is the wait
+    before resending after a non-trim "retransmit" NACK (resource shortage,
+    window) so a busy target is not hammered.
+    """
+
+    def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
+                 rto: float = 2e-3, max_retries: int = 5, nack_retx_delay: float = 100e-6,
+                 ack_bytes: int = D.ACK_BYTES, entropies: Sequence[int] | None = None,
+                 job_id: int = 0, dscp: int = D.DSCP_DATA, ctrl_dscp: int = D.DSCP_CTRL,
+                 ecn: int = ECN_ECT0, port: int = D.UDP_PORT, local_addr: Addr | None = None,
+                 trace: Trace = NULL_TRACE, first_pdcid: int = 1) -> None:
+        if not 1 <= mtu <= _MAX_SEG:
+            raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
+        if not 1 <= mpr <= 32:
+            raise ValueError("mpr must be 1..32 (MP_RANGE ≤ the 4096-PSN SYN span)")
+        if not 1e-3 <= rto <= 5e-3:
+            raise ValueError("rto must be 1..5 ms (uet.md: Retransmit)")
+        if max_retries < 0 or ack_bytes < 1 or not 0 <= job_id < 1 << 24:
+            raise ValueError("max_retries >= 0, ack_bytes >= 1, job_id is 24 bits")
+        self.memory = memory
+        self.rng = rng
+        self.mtu, self.mpr, self.rto, self.max_retries = mtu, mpr, rto, max_retries
+        self.nack_retx_delay = nack_retx_delay
+        self.ack_bytes = ack_bytes
+        self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))
+        if any(not 0 < e < 65536 for e in self.entropies):
+            raise ValueError("entropies are UDP source ports 1..65535")
+        self.job_id = job_id
+        self.port = port
+        self.local_addr = local_addr
+        self.trace = trace
+        self.now = 0.0
+        self.stats: defaultdict[str, int] = defaultdict(int)
+        self._data_meta = {e: TxMeta(e, dscp, ecn) for e in self.entropies}
+        self._ctrl_metas: dict[int, TxMeta] = {}
+        self._ctrl_dscp = ctrl_dscp
+        self._events: deque[Event] = deque()
+        self._out: list[tuple[bytearray, Addr, TxMeta]] = []
+        self._addr_cache: dict[Any, str] = {}
+        self.ids = PdcIds(first_pdcid)
+        self.eps: dict[int, S.Endpoint] = {}
+        self._next_ep = 1
+        self.ini: dict[int, InitiatorPdc] = {}
+        self._ini_by_key: dict[Hashable, int] = {}
+        self._active: dict[int, None] = {}
+        self.initiator = Initiator(self)
+        self.target = Target(self, self.ids, S.SesTarget(memory, self.eps, self._complete))
+
+    # -- verbs --------------------------------------------------------------------
+
+    def create_ep(self, *, send_cq: Hashable = 0, recv_cq: Hashable = 0, pd: Any = None) -> int:
+        """A new endpoint; its id is the PIDonFEP peers address SENDs to (12 bits)."""
+        for _ in range(0xFFF):
+            ep = self._next_ep
+            self._next_ep = ep + 1 if ep < 0xFFF else 1
+            if ep not in self.eps:
+                self.eps[ep] = S.Endpoint(ep, send_cq, recv_cq, pd)
+                return ep
+        raise VerbsError("no free endpoint id")
+
+    def query_ep(self, ep: int) -> dict[str, Any]:
+        """What a peer needs to reach ``ep``: ``{"ep", "address", "port", "transport"}``."""
+        self._ep(ep)
+        a = self.local_addr
+        return {"ep": ep, "address": a[0] if a else "", "port": self.port, "transport": "uet"}
+
+    def destroy_ep(self, ep: int) -> None:
+        self._ep(ep)
+        del self.eps[ep]
+
+    def _ep(self, ep: int) -> S.Endpoint:
+        e = self.eps.get(ep)
+        if e is None:
+            raise VerbsError(f"no UET endpoint {ep}")
+        return e
+
+    def post_write(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
+                   remote_addr: int, rkey: int, now: float = 0.0, *,
+                   signaled: bool = True) -> None:
+        """RDMA-style WRITE of the gathered SGEs (``addr``/``length``/``lkey`` objects) to
+        ``remote_addr`` in the peer's region ``rkey``; ``dest`` is ``(address, ep)`` or
+        the peer's :meth:`query_ep` dict."""
+        self._post(ep, wr_id, S.OP_WRITE, sg_list, dest, remote_addr, rkey, now, signaled)
+
+    def post_send(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
+                  now: float = 0.0, *, signaled: bool = True) -> None:
+        """SEND into the next receive buffer posted on the peer endpoint."""
+        self._post(ep, wr_id, S.OP_SEND, sg_list, dest, 0, 0, now, signaled)
+
+    def post_recv(self, ep: int, wr_id: int, sg_list: Sequence[Any], now: float = 0.0) -> None:
+        """Post a receive buffer for incoming SENDs on ``ep``."""
+        e = self._ep(ep)
+        views = self._views(e, sg_list, True)
+        e.rq.append(S.RecvWqe(wr_id, views, sum(len(v) for v in views)))
+
+    def _views(self, e: S.Endpoint, sges: Sequence[Any], write: bool) -> list[memoryview]:
+        try:
+            return [self.memory.local_view(s.lkey, s.addr, s.length, write, e.pd) for s in sges]
+        except MemoryAccessError as ex:
+            raise VerbsError(f"bad SGE: {ex}") from None
+
+    def _post(self, ep: int, wr_id: int, op: int, sges: Sequence[Any], dest: Any,
+              remote_addr: int, rkey: int, now: float, signaled: bool) -> None:
+        e = self._ep(ep)
+        views = self._views(e, sges, False)
+        data = views[0] if len(views) == 1 else memoryview(b"".join(views))
+        if len(data) >= _MAX_MSG:
+            raise VerbsError("message larger than 4 GiB")
+        try:
+            addr, dest_ep = ((dest["address"], int(dest.get("port", self.port))),
+                             int(dest["ep"])) if isinstance(dest, dict) else (
+                (dest[0], self.port), int(dest[1]))
+        except (KeyError, TypeError, ValueError, IndexError) as ex:
+            raise VerbsError(f"dest must be (address, ep) or a query_ep dict ({ex!r})") from None
+        pdc = self._pdc_for(addr)
+        msg = TxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr, rkey, signaled,
+                        message_id=pdc.next_msg_id)
+        pdc.next_msg_id = (pdc.next_msg_id + 1) & 0xFFFF
+        pdc.queue.append(msg)
+        self.stats["wr_posted"] += 1
+        self._active[pdc.pdcid] = None
+
+    def _pdc_for(self, addr: Addr) -> InitiatorPdc:
+        """The open PDC to ``addr``'s host for our job, or a new one with a random
+        Start_PSN (uet.md: Behaviour, PDC)."""
+        host = self._host(addr[0])
+        key = (host, self.job_id)
+        pid = self._ini_by_key.get(key)
+        pdc = self.ini.get(pid) if pid is not None else None
+        if pdc is None or pdc.state not in (PdcState.SYN_SENT, PdcState.ESTABLISHED):
+            pdc = InitiatorPdc(self.ids.alloc(), host, addr, key, PSN32.random(self.rng),
+                               self.mpr * D.MPR_UNIT)
+            self.ini[pdc.pdcid] = pdc
+            self._ini_by_key[key] = pdc.pdcid
+            self.stats["pdc_initiator_created"] += 1
+        return pdc
+
+    def close_pdc(self, pdcid: int, now: float = 0.0) -> None:
+        """Graceful close: finish what is queued, wait for every ACK, then CP CLOSE
+        (uet.md: Behaviour, Close). Later posts to that host open a new PDC."""
+        pdc = self.ini.get(pdcid)
+        if pdc is None:
+            raise VerbsError(f"no initiator PDC {pdcid}")
+        if pdc.state in (PdcState.SYN_SENT, PdcState.ESTABLISHED):
+            pdc.state = PdcState.CLOSING
+            if self._ini_by_key.get(pdc.key) == pdcid:
+                del self._ini_by_key[pdc.key]
+        self._active[pdcid] = None
+
+    def destroy_pdc(self, pdcid: int) -> None:
+        """Forget a PDC at once, without telling the peer (an abort, or a test of INV_DPDCID)."""
+        if pdcid in self.target.pdcs:
+            self.target.drop(pdcid)
+            return
+        pdc = self.ini.pop(pdcid, None)
+        if pdc is None:
+            raise VerbsError(f"no PDC {pdcid}")
+        self.initiator.fail(pdc, WcStatus.WR_FLUSH_ERR, "destroyed")
+
+    def pdcs(self) -> list[dict[str, Any]]:
+        """Every PDC (both halves), JSON-ready."""
+        return ([snapshot(p) for p in self.ini.values()]
+                + [snapshot(t) for t in self.target.pdcs.values()])
+
+    # -- the Engine contract -----------------------------------------------------------
+
+    def receive_datagram(self, data: bytes | bytearray | memoryview, addr: Addr, now: float,
+                         *, ecn: int = ECN_NOT_ECT, trimmed: bool = False) -> None:
+        self.now = now
+        st = self.stats
+        st["rx_packets"] += 1
+        st["rx_bytes"] += len(data)
+        try:
+            pkt = decode_packet(data)
+        except DecodeError:
+            st["rx_drop_malformed"] += 1
+            return
+        pds = pkt.pds
+        if pds is None:
+            st["rx_drop_tss"] += 1  # no security associations configured
+            return
+        try:
+            self._dispatch(pkt, pds.type, addr, now, ecn, trimmed)
+        except Exception as e:  # a bug must not take the NIC down; tests assert this stays 0
+            st["rx_drop_internal_error"] += 1
+            if self.trace.enabled:
+                self.trace.packet_dropped(now, reason=f"internal: {e!r}")
+
+    def _dispatch(self, pkt: Any, typ: int, addr: Addr, now: float, ecn: int,
+                  trimmed: bool) -> None:
+        host = self._host(addr[0])
+        if typ in _REQ_TYPES:
+            self.target.on_request(pkt, addr, host, now, ecn, trimmed)
+        elif typ == _CP_TYPE:
+            self.target.on_control(pkt, addr, host, now, ecn)
+        elif typ in _ACK_TYPES or typ in _NACK_TYPES:
+            pdc = self.ini.get(pkt.pds.dpdcid)
+            if pdc is None or pdc.peer != host:
+                self.stats["rx_drop_unknown_pdc"] += 1
+                return
+            if typ in _ACK_TYPES:
+                self.stats["rx_acks"] += 1
+                self.initiator.on_ack(pdc, pkt.pds, pkt.ses, now)
+            else:
+                self.initiator.on_nack(pdc, pkt.pds, now)
+            self._active[pdc.pdcid] = None
+        else:
+            self.stats["rx_drop_unsupported_type"] += 1
+
+    def _host(self, a: Any) -> str:
+        """Canonical text of an address (``%scope`` dropped, v4-mapped IPv6 → IPv4), cached."""
+        h = self._addr_cache.get(a)
+        if h is None:
+            t = str(a).split("%", 1)[0]
+            try:
+                ip = ipaddress.ip_address(t)
+                h = str(getattr(ip, "ipv4_mapped", None) or ip)
+            except ValueError:
+                h = t
+            if len(self._addr_cache) > 4096:
+                self._addr_cache.clear()
+            self._addr_cache[a] = h
+        return h
+
+    def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None:
+        """Queue one datagram; ``entropy`` None = spray (a random one from the set)."""
+        if entropy is None:
+            ents = self.entropies
+            entropy = ents[self.rng.getrandbits(16) % len(ents)]
+            meta = self._data_meta[entropy]
+            if ctrl:
+                meta = self._ctrl_meta(entropy)
+        else:
+            meta = self._ctrl_meta(entropy)
+        self._out.append((buf, (addr[0], self.port) if ctrl else addr, meta))
+
+    def _ctrl_meta(self, entropy: int) -> TxMeta:
+        m = self._ctrl_metas.get(entropy)
+        if m is None:
+            if len(self._ctrl_metas) > 4096:
+                self._ctrl_metas.clear()
+            m = self._ctrl_metas[entropy] = TxMeta(entropy, self._ctrl_dscp, ECN_NOT_ECT)
+        return m
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
+        self.now = now
+        active, self._active = self._active, {}
+        for pid in active:
+            pdc = self.ini.get(pid)
+            if pdc is not None:
+                self.initiator.pull(pdc, now)
+        out, self._out = self._out, []
+        st = self.stats
+        st["tx_packets"] += len(out)
+        st["tx_bytes"] += sum(len(b) for b, _, _ in out)
+        return out  # type: ignore[return-value]
+
+    def get_timer(self) -> float | None:
+        t: float | None = None
+        for pdc in self.ini.values():
+            d = pdc.timers.earliest()
+            if d is not None and (t is None or d < t):
+                t = d
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        self.now = now
+        for pid, pdc in list(self.ini.items()):
+            d = pdc.timers.earliest()
+            if d is not None and d <= now:
+                self.initiator.on_timer(pdc, now)
+                self._active[pid] = None
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def counters(self) -> dict[str, int | float]:
+        c: dict[str, int | float] = dict(self.stats)
+        c["pdcs_initiator"] = len(self.ini)
+        c["pdcs_target"] = len(self.target.pdcs)
+        c["events_pending"] = len(self._events)
+        return c
+
+    def pause(self, cls: int, until: float) -> None:
+        """PFC is not modelled for UET yet (UET runs lossy); counted only."""
+        self.stats["pause_frames"] += 1
+
+    # -- PdsHost callbacks ------------------------------------------------------------
+
+    def _complete(self, cq: Hashable, wc: WorkCompletion) -> None:
+        self._events.append(Completion(cq, wc))
+        if self.trace.enabled:
+            self.trace.completion(self.now, ep=wc.qp_num, wr_id=wc.wr_id, status=wc.status)
+
+    def finish(self, pdc: InitiatorPdc, msg: TxMessage, status: WcStatus, rc: int,
+               vendor: int = 0) -> None:
+        """A message is done: a send-side completion on its endpoint's send CQ (errors
+        always, successes when signaled); ``vendor_err`` carries the SES return code or
+        the NACK code that ended it."""
+        self.stats["msgs_completed" if status is WcStatus.SUCCESS else "msgs_failed"] += 1
+        ep = self.eps.get(msg.ep)
+        if ep is None or (status is WcStatus.SUCCESS and not msg.signaled):
+            return
+        self._complete(ep.send_cq, WorkCompletion(
+            msg.wr_id, status, S.WC_OPCODE[msg.opcode], msg.ep, msg.length,
+            vendor_err=vendor or (rc if status is not WcStatus.SUCCESS else 0)))
+
+    def pdc_ended(self, pdc: InitiatorPdc, old: PdcState, reason: str,
+                  status: WcStatus | None) -> None:
+        """A PDC closed (gracefully or in error): forget it and tell the owner."""
+        self.ini.pop(pdc.pdcid, None)
+        if self._ini_by_key.get(pdc.key) == pdc.pdcid:
+            del self._ini_by_key[pdc.key]
+        self.ids.free(pdc.pdcid)
+        self.stats["pdc_closed" if status is None else "pdc_errors"] += 1
+        self._events.append(StateChanged(pdc.pdcid, old.value, pdc.state.value, status, reason))
+        if self.trace.enabled:
+            self.trace.state_changed(self.now, old.value, pdc.state.value, pdc=pdc.pdcid,
+                                     reason=reason)

@@ -1,0 +1,289 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Packet delivery contexts (PDCs): the per-peer state of UET's PDS, as plain data.
+
+A PDC replaces RoCE's queue pair: the initiator opens one per {job, source,
+destination, traffic class} on demand, and the target creates its half when
+the first SYN arrives (uet.md: Behaviour, PDC). The *behaviour* on these
+records lives in :mod:`emu.transports.uet.pds`; this module holds what both
+halves and the engine share — constants, the NACK reaction table, states and
+the PDCID allocator — so the logic modules stay readable.
+
+Sequence numbers are kept as *extended* integers internally (``start_psn``
+plus a count, never wrapped) and wrapped to 32 bits only on the wire, so a
+random Start_PSN near 2^32 needs no special cases (see :mod:`emu.core.psn`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.core.psn import PSN32
+from emu.core.reorder import PlacementTracker
+from emu.core.sack import RangeSet
+from emu.core.timers import TimerSet
+
+#: UDP destination port of UET (uet.md: Encapsulation)
+UDP_PORT = 4793
+#: MP_RANGE = mpr × this many PSNs (uet.md: Behaviour, Window)
+MPR_UNIT = 128
+#: ACK at least every this many accepted bytes … (uet.md: ACK generation)
+ACK_BYTES = 16 * 1024
+#: … each packet counting at least this much (uet.md: ACK generation)
+ACK_MIN_COUNT = 1024
+#: a SYN's psn_offset is 12 bits: the initiator may not run further ahead before the first ACK
+SYN_PSN_SPAN = 1 << 12
+#: DSCPs (uet.md: Encapsulation — R: data CS0, ACK/NACK/control EF)
+DSCP_DATA = 0
+DSCP_CTRL = 46
+
+# NACK codes (uet.md: NACK codes) — the ones the engine sends or reacts to by name
+NACK_TRIMMED = 0x01
+NACK_TRIMMED_LASTHOP = 0x02
+NACK_TRIMMED_ACK = 0x03
+NACK_NO_SES_MSG_AVAIL = 0x09
+NACK_PSN_OOR_WINDOW = 0x0B
+NACK_INV_DPDCID = 0x0E
+NACK_PDC_HDR_MISMATCH = 0x0F
+NACK_NEW_START_PSN = 0x17
+NACK_RCVD_SES_PROCG = 0x18
+
+# control packet types (uet.md: Control types)
+CP_NOOP, CP_ACK_REQ, CP_CLEAR, CP_CLEAR_REQ, CP_CLOSE, CP_CLOSE_REQ = range(6)
+# ACK REQ field (uet.md: Flags)
+ACK_REQ_NONE, ACK_REQ_CLEAR, ACK_REQ_CLOSE = 0, 1, 2
+
+
+class Reaction(enum.Enum):
+    """What an initiator does with a NACK (uet.md: NACK codes, R's reaction column)."""
+
+    RETRANSMIT = "retransmit"
+    CLOSE = "close"
+    NEW_START_PSN = "new_start_psn"
+    IGNORE = "ignore"
+
+
+_RETX_CODES = (*range(0x01, 0x0C), 0x0D, 0x12, 0x14, 0x1A)
+_CLOSE_CODES = (0x0E, 0x0F, 0x10, 0x11, 0x13, 0x15, 0x16, 0x19)
+#: NACK code → reaction; codes not listed are counted and ignored
+NACK_REACTIONS: dict[int, Reaction] = {
+    **{c: Reaction.RETRANSMIT for c in _RETX_CODES},
+    **{c: Reaction.CLOSE for c in _CLOSE_CODES},
+    NACK_NEW_START_PSN: Reaction.NEW_START_PSN,
+    NACK_RCVD_SES_PROCG: Reaction.IGNORE,
+}
+#: trimming NACKs: retransmit at once, without waiting (uet.md: Trimming)
+TRIM_CODES = frozenset({NACK_TRIMMED, NACK_TRIMMED_LASTHOP, NACK_TRIMMED_ACK})
+
+
+class PdcState(enum.Enum):
+    """Initiator PDC life cycle (uet.md: Behaviour, PDC and Close)."""
+
+    SYN_SENT = "SYN_SENT"  # requests carry SYN + psn_offset; DPDCID unknown
+    ESTABLISHED = "ESTABLISHED"
+    CLOSING = "CLOSING"  # no new messages; CLOSE goes out once everything is ACKed
+    CLOSED = "CLOSED"
+    ERROR = "ERROR"  # closed in error: retries exhausted or a "close PDC" NACK
+
+
+class PdcIds:
+    """16-bit PDCIDs shared by initiator and target halves of one engine; 0 is reserved
+    (uet.md: Behaviour, PDC), so an ACK's DPDCID always names exactly one PDC."""
+
+    def __init__(self, first: int = 1) -> None:
+        self._next = first if 0 < first <= 0xFFFF else 1
+        self.used: set[int] = set()
+
+    def alloc(self) -> int:
+        for _ in range(0xFFFF):
+            p = self._next
+            self._next = p + 1 if p < 0xFFFF else 1
+            if p not in self.used:
+                self.used.add(p)
+                return p
+        raise RuntimeError("no free PDCID")
+
+    def free(self, pdcid: int) -> None:
+        self.used.discard(pdcid)
+
+
+# -- initiator ------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class TxMessage:
+    """One SES message (WRITE or SEND) on its way out.
+
+    ``views`` are the application's gather buffers; retransmissions re-read
+    them (RDMA semantics: the buffer is the application's until completion),
+    so no packet bytes are stored. The message completes when every packet
+    is ACKed *and* the target's SES response arrived (uet.md: SES Responses).
+    """
+
+    wr_id: int
+    ep: int
+    opcode: int  # SES opcode (WRITE 0x01, SEND 0x05)
+    data: memoryview
+    length: int
+    dest_ep: int
+    remote_addr: int = 0
+    rkey: int = 0
+    signaled: bool = True
+    message_id: int = 0
+    next_offset: int = 0  # segmentation progress
+    all_sent: bool = False
+    unacked: int = 0  # packets sent and not yet ACKed
+    eom_psn: int | None = None  # extended PSN of the EOM packet (re-sent to fetch a response)
+    response: int | None = None  # SES return code, once known
+    waiting_since: float | None = None  # all packets ACKed, response missing
+    retries: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class TxPacket:
+    """One outstanding request packet (extended PSN); ``msg`` None for a CP (CLOSE)."""
+
+    psn: int
+    msg: TxMessage | None
+    offset: int
+    length: int
+    sent_at: float
+    retries: int = 0
+    ctl_type: int = -1  # >= 0 for a PSN-consuming control packet
+
+
+@dataclass(eq=False)
+class InitiatorPdc:
+    """The initiator half: PSN allocation, the outstanding set, retransmission state."""
+
+    pdcid: int
+    peer: str  # canonical host address of the target (lookup key)
+    addr: Any  # the target's address as the caller gave it (where packets go)
+    key: Hashable
+    start_psn: int  # extended; wire value = start_psn & mask
+    window: int  # MP_RANGE in PSNs (ours, lowered to the peer's advertised mpr)
+    dpdcid: int | None = None
+    state: PdcState = PdcState.SYN_SENT
+    next_psn: int = 0  # extended
+    queue: deque[TxMessage] = field(default_factory=deque)  # not yet fully segmented
+    msgs: dict[int, TxMessage] = field(default_factory=dict)  # message_id → in flight
+    unacked: dict[int, TxPacket] = field(default_factory=dict)  # ext PSN → packet (PSN order)
+    sacked: set[int] = field(default_factory=set)  # ext PSNs the target reported
+    retx_now: deque[int] = field(default_factory=deque)  # ext PSNs to resend at once
+    retx_later: dict[int, float] = field(default_factory=dict)  # ext PSN → not before
+    timers: TimerSet = field(default_factory=TimerSet)
+    next_msg_id: int = 0
+    ctl_pending: list[tuple[int, int]] = field(default_factory=list)  # (CP type, ext PSN)
+    close_psn: int | None = None  # extended PSN of our CLOSE
+    close_requested: bool = False
+    last_ack_ecn: int = 0  # ACKs seen with M set (input for a future NSCC)
+    acks: int = 0
+
+    def __post_init__(self) -> None:
+        self.next_psn = self.start_psn
+
+    @property
+    def oldest(self) -> int:
+        """The oldest unACKed extended PSN (= CLEAR_PSN), or next_psn when all are ACKed."""
+        for p in self.unacked:
+            return p
+        return self.next_psn
+
+    def ext(self, wire_psn: int) -> int:
+        """Unwrap a wire PSN against our sending position."""
+        return PSN32.unwrap(wire_psn, self.next_psn)
+
+    @property
+    def established(self) -> bool:
+        return self.dpdcid is not None
+
+    def send_window(self) -> int:
+        """PSNs we may have in flight: MP_RANGE, and the SYN psn_offset span before the
+        first ACK (uet.md: PDS headers — psn_offset is 12 bits)."""
+        return self.window if self.established else min(self.window, SYN_PSN_SPAN)
+
+
+# -- target -------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class RecvAssign:
+    """A posted receive buffer claimed by an incoming SEND (by message id)."""
+
+    wr_id: int
+    ep: int
+    views: list[memoryview]
+    capacity: int
+    length: int
+    src_ep: int
+
+
+@dataclass(eq=False)
+class TargetPdc:
+    """The target half: which PSNs arrived, ACK accounting, SES placement state."""
+
+    pdcid: int
+    peer: str  # canonical host of the initiator
+    addr: Any  # its address as received (where ACKs go)
+    ini_pdcid: int  # the initiator's PDCID = DPDCID of our ACKs
+    start_psn: int  # wire value of the incarnation's Start_PSN
+    window: int
+    rcvd: RangeSet = field(init=False)
+    clear_psn: int = 0  # extended; PSNs below it were seen ACKed by the initiator
+    bytes_since_ack: int = 0
+    rcvd_bytes: int = 0
+    ooo: int = 0  # packets accepted ahead of the first missing PSN
+    placement: PlacementTracker[int] = field(default_factory=PlacementTracker)
+    responses: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
+    sends: dict[int, RecvAssign] = field(default_factory=dict)
+    psn_msg: OrderedDict[int, int] = field(default_factory=OrderedDict)  # ext PSN → message id
+    closed_at: int | None = None  # extended PSN of the CLOSE that ended it
+
+    def __post_init__(self) -> None:
+        self.rcvd = RangeSet(PSN32, self.start_psn)
+        self.clear_psn = self.rcvd._floor
+
+    @property
+    def first_missing(self) -> int:
+        """Extended PSN of the first PSN not received (the floor after :meth:`advance`)."""
+        return self.rcvd._floor
+
+    def ext(self, wire_psn: int) -> int:
+        return PSN32.unwrap(wire_psn, self.rcvd._floor)
+
+    def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
+        """Store a message's SES response so a duplicate can fetch it again."""
+        self.responses[message_id] = (rc, length)
+        self.responses.move_to_end(message_id)
+        while len(self.responses) > keep:
+            self.responses.popitem(last=False)
+
+    def remember_psn(self, psn: int, message_id: int, keep: int = 8192) -> None:
+        """Which message a PSN carried, so a CP ACK_REQ for it can fetch the response."""
+        self.psn_msg[psn] = message_id
+        while len(self.psn_msg) > keep:
+            self.psn_msg.popitem(last=False)
+
+    def response_for_psn(self, psn: int) -> tuple[int, int, int] | None:
+        """(message_id, return code, length) of the message PSN ``psn`` belonged to, if done."""
+        mid = self.psn_msg.get(psn)
+        if mid is None:
+            return None
+        r = self.responses.get(mid)
+        return None if r is None else (mid, *r)
+
+
+def snapshot(pdc: InitiatorPdc | TargetPdc) -> dict[str, Any]:
+    """JSON-ready summary of a PDC (for ``pdcs()`` and tests)."""
+    if isinstance(pdc, InitiatorPdc):
+        return {"pdcid": pdc.pdcid, "role": "initiator", "peer": pdc.peer,
+                "dpdcid": pdc.dpdcid, "state": pdc.state.value,
+                "start_psn": pdc.start_psn & PSN32.mask, "next_psn": pdc.next_psn & PSN32.mask,
+                "outstanding": len(pdc.unacked), "queued": len(pdc.queue),
+                "window": pdc.window}
+    return {"pdcid": pdc.pdcid, "role": "target", "peer": pdc.peer, "dpdcid": pdc.ini_pdcid,
+            "start_psn": pdc.start_psn, "cack_psn": (pdc.first_missing - 1) & PSN32.mask,
+            "window": pdc.window}

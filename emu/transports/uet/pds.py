@@ -1,0 +1,409 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""PDS for RUD, initiator side: PSNs, SYN establishment, ACK/SACK/NACK handling, RTO, CLOSE.
+
+Behaviour follows ``/work/shared/specs/uet.md`` (R for behaviour, W for layout);
+each rule cites the section it implements. The target side is in
+:mod:`emu.transports.uet.target`; packet construction shared by both is here.
+
+The initiator keeps every outstanding packet as ``(message, offset, length)``
+and rebuilds its bytes on retransmission, so memory follows the window, not
+the data. A packet leaves the outstanding set when an ACK covers it
+cumulatively (CACK_PSN), names it (ACK_PSN) or marks it in the 64-bit SACK
+bitmap; a message completes when all its packets are ACKed and the target's
+SES response has arrived.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from emu.core.cq import WcStatus
+from emu.core.psn import PSN32
+from emu.core.sack import bitmap_runs
+from emu.core.trace import Trace
+from emu.transports.uet import pdc as D
+from emu.transports.uet import ses as S
+from emu.transports.uet.pdc import InitiatorPdc, PdcState, Reaction, TxMessage, TxPacket
+from emu.wire.codec.uet import (
+    PdsControl,
+    PdsControlSyn,
+    PdsNack,
+    PdsRequest,
+    PdsRequestSyn,
+    encode_packet,
+)
+
+_M = PSN32.mask
+_RUD_REQ = 2
+_NH_REQ_STD = 3
+
+
+class PdsHost(Protocol):
+    """What the PDS logic needs from its engine (config, output, events)."""
+
+    rto: float
+    max_retries: int
+    nack_retx_delay: float
+    mtu: int
+    job_id: int
+    trace: Trace
+    stats: Any
+
+    def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None: ...
+
+    def finish(self, pdc: InitiatorPdc, msg: TxMessage, status: Any, rc: int,
+               vendor: int = 0) -> None: ...
+
+    def pdc_ended(self, pdc: InitiatorPdc, old: PdcState, reason: str,
+                  status: WcStatus | None) -> None: ...
+
+
+def s16(x: int) -> int:
+    """Clamp a PSN offset into the signed 16-bit wire field."""
+    return -32768 if x < -32768 else 32767 if x > 32767 else x
+
+
+# -- packet builders (used by both halves) -------------------------------------------
+
+
+def nack_packet(code: int, psn: int, spdcid: int, dpdcid: int, payload: int = 0, *,
+                retx: bool = False, m: bool = False) -> bytearray:
+    """A NACK (uet.md: PDS headers, NACK): ``psn`` is the wire PSN being refused."""
+    return encode_packet(PdsNack(m=int(m), retx=int(retx), nack_code=code, nack_psn=psn & _M,
+                                 spdcid=spdcid, dpdcid=dpdcid, nack_payload=payload & _M))
+
+
+def control_packet(pdc: InitiatorPdc, ctl_type: int, psn: int, *, ar: bool = True,
+                   retx: bool = False, payload: int = 0) -> bytearray:
+    """A CP from the initiator; before the first ACK it carries SYN + psn_offset
+    instead of DPDCID, like every request (uet.md: PDS headers, CP)."""
+    if pdc.dpdcid is None:
+        off = psn - pdc.start_psn
+        h: Any = PdsControlSyn(ctl_type=ctl_type, retx=int(retx), ar=int(ar), psn=psn & _M,
+                               spdcid=pdc.pdcid, psn_offset=min(max(off, 0), 0xFFF),
+                               ctl_payload=payload & _M)
+    else:
+        h = PdsControl(ctl_type=ctl_type, retx=int(retx), ar=int(ar), psn=psn & _M,
+                       spdcid=pdc.pdcid, dpdcid=pdc.dpdcid, ctl_payload=payload & _M)
+    return encode_packet(h)
+
+
+class Initiator:
+    """The initiator half of RUD for every initiator PDC of one engine."""
+
+    def __init__(self, host: PdsHost) -> None:
+        self.h = host
+
+    # -- sending -----------------------------------------------------------------
+
+    def _request(self, pdc: InitiatorPdc, pkt: TxPacket, *, retx: bool, ar: bool) -> bytearray:
+        """A RUD_REQ with SYN until DPDCID is known (uet.md: Behaviour, PDC); CLEAR_PSN =
+        our oldest unACKed PSN tells the target what we have seen ACKed."""
+        psn = pkt.psn
+        clear = s16(pdc.oldest - psn)
+        msg = pkt.msg
+        assert msg is not None
+        if pdc.dpdcid is None:
+            pds: Any = PdsRequestSyn(type=_RUD_REQ, next_hdr=_NH_REQ_STD, retx=int(retx),
+                                     ar=int(ar), clear_psn_offset=clear, psn=psn & _M,
+                                     spdcid=pdc.pdcid, psn_offset=psn - pdc.start_psn)
+        else:
+            pds = PdsRequest(type=_RUD_REQ, next_hdr=_NH_REQ_STD, retx=int(retx), ar=int(ar),
+                             clear_psn_offset=clear, psn=psn & _M, spdcid=pdc.pdcid,
+                             dpdcid=pdc.dpdcid)
+        ses = S.request_header(msg, pkt.offset, pkt.length, self.h.job_id)
+        return encode_packet(pds, ses, None, msg.data[pkt.offset:pkt.offset + pkt.length])
+
+    def pull(self, pdc: InitiatorPdc, now: float) -> None:
+        """Emit what this PDC may send now: control packets, urgent retransmissions,
+        new packets within the window, then CLOSE once everything is ACKed."""
+        if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
+            return
+        h = self.h
+        st = h.stats
+        while pdc.ctl_pending:
+            ctl, psn = pdc.ctl_pending.pop(0)
+            h.emit(control_packet(pdc, ctl, psn), pdc.addr, None, True)
+            st["tx_cp"] += 1
+        while pdc.retx_now:
+            self._retransmit(pdc, pdc.retx_now.popleft(), now)
+        self._send_new(pdc, now)
+        if (pdc.state is PdcState.CLOSING and pdc.close_psn is None and not pdc.queue
+                and not pdc.unacked and not pdc.msgs):
+            self._send_close(pdc, now)
+
+    def _retransmit(self, pdc: InitiatorPdc, psn: int, now: float, reason: str = "nack") -> None:
+        """Resend one packet with RETX|AR (uet.md: Retransmit); a new entropy, so a
+        retransmission avoids the path that lost it."""
+        pkt = pdc.unacked.get(psn)
+        if pkt is None:
+            return
+        pkt.sent_at = now
+        if pkt.ctl_type >= 0:
+            buf = control_packet(pdc, pkt.ctl_type, psn, retx=True)
+        else:
+            buf = self._request(pdc, pkt, retx=True, ar=True)
+        self.h.emit(buf, pdc.addr, None, pkt.ctl_type >= 0)
+        self.h.stats["tx_retransmits"] += 1
+        pdc.timers.set_if_earlier("retx", now + self.h.rto)
+        if self.h.trace.enabled:
+            self.h.trace.packet_retransmitted(now, pdc=pdc.pdcid, psn=psn & _M, reason=reason)
+
+    def _send_new(self, pdc: InitiatorPdc, now: float) -> None:
+        h = self.h
+        win = pdc.send_window()
+        trace = h.trace
+        while pdc.queue and pdc.state is not PdcState.CLOSED:
+            if pdc.next_psn - pdc.oldest >= win:
+                h.stats["tx_window_full"] += 1
+                return
+            msg = pdc.queue[0]
+            off = msg.next_offset
+            n = min(h.mtu, msg.length - off)
+            eom = off + n >= msg.length
+            if off == 0:
+                pdc.msgs[msg.message_id] = msg
+            psn = pdc.next_psn
+            pdc.next_psn += 1
+            pkt = TxPacket(psn, msg, off, n, now)
+            pdc.unacked[psn] = pkt
+            msg.unacked += 1
+            msg.next_offset = off + n
+            if eom:
+                msg.all_sent = True
+                msg.eom_psn = psn
+                pdc.queue.popleft()
+            # AR on a message's last packet and on the last we can send for now, so
+            # the tail never waits for the RTO (uet.md: ACK generation — AR)
+            last_now = not pdc.queue or pdc.next_psn - pdc.oldest >= win
+            h.emit(self._request(pdc, pkt, retx=False, ar=eom or last_now), pdc.addr, None,
+                   False)
+            h.stats["tx_data_packets"] += 1
+            pdc.timers.set_if_earlier("retx", now + h.rto)
+            if trace.enabled:
+                trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n,
+                                  msg=msg.message_id, syn=pdc.dpdcid is None)
+
+    def _send_close(self, pdc: InitiatorPdc, now: float) -> None:
+        """CLOSE consumes a PSN and asks for an ACK (uet.md: Behaviour, Close)."""
+        if pdc.next_psn == pdc.start_psn:  # never sent anything: nothing to tear down
+            self._end(pdc, PdcState.CLOSED, "closed (unused)", None)
+            return
+        psn = pdc.close_psn = pdc.next_psn
+        pdc.next_psn += 1
+        pdc.unacked[psn] = TxPacket(psn, None, 0, 0, now, ctl_type=D.CP_CLOSE)
+        self.h.emit(control_packet(pdc, D.CP_CLOSE, psn), pdc.addr, None, True)
+        self.h.stats["tx_close"] += 1
+        pdc.timers.set_if_earlier("retx", now + self.h.rto)
+
+    # -- receiving -------------------------------------------------------------------
+
+    def on_ack(self, pdc: InitiatorPdc, ack: Any, rsp: Any, now: float) -> None:
+        """Apply an ACK / ACK_CC: learn DPDCID, release packets (CACK, ACK_PSN, SACK),
+        take the SES response, honour the REQ field (uet.md: PDS headers, ACK)."""
+        if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
+            return
+        h = self.h
+        pdc.acks += 1
+        if pdc.dpdcid is None:
+            pdc.dpdcid = ack.spdcid  # the first ACK supplies DPDCID (uet.md: PDC)
+            if pdc.state is PdcState.SYN_SENT:
+                pdc.state = PdcState.ESTABLISHED
+            if h.trace.enabled:
+                h.trace.state_changed(now, "SYN_SENT", pdc.state.value, pdc=pdc.pdcid,
+                                      dpdcid=ack.spdcid)
+        mpr = getattr(ack, "mpr", 0)
+        if mpr:  # never run past the target's window (uet.md: Window)
+            pdc.window = min(pdc.window, mpr * D.MPR_UNIT)
+        if ack.m:
+            pdc.last_ack_ecn += 1
+        cack = pdc.ext(ack.cack_psn)
+        for p in list(pdc.unacked):
+            if p > cack:
+                break
+            self._acked(pdc, p, now)
+        if not ack.p:
+            self._acked(pdc, cack + ack.ack_psn_offset, now)
+        bm = getattr(ack, "sack_bitmap", 0)
+        if bm:
+            base = cack + ack.sack_psn_offset
+            for off, n in bitmap_runs(bm):
+                for k in range(n):
+                    self._acked(pdc, base + off + k, now)
+        if rsp is not None:
+            msg = pdc.msgs.get(rsp.message_id)
+            if msg is not None and msg.all_sent:
+                msg.response = rsp.return_code
+                self._check(pdc, msg, now)
+        if ack.req == D.ACK_REQ_CLEAR:
+            pdc.ctl_pending.append((D.CP_CLEAR, pdc.oldest))
+        elif ack.req == D.ACK_REQ_CLOSE and pdc.state is PdcState.ESTABLISHED:
+            pdc.state = PdcState.CLOSING  # the target asks us to close (uet.md: Close)
+        if not pdc.unacked and not any(m.waiting_since is not None for m in pdc.msgs.values()):
+            pdc.timers.cancel("retx")  # nothing left to time out
+        if h.trace.enabled:
+            h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
+                                 sack=bm, outstanding=len(pdc.unacked))
+
+    def _acked(self, pdc: InitiatorPdc, psn: int, now: float) -> None:
+        pkt = pdc.unacked.pop(psn, None)
+        if pkt is None:
+            return
+        pdc.retx_later.pop(psn, None)
+        if pkt.ctl_type == D.CP_CLOSE:
+            self._end(pdc, PdcState.CLOSED, "closed", None)
+            return
+        msg = pkt.msg
+        if msg is not None:
+            msg.unacked -= 1
+            self._check(pdc, msg, now)
+
+    def _check(self, pdc: InitiatorPdc, msg: TxMessage, now: float) -> None:
+        if not msg.all_sent or msg.unacked:
+            return
+        if msg.response is None:
+            if msg.waiting_since is None:  # ACKed, response lost: ask again at the RTO
+                msg.waiting_since = now
+                pdc.timers.set_if_earlier("retx", now + self.h.rto)
+            return
+        del pdc.msgs[msg.message_id]
+        ok = msg.response == S.RC_OK
+        self.h.finish(pdc, msg, WcStatus.SUCCESS if ok else S.wc_status(msg.response),
+                      msg.response)
+
+    def on_nack(self, pdc: InitiatorPdc, nack: Any, now: float) -> None:
+        """React per code (uet.md: NACK codes): retransmit (trimmed ones at once, others
+        after ``nack_retx_delay``), close the PDC in error, or adopt NEW_START_PSN."""
+        h = self.h
+        code = nack.nack_code
+        reaction = D.NACK_REACTIONS.get(code, Reaction.IGNORE)
+        h.stats[f"rx_nack_{code:#04x}"] += 1
+        if h.trace.enabled:
+            h.trace.nack_received(now, pdc=pdc.pdcid, code=code, psn=nack.nack_psn,
+                                  reaction=reaction.value)
+        if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
+            return
+        psn = pdc.ext(nack.nack_psn)
+        if reaction is Reaction.RETRANSMIT:
+            if psn not in pdc.unacked:
+                # it arrived after all (SACK/ACK showed it): ask for fresh ACK state
+                # instead of resending data (uet.md: Retransmit)
+                if pdc.established and pdc.start_psn <= psn < pdc.next_psn:
+                    pdc.ctl_pending.append((D.CP_ACK_REQ, psn))
+                return
+            if code in D.TRIM_CODES:
+                pdc.retx_now.append(psn)  # no waiting for a timeout (uet.md: Trimming)
+            else:
+                pdc.retx_later[psn] = now + h.nack_retx_delay
+                pdc.timers.set_if_earlier("nack", now + h.nack_retx_delay)
+        elif reaction is Reaction.CLOSE:
+            if pdc.state is PdcState.CLOSING and psn == pdc.close_psn:
+                self._end(pdc, PdcState.CLOSED, "closed (target had forgotten it)", None)
+                return
+            name = f"NACK {code:#04x}"
+            self.fail(pdc, WcStatus.REM_OP_ERR, name, vendor=code)
+        elif reaction is Reaction.NEW_START_PSN:
+            self.restart(pdc, nack.nack_payload, now)
+
+    def restart(self, pdc: InitiatorPdc, new_start: int, now: float) -> None:
+        """Adopt a new Start_PSN and resend every unfinished message from its start, with
+        SYN again (uet.md: NACK codes — NEW_START_PSN: adopt payload, resend)."""
+        unfinished = list(pdc.msgs.values()) + [m for m in pdc.queue
+                                                  if m.message_id not in pdc.msgs]
+        for m in unfinished:
+            m.next_offset, m.all_sent, m.unacked = 0, False, 0
+            m.eom_psn, m.response, m.waiting_since = None, None, None
+        pdc.msgs.clear()
+        pdc.queue.clear()
+        pdc.queue.extend(unfinished)
+        pdc.unacked.clear()
+        pdc.retx_now.clear()
+        pdc.retx_later.clear()
+        pdc.timers.clear()
+        pdc.start_psn = pdc.next_psn = new_start & _M
+        pdc.dpdcid = None
+        pdc.close_psn = None
+        if pdc.state is PdcState.ESTABLISHED:
+            pdc.state = PdcState.SYN_SENT
+        self.h.stats["pdc_restarts"] += 1
+
+    # -- timers --------------------------------------------------------------------------
+
+    def on_timer(self, pdc: InitiatorPdc, now: float) -> None:
+        """RTO: resend each packet older than ``rto``; after ``max_retries`` the PDC
+        closes in error (uet.md: Retransmit). Messages waiting only for their SES
+        response get a CP ACK_REQ for their last PSN instead of data."""
+        h = self.h
+        for name in pdc.timers.expired(now):
+            if name == "nack":
+                nxt = None
+                for p, t in list(pdc.retx_later.items()):
+                    if t <= now:
+                        del pdc.retx_later[p]
+                        pdc.retx_now.append(p)
+                    elif nxt is None or t < nxt:
+                        nxt = t
+                if nxt is not None:
+                    pdc.timers.set("nack", nxt)
+            elif name == "retx":
+                self._rto(pdc, now)
+            if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
+                return
+        if h.trace.enabled and pdc.retx_now:
+            h.trace.timer_fired(now, pdc=pdc.pdcid, timer="rto", resend=len(pdc.retx_now))
+
+    def _rto(self, pdc: InitiatorPdc, now: float) -> None:
+        h = self.h
+        rto = h.rto
+        nxt: float | None = None
+        for pkt in list(pdc.unacked.values()):
+            due = pkt.sent_at + rto
+            if due > now:
+                nxt = due if nxt is None or due < nxt else nxt
+                continue
+            if pkt.retries >= h.max_retries:
+                self.fail(pdc, WcStatus.RETRY_EXC_ERR, "retries exhausted")
+                return
+            pkt.retries += 1
+            h.stats["rto_retransmits"] += 1
+            self._retransmit(pdc, pkt.psn, now, reason="rto")
+            nxt = now + rto if nxt is None or now + rto < nxt else nxt
+        for msg in pdc.msgs.values():
+            w = msg.waiting_since
+            if w is None:
+                continue
+            if w + rto > now:
+                nxt = w + rto if nxt is None or w + rto < nxt else nxt
+                continue
+            if msg.retries >= h.max_retries:
+                self.fail(pdc, WcStatus.RETRY_EXC_ERR, "no SES response")
+                return
+            msg.retries += 1
+            msg.waiting_since = now
+            pdc.ctl_pending.append((D.CP_ACK_REQ, msg.eom_psn))
+            h.stats["tx_ack_req_for_response"] += 1
+            nxt = now + rto if nxt is None or now + rto < nxt else nxt
+        if nxt is not None:
+            pdc.timers.set("retx", nxt)
+
+    # -- ending -------------------------------------------------------------------------
+
+    def fail(self, pdc: InitiatorPdc, status: WcStatus, reason: str, vendor: int = 0) -> None:
+        """Close in error: every unfinished message completes with ``status``."""
+        for msg in list(pdc.msgs.values()) + [m for m in pdc.queue if m.message_id
+                                              not in pdc.msgs]:
+            self.h.finish(pdc, msg, status, 0, vendor)
+        pdc.msgs.clear()
+        pdc.queue.clear()
+        self._end(pdc, PdcState.ERROR, reason, status)
+
+    def _end(self, pdc: InitiatorPdc, state: PdcState, reason: str,
+             status: WcStatus | None) -> None:
+        old = pdc.state
+        pdc.state = state
+        pdc.unacked.clear()
+        pdc.retx_now.clear()
+        pdc.retx_later.clear()
+        pdc.ctl_pending.clear()
+        pdc.timers.clear()
+        self.h.pdc_ended(pdc, old, reason, status)

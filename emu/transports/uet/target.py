@@ -1,0 +1,220 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""PDS for RUD, target side: PDC creation on SYN, window, duplicates, ACK/NACK generation.
+
+Every reply echoes the entropy (UDP source port) of the packet it answers,
+so the initiator learns per path (uet.md: Spraying). ACKs are always ACK_CC
+with cc_type NSCC: CACK_PSN, the PSN being answered (ACK_PSN), a 64-bit SACK
+bitmap and the receiver's cc_state (uet.md: PDS headers, ACK_CC).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from emu.core.psn import PSN32
+from emu.transports.base import ECN_CE
+from emu.transports.uet import pdc as D
+from emu.transports.uet import ses as S
+from emu.transports.uet.pdc import PdcIds, TargetPdc
+from emu.transports.uet.pds import nack_packet, s16
+from emu.wire.codec.uet import PdsAckCcNscc, encode_packet
+
+_M = PSN32.mask
+_NH_RSP = 4
+
+
+class Target:
+    """All target PDCs of one engine (``host`` is the engine: emit, stats, trace, config)."""
+
+    def __init__(self, host: Any, ids: PdcIds, ses: S.SesTarget) -> None:
+        self.h = host
+        self.ids = ids
+        self.ses = ses
+        self.pdcs: dict[int, TargetPdc] = {}
+        self.by_key: dict[tuple[str, int], int] = {}  # (initiator host, its PDCID) → ours
+        #: PDCs ended by CLOSE: (host, ini PDCID) → (our old PDCID, CLOSE PSN), to re-ACK a
+        #: retransmitted CLOSE whose ACK was lost (uet.md: Close)
+        self.closed: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+
+    # -- PDC management ------------------------------------------------------------
+
+    def _create(self, host: str, addr: Any, ini: int, start: int) -> TargetPdc:
+        """A target PDC on SYN, at the initiator's Start_PSN (uet.md: Behaviour, PDC)."""
+        old = self.by_key.get((host, ini))
+        if old is not None:
+            self.drop(old)  # a new incarnation (different Start_PSN) replaces the old one
+        t = TargetPdc(self.ids.alloc(), host, addr, ini, start, self.h.mpr * D.MPR_UNIT)
+        self.pdcs[t.pdcid] = t
+        self.by_key[(host, ini)] = t.pdcid
+        self.closed.pop((host, ini), None)
+        self.h.stats["pdc_target_created"] += 1
+        return t
+
+    def drop(self, pdcid: int) -> None:
+        """Forget a target PDC (CLOSE, or the local application's ``destroy_pdc``)."""
+        t = self.pdcs.pop(pdcid, None)
+        if t is None:
+            return
+        self.by_key.pop((t.peer, t.ini_pdcid), None)
+        self.ids.free(pdcid)
+
+    # -- requests ---------------------------------------------------------------------
+
+    def on_request(self, pkt: Any, addr: Any, host: str, now: float, ecn: int,
+                   trimmed: bool) -> None:
+        """One RUD request: find/create the PDC, check window and duplicates, place via
+        SES, then ACK per the ACK-generation rules (uet.md: Behaviour)."""
+        h = self.h
+        st = h.stats
+        pds = pkt.pds
+        ent = addr[1] if len(addr) > 1 else None
+        if pds.syn:
+            t = self._syn_pdc(pds, host, addr)
+        else:
+            t = self.pdcs.get(pds.dpdcid)
+            if t is None or t.peer != host or t.ini_pdcid != pds.spdcid:
+                code = D.NACK_INV_DPDCID if t is None else D.NACK_PDC_HDR_MISMATCH
+                self._nack(addr, ent, code, pds.psn, 0, pds.spdcid, pds.retx, ecn)
+                return
+        psn = t.ext(pds.psn)
+        fm = t.first_missing
+        if psn < fm or psn in t.rcvd:
+            # duplicate in window → re-send the ACK, with the message's response if
+            # it has one (uet.md: Window)
+            st["rx_duplicate"] += 1
+            rsp = t.response_for_psn(psn)
+            self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, rsp)
+            return
+        if psn - fm >= t.window:
+            st["rx_psn_oor_window"] += 1
+            self._nack(addr, ent, D.NACK_PSN_OOR_WINDOW, pds.psn, t.pdcid, t.ini_pdcid,
+                       pds.retx, ecn, payload=fm)
+            return
+        ses = pkt.ses
+        if ses is None or not hasattr(ses, "request_length"):
+            st["rx_drop_unsupported_ses"] += 1
+            return
+        if trimmed or S.looks_trimmed(ses, len(pkt.payload)):
+            st["rx_trimmed"] += 1
+            self._nack(addr, ent, D.NACK_TRIMMED, pds.psn, t.pdcid, t.ini_pdcid, pds.retx, ecn)
+            return
+        cp = psn + pds.clear_psn_offset
+        if t.clear_psn < cp <= fm + 1:
+            t.clear_psn = cp
+        rsp, nack = self.ses.on_request(t, ses, pkt.payload)
+        if nack is not None:
+            st[f"tx_nack_{nack:#04x}"] += 1
+            self._nack(addr, ent, nack, pds.psn, t.pdcid, t.ini_pdcid, pds.retx, ecn)
+            return
+        t.rcvd.add(pds.psn)
+        t.rcvd.advance()
+        if psn > fm:
+            t.ooo += 1
+        n = len(pkt.payload)
+        t.rcvd_bytes += n
+        t.bytes_since_ack += max(n, D.ACK_MIN_COUNT)
+        t.remember_psn(psn, ses.message_id)
+        st["rx_data_packets"] += 1
+        clear_needed = t.first_missing - t.clear_psn > t.window // 2
+        if (pds.ar or pds.syn or ecn == ECN_CE or rsp is not None or clear_needed
+                or t.bytes_since_ack >= h.ack_bytes):
+            full = None if rsp is None else (ses.message_id, *rsp)
+            self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, full,
+                     req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
+
+    def _syn_pdc(self, pds: Any, host: str, addr: Any) -> TargetPdc:
+        start = pds.start_psn()
+        pid = self.by_key.get((host, pds.spdcid))
+        t = self.pdcs.get(pid) if pid is not None else None
+        if t is None or t.start_psn != start:
+            t = self._create(host, addr, pds.spdcid, start)
+        return t
+
+    # -- control packets ------------------------------------------------------------
+
+    def on_control(self, pkt: Any, addr: Any, host: str, now: float, ecn: int) -> None:
+        """CP from an initiator: ACK_REQ → ACK (with any stored response), CLEAR →
+        advance CLEAR_PSN, CLOSE → clear state and ACK (uet.md: Close, Control types)."""
+        h = self.h
+        pds = pkt.pds
+        ent = addr[1] if len(addr) > 1 else None
+        ctl = pds.ctl_type
+        if pds.syn:
+            pid = self.by_key.get((host, pds.spdcid))
+            t = self.pdcs.get(pid) if pid is not None else None
+            if t is None and ctl != D.CP_CLOSE:
+                t = self._create(host, addr, pds.spdcid, pds.start_psn())
+        else:
+            t = self.pdcs.get(pds.dpdcid)
+            if t is not None and (t.peer != host or t.ini_pdcid != pds.spdcid):
+                t = None
+        if t is None:
+            old = self.closed.get((host, pds.spdcid))
+            if ctl == D.CP_CLOSE and old is not None and old[1] == pds.psn:
+                h.stats["rx_close_duplicate"] += 1
+                self._close_ack(addr, ent, old[0], pds.spdcid, pds.psn, pds.retx)
+                return
+            self._nack(addr, ent, D.NACK_INV_DPDCID, pds.psn, 0, pds.spdcid, pds.retx, ecn)
+            return
+        psn = t.ext(pds.psn)
+        if ctl == D.CP_ACK_REQ:
+            h.stats["rx_ack_req"] += 1
+            got = psn < t.first_missing or psn in t.rcvd
+            self.ack(t, psn if got else t.first_missing - 1, ent, ecn == ECN_CE, pds.retx,
+                     t.response_for_psn(psn) if got else None)
+        elif ctl == D.CP_CLEAR:
+            if t.clear_psn < psn <= t.first_missing + 1:
+                t.clear_psn = psn
+        elif ctl == D.CP_CLOSE:
+            if psn != t.first_missing:
+                h.stats["rx_close_early"] += 1  # the initiator closes only when all is ACKed
+                return
+            h.stats["rx_close"] += 1
+            self.drop(t.pdcid)
+            self.closed[(host, t.ini_pdcid)] = (t.pdcid, pds.psn)
+            while len(self.closed) > 256:
+                self.closed.popitem(last=False)
+            self._close_ack(addr, ent, t.pdcid, t.ini_pdcid, pds.psn, pds.retx)
+        else:
+            h.stats["rx_cp_unsupported"] += 1
+
+    # -- replies -------------------------------------------------------------------------
+
+    def ack(self, t: TargetPdc, psn: int, entropy: int | None, m: bool, retx: int,
+            rsp: tuple[int, int, int] | None, req: int = D.ACK_REQ_NONE) -> None:
+        """ACK_CC for extended ``psn``: SACK base = CACK + 1 (or later, so the bitmap
+        still holds ``psn``), bit i = base + i, LSB first (uet.md: ACK generation)."""
+        h = self.h
+        cack = t.first_missing - 1
+        base = cack + 1 if psn - cack <= 64 else psn - 63
+        bm = t.rcvd.to_bitmap(base & _M, below_floor=True)
+        hdr = PdsAckCcNscc(next_hdr=_NH_RSP if rsp else 0, m=int(m), retx=int(retx), req=req,
+                           ack_psn_offset=s16(psn - cack), cack_psn=cack & _M,
+                           spdcid=t.pdcid, dpdcid=t.ini_pdcid, cc_type=0, mpr=h.mpr,
+                           sack_psn_offset=s16(base - cack), sack_bitmap=bm,
+                           rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
+                           ooo_count=min(len(t.rcvd), 0xFFFF))
+        ses = None if rsp is None else S.response_header(rsp[0], rsp[1], rsp[2], h.job_id)
+        h.emit(encode_packet(hdr, ses), t.addr, entropy, True)
+        t.bytes_since_ack = 0
+        h.stats["tx_acks"] += 1
+        if h.trace.enabled:
+            h.trace.ack_sent(h.now, pdc=t.pdcid, cack=cack & _M, psn=psn & _M, sack=bm,
+                             rsp=None if rsp is None else rsp[1])
+
+    def _close_ack(self, addr: Any, ent: int | None, pdcid: int, ini: int, psn: int,
+                   retx: int) -> None:
+        hdr = PdsAckCcNscc(retx=int(retx), cack_psn=psn & _M, spdcid=pdcid, dpdcid=ini,
+                           mpr=self.h.mpr)
+        self.h.emit(encode_packet(hdr), addr, ent, True)
+        self.h.stats["tx_acks"] += 1
+
+    def _nack(self, addr: Any, ent: int | None, code: int, psn: int, spdcid: int, dpdcid: int,
+              retx: int, ecn: int, payload: int = 0) -> None:
+        h = self.h
+        h.emit(nack_packet(code, psn, spdcid, dpdcid, payload, retx=bool(retx),
+                           m=ecn == ECN_CE), addr, ent, True)
+        h.stats["tx_nacks"] += 1
+        if h.trace.enabled:
+            h.trace.nack_sent(h.now, pdc=spdcid, code=code, psn=psn)
