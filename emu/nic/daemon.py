@@ -67,6 +67,7 @@ class EngineSlot:
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
+    check_buf: Any = None  # its in-place form over the receive buffer, or None
 
 
 class NicDaemon:
@@ -134,9 +135,11 @@ class NicDaemon:
                 c = dict.fromkeys(_SLOT_COUNTERS, 0)
                 framer = framer_for(name)
                 tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,
-                            seal=framer.seal if framer else None)
+                            seal=framer.seal if framer else None,
+                            seal_many=getattr(framer, "seal_many", None))
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
-                                              check=framer.check if framer else None)
+                                              check=framer.check if framer else None,
+                                              check_buf=getattr(framer, "check_buf", None))
             if self.cfg.pfc:
                 self._open_pause({i.name for _, i in addrs if i.name})
         except BaseException:
@@ -211,7 +214,7 @@ class NicDaemon:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
         while True:
             try:
-                ps.recv_batch(slot.backlog, batch, maxlen, slot.c, slot.check)
+                ps.recv_batch(slot.backlog, batch, maxlen, slot.c, slot.check, slot.check_buf)
             except BlockingIOError:
                 slot.rx_lot.unpark_all()
                 await trio.lowlevel.wait_readable(sock)

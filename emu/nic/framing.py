@@ -78,16 +78,63 @@ class RoceIcrc:
         crc = self._prefix.get(key)
         if crc is None:
             crc = self._prefix_crc(key)
+        if type(data) is bytearray:
+            # mask BTH byte 4 (FECN, BECN, reserved) in place: one crc32 over the packet
+            b4 = data[4]
+            data[4] = 0xFF
+            try:
+                return zlib.crc32(memoryview(data)[:n - 4], crc)
+            finally:
+                data[4] = b4
         mv = memoryview(data)
         crc = zlib.crc32(mv[:4], crc)
         crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
-        crc = zlib.crc32(mv[5:12], crc)
-        return zlib.crc32(mv[12:n - 4], crc)
+        return zlib.crc32(mv[5:n - 4], crc)
 
     def seal(self, buf: bytearray, src: str, sport: int, dst: str, dport: int) -> None:
         v = self._icrc(buf, src, sport, dst, dport)
         if v is not None:
             _LE32.pack_into(buf, len(buf) - 4, v)
+
+    def seal_many(self, bufs: list[bytearray], src: str, sport: int, dst: str,
+                  dport: int) -> None:
+        """:meth:`seal` for a GSO batch (one flow): one cache lookup per length."""
+        prefix = self._prefix
+        crc32 = zlib.crc32
+        pack = _LE32.pack_into
+        last_n = -1
+        start = 0
+        for buf in bufs:
+            n = len(buf)
+            if n < 16:
+                continue
+            if n != last_n:
+                key = (src, sport, dst, dport, n)
+                start = prefix.get(key)
+                if start is None:
+                    start = self._prefix_crc(key)
+                last_n = n
+            b4 = buf[4]
+            buf[4] = 0xFF
+            v = crc32(memoryview(buf)[:n - 4], start)
+            buf[4] = b4
+            pack(buf, n - 4, v)
+
+    def check_buf(self, buf: bytearray, off: int, end: int, src: str, sport: int, dst: str,
+                  dport: int) -> bool:
+        """:meth:`check` of ``buf[off:end]`` in place (a receive buffer; no copy)."""
+        n = end - off
+        if n < 16:
+            return False
+        key = (src, sport, dst, dport, n)
+        crc = self._prefix.get(key)
+        if crc is None:
+            crc = self._prefix_crc(key)
+        b4 = buf[off + 4]
+        buf[off + 4] = 0xFF
+        crc = zlib.crc32(memoryview(buf)[off:end - 4], crc)
+        buf[off + 4] = b4
+        return _LE32.unpack_from(buf, end - 4)[0] == crc
 
     def check(self, data: Any, src: str, sport: int, dst: str, dport: int) -> bool:
         v = self._icrc(data, src, sport, dst, dport)

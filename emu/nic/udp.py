@@ -200,7 +200,7 @@ class PortSocket:
     # -- receive ------------------------------------------------------------------
 
     def recv_batch(self, out: deque[tuple[bytes, Any, int]], limit: int, maxlen: int,
-                   c: dict[str, int], check: Any = None) -> int:
+                   c: dict[str, int], check: Any = None, check_buf: Any = None) -> int:
         """Move up to ``limit`` socket reads into ``out``; raise BlockingIOError when empty.
 
         Each read may be a GRO super-packet of several datagrams. ``out`` is the
@@ -208,7 +208,9 @@ class PortSocket:
         are dropped and counted (``rx_backlog_drops``) — draining the socket
         anyway keeps the kernel from dropping silently behind our back.
         ``check`` (the transport's framing, e.g. the RoCE ICRC) drops and
-        counts (``rx_bad_icrc``) datagrams that fail it.
+        counts (``rx_bad_icrc``) datagrams that fail it; ``check_buf`` is its in-place
+        form, ``check_buf(buf, off, end, src, sport, dst, dport)``, used instead when given
+        (checks in the receive buffer before the copy).
         """
         buf = self._buf
         mv = memoryview(buf)
@@ -233,17 +235,36 @@ class PortSocket:
                 continue
             if seg <= 0:
                 seg = n or 1
+            src, sport = addr[0], addr[1]
+            npk = nbytes = bad = dropped = 0
+            room = maxlen - len(out)
+            append = out.append
             for off in range(0, max(n, 1), seg):
-                chunk = bytes(mv[off:min(off + seg, n)])  # one copy (a bytearray slice is two)
-                c["rx_packets"] += 1
-                c["rx_bytes"] += len(chunk)
-                if check is not None and not check(chunk, addr[0], addr[1], self.address,
-                                                   self.sport):
-                    c["rx_bad_icrc"] += 1
-                elif len(out) >= maxlen:
-                    c["rx_backlog_drops"] += 1
+                end = min(off + seg, n)
+                npk += 1
+                nbytes += end - off
+                if check_buf is not None:
+                    if not check_buf(buf, off, end, src, sport, self.address, self.sport):
+                        bad += 1
+                        continue
+                    chunk = bytes(mv[off:end])  # one copy (a bytearray slice is two)
                 else:
-                    out.append((chunk, addr, ecn))
+                    chunk = bytes(mv[off:end])
+                    if check is not None and not check(chunk, src, sport, self.address,
+                                                       self.sport):
+                        bad += 1
+                        continue
+                if room <= 0:
+                    dropped += 1
+                else:
+                    room -= 1
+                    append((chunk, addr, ecn))
+            c["rx_packets"] += npk
+            c["rx_bytes"] += nbytes
+            if bad:
+                c["rx_bad_icrc"] += bad
+            if dropped:
+                c["rx_backlog_drops"] += dropped
         return n_reads
 
     # -- send ---------------------------------------------------------------------
@@ -277,9 +298,12 @@ class TxPath:
     """
 
     def __init__(self, mains: list[PortSocket], c: dict[str, int], *, max_queue: int,
-                 max_entropy: int = 512, netns_fd: int | None = None, seal: Any = None) -> None:
+                 max_entropy: int = 512, netns_fd: int | None = None, seal: Any = None,
+                 seal_many: Any = None) -> None:
         self.mains = mains
         self.seal = seal  # the transport's framing: seal(buf, src, sport, dst, dport)
+        # optional batch form for one flow: seal_many(bufs, src, sport, dst, dport)
+        self.seal_many = seal_many if seal is not None else None
         self.netns_fd = netns_fd
         self.c = c
         self.queue: deque[tuple[bytes, Any, Any]] = deque()
@@ -342,6 +366,8 @@ class TxPath:
         """Send what is queued; raise BlockingIOError (with :attr:`blocked` set) on EAGAIN."""
         q = self.queue
         c = self.c
+        seal = self.seal
+        seal_many = self.seal_many
         self.blocked = None
         while q:
             data, addr, meta = q[0]
@@ -351,39 +377,39 @@ class TxPath:
                 q.popleft()
                 c["tx_errors"] += 1
                 continue
-            seal = self.seal
-            if seal is not None:
-                if not isinstance(data, bytearray):
-                    data = bytearray(data)
-                    q[0] = (data, addr, meta)
-                seal(data, ps.address, ps.sport, addr[0], addr[1])
+            if seal is not None and type(data) is not bytearray:
+                data = bytearray(data)
+                q[0] = (data, addr, meta)
             tos = getattr(meta, "tos", None)
             if tos is not None and tos != ps.tos:
                 ps.set_tos(tos)
-            k = 1
-            seg = len(data)
+            seg = total = len(data)
+            batch = [data]
             if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1:
-                total = seg
                 for i in range(1, min(len(q), GSO_MAX_SEGS)):
                     nxt, naddr, nmeta = q[i]
                     n = len(nxt)
-                    if nmeta is not meta or naddr != addr or n > seg or total + n > GSO_MAX_BYTES:
+                    if nmeta is not meta or (naddr is not addr and naddr != addr) or n > seg \
+                            or total + n > GSO_MAX_BYTES:
                         break
-                    if seal is not None:
-                        if not isinstance(nxt, bytearray):
-                            nxt = bytearray(nxt)
-                            q[i] = (nxt, naddr, nmeta)
-                        seal(nxt, ps.address, ps.sport, naddr[0], naddr[1])
-                    k += 1
+                    if seal is not None and type(nxt) is not bytearray:
+                        nxt = bytearray(nxt)
+                        q[i] = (nxt, naddr, nmeta)
+                    batch.append(nxt)
                     total += n
                     if n < seg:
                         break
+            k = len(batch)
+            if seal_many is not None:
+                seal_many(batch, ps.address, ps.sport, addr[0], addr[1])
+            elif seal is not None:
+                for b in batch:
+                    seal(b, ps.address, ps.sport, addr[0], addr[1])
             try:
                 if k == 1:
                     ps.sock.sendto(data, addr)
                 else:
-                    ps.sock.sendmsg([q[i][0] for i in range(k)],
-                                    [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
+                    ps.sock.sendmsg(batch, [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
                     c["tx_gso_sends"] += 1
             except BlockingIOError:
                 self.blocked = ps
@@ -399,8 +425,9 @@ class TxPath:
                     q.popleft()
                 continue
             c["tx_packets"] += k
+            c["tx_bytes"] += total
             for _ in range(k):
-                c["tx_bytes"] += len(q.popleft()[0])
+                q.popleft()
 
     def close(self) -> None:
         for ps in self._entropy.values():

@@ -141,15 +141,14 @@ def build(opcode: int, dqpn: int, psn: int, ext: bytes = b"",
     """One packet: BTH, extension header bytes ``ext``, payload, pad, ICRC slot (zero)."""
     plen = len(payload)
     pad = -plen & 3
-    e = BTH_SIZE + len(ext)
-    buf = bytearray(e + plen + pad + ICRC_SIZE)
-    _BTH.pack_into(buf, 0, opcode, (se << 7) | (pad << 4), pkey, (becn << 30) | dqpn,
-                   (ackreq << 31) | psn)
-    if ext:
-        buf[BTH_SIZE:e] = ext
-    if plen:
-        buf[e:e + plen] = payload
-    return buf
+    hdr = _BTH.pack(opcode, (se << 7) | (pad << 4), pkey, (becn << 30) | dqpn,
+                    (ackreq << 31) | psn)
+    # one allocation of the exact size, no zero-fill of the payload area
+    return _EMPTY.join((hdr, ext, payload, _TAILS[pad]))
+
+
+_EMPTY = bytearray()
+_TAILS = tuple(bytes(pad + ICRC_SIZE) for pad in range(4))
 
 
 def reth(va: int, rkey: int, length: int) -> bytes:

@@ -59,6 +59,8 @@ _OPS = {  # (opcode if 1 packet, first, middle, last) for SEND/WRITE, imm varian
     WrOpcode.RDMA_WRITE_WITH_IMM: (P.WRITE_ONLY_IMM, P.WRITE_FIRST, P.WRITE_MIDDLE,
                                    P.WRITE_LAST_IMM),
 }
+#: the middle-packet opcode of each SEND/WRITE verb (the requester's fast path)
+_MIDDLE = {op: v[2] for op, v in _OPS.items()}
 _U64_NATIVE = struct.Struct("=Q")
 
 
@@ -132,6 +134,33 @@ class Requester:
         w = self.sq[self.tx]
         a = qp.attr
         pmtu = a.pmtu
+        k = self.tx_pkt
+        if k and k < w.npkts - 1:
+            mid = _MIDDLE.get(w.op)
+            if mid is not None:
+                # fast path: a full-size middle packet of a SEND/WRITE (the bulk of the bytes)
+                psn_ext = w.psn + k  # type: ignore[operator]
+                self.since_ackreq += 1
+                ackreq = 0
+                if self.since_ackreq >= self.eng.ack_req_every:
+                    ackreq = 1
+                    self.since_ackreq = 0
+                off = k * pmtu
+                views = w.views
+                payload = views[0][off:off + pmtu] if len(views) == 1 else \
+                    gather(views, off, pmtu)
+                buf = P.build(mid, a.dest_qp_num, psn_ext & _MASK, b"", payload,
+                              ackreq=ackreq, pkey=a.pkey)
+                self.tx_pkt = k + 1
+                if psn_ext < self.sent_high:
+                    self.eng.stats["tx_retransmits"] += 1
+                else:
+                    self.sent_high = psn_ext + 1
+                if "retx" not in qp.timers:
+                    to = ack_timeout(a.timeout)
+                    if to is not None:
+                        qp.timers.set("retx", now + to)
+                return buf
         if w.psn is None:
             w.psn = self.next_psn
             w.npkts = max(1, -(-w.length // pmtu)) if not w.op.is_atomic else 1
