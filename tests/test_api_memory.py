@@ -183,9 +183,12 @@ async def test_client_hanging_up_mid_reply_does_not_kill_the_daemon(tmp_path):
     """A client that closes its socket while the daemon still pushes completions to it
     (BrokenPipe in the writer task) ends only its own session."""
     async with running(_cfg(tmp_path)) as d:
+        bufs = []
+
         def rude_client():
             dev = Device.open(sock_path=d.cfg.sock_path)
             buf = dev.alloc_buffer(1 << 16)
+            bufs.append(buf)
             mr = dev.reg_mr(buf)
             cq = dev.create_cq(4096)
             qa, qb = dev.create_qp(cq), dev.create_qp(cq)
@@ -195,12 +198,14 @@ async def test_client_hanging_up_mid_reply_does_not_kill_the_daemon(tmp_path):
                 qa.post_write(mr.sge(0, 64), mr.va + 4096, mr.rkey, wr_id=k, wait=False)
             dev.conn.sock.shutdown(socket.SHUT_RDWR)
             dev.conn.sock.close()
-            return buf
 
-        for _ in range(3):
-            buf = await trio.to_thread.run_sync(rude_client)
-            await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
-            buf.close()
+        try:
+            for _ in range(3):
+                await trio.to_thread.run_sync(rude_client)
+                await _until(lambda: d.control.counters()["clients"] == 0, "the session to end")
+        finally:
+            for buf in bufs:
+                buf.close()
 
         def polite_client():
             with Device.open(sock_path=d.cfg.sock_path) as dev:
