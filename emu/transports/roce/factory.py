@@ -20,6 +20,12 @@ ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", 
                   "cnp_interval", "cnp_dscp", "default_pmtu")
 #: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
 DEFAULT_DAEMON_LINE_RATE = 10e9
+#: bytes a daemon's pacer may send ahead of its rate per wake-up. Each wake-up costs a
+#: trio timer round; 64 KiB (16 packets) made the sender's pacer the bottleneck
+#: (bench-roce 0.65x → 0.84–1.0x at 256 KiB). Larger bursts outran a switch port's
+#: default 1 MB buffer before PFC could pause the sender (tail drops in a lossless
+#: class at 512 KiB and 1 MiB in tests/test_nic_pause.py).
+DEFAULT_DAEMON_BURST = 256 << 10
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
 PMTU_OVERHEAD = 84
 
@@ -46,6 +52,7 @@ def create_engine(ctx: Any) -> RoceEngine:
     # overrun into a retransmit storm (31k of 47k packets resent for 64 MiB).
     # 10 Gb/s keeps the pacer from being the limit while bursts stay absorbable.
     opts.setdefault("line_rate", DEFAULT_DAEMON_LINE_RATE)
+    opts.setdefault("burst_bytes", DEFAULT_DAEMON_BURST)
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
     return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)
