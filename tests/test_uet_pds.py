@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from test_uet_transfer import A, B, ok, uet_pair, write
+from uet_pair import A, B, ok, uet_pair, write
 
 from emu.core.cq import WcStatus
 from emu.core.trace import Trace, select
