@@ -38,6 +38,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import Packet, Raw, bind_layers
 
 from emu.wire import icrc as _icrc
+from emu.wire.codec import roce as _codec_roce
 from emu.wire.codec.roce import (  # noqa: F401  (re-exported: the tables live with the codec)
     AETH_ACK,
     AETH_NAK,
@@ -237,15 +238,13 @@ class CNPPadding(_AfterBTH):
     fields_desc = [XLongField("reserved1", 0), XLongField("reserved2", 0)]
 
 
-#: operation -> headers after the BTH (RC/UC); UD puts a DETH first.
+#: operation -> headers after the BTH (RC/UC), derived from the codec's table by name so
+#: scapy and the codecs cannot disagree on which header follows which opcode.
+_LAYERS = {c.__name__: c for c in (RETH, AETH, ImmDt, IETH, AtomicETH, AtomicAckETH, DETH,
+                                   CNPPadding)}
 OPERATION_CHAINS: dict[int, tuple[type[Packet], ...]] = {
-    0x00: (), 0x01: (), 0x02: (), 0x03: (ImmDt,), 0x04: (), 0x05: (ImmDt,),
-    0x06: (RETH,), 0x07: (), 0x08: (), 0x09: (ImmDt,), 0x0A: (RETH,), 0x0B: (RETH, ImmDt),
-    0x0C: (RETH,),
-    0x0D: (AETH,), 0x0E: (), 0x0F: (AETH,), 0x10: (AETH,),
-    0x11: (AETH,), 0x12: (AETH, AtomicAckETH),
-    0x13: (AtomicETH,), 0x14: (AtomicETH,),
-    0x16: (IETH,), 0x17: (IETH,),
+    op: tuple(_LAYERS[h.NAME] for h in chain)
+    for op, chain in _codec_roce.OPERATION_CHAINS.items()
 }
 
 for _t, _ops in TRANSPORT_OPERATIONS.items():

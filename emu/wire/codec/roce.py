@@ -322,7 +322,9 @@ class CNPPadding(Header):
 # Opcode -> header chain (mirrors emu.wire.roce.OPCODE_CHAINS)
 # --------------------------------------------------------------------------
 
-_OPERATION_CHAINS: dict[int, tuple[type[Header], ...]] = {
+#: operation (low 5 bits) -> headers after the BTH (RC/UC); UD puts a DETH first.
+#: The one table: the scapy layers derive theirs from it by header name.
+OPERATION_CHAINS: dict[int, tuple[type[Header], ...]] = {
     0x00: (), 0x01: (), 0x02: (), 0x03: (ImmDt,), 0x04: (), 0x05: (ImmDt,),
     0x06: (RETH,), 0x07: (), 0x08: (), 0x09: (ImmDt,), 0x0A: (RETH,), 0x0B: (RETH, ImmDt),
     0x0C: (RETH,),
@@ -344,7 +346,7 @@ OPCODE_NAMES[CNP_OPCODE] = "CNP"
 CHAINS: dict[int, tuple[type[Header], ...] | object] = {}
 for _t, _ops in TRANSPORT_OPERATIONS.items():
     for _op in _ops:
-        _c = _OPERATION_CHAINS[_op]
+        _c = OPERATION_CHAINS[_op]
         CHAINS[TRANSPORT_PREFIX[_t] | _op] = (DETH, *_c) if _t == "UD" else _c
 CHAINS[CNP_OPCODE] = (CNPPadding,)
 
