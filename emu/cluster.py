@@ -96,50 +96,82 @@ def switch_dir(cluster: str, node: str | None = None) -> str:
     return os.path.join(base, node) if node else base
 
 
-def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0) -> int:
-    """Start ``emu switchd`` in every switch's namespace and wait until each says ``ready``.
+def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
+                timeout: float, kind: str) -> dict[str, float]:
+    """Start daemons at once and wait until each prints a line starting with ``ready``.
 
-    All start at once (Python start-up dominates); each pid is recorded in the
-    state file before we wait, so a failure or ``emu down`` stops them.
+    ``jobs``: name -> (argv after ``python -m``, log path, what the state file calls
+    it). Each pid is recorded in the state file right after the spawn, before
+    readiness, so ``emu down`` — or the rollback of a failed ``up`` — stops it.
+    Returns each one's seconds to ready; a daemon that exits or stays silent
+    raises ClusterError with the end of its log.
     """
+    import selectors
+
+    import emu
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(emu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    procs: dict[str, tuple[subprocess.Popen, float, str]] = {}
+    sel = selectors.DefaultSelector()
+    try:
+        for name, (argv, log_path, what) in jobs.items():
+            os.makedirs(os.path.dirname(log_path), exist_ok=True)
+            with open(log_path, "ab") as log:
+                t0 = time.monotonic()
+                p = subprocess.Popen([sys.executable, "-m", *argv], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=log, env=env,
+                                     start_new_session=True)
+            state.add_pid(cluster, p.pid, what)
+            procs[name] = (p, t0, log_path)
+            assert p.stdout is not None
+            sel.register(p.stdout, selectors.EVENT_READ, name)
+        ready: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(ready) < len(procs):
+            left = deadline - time.monotonic()
+            events = sel.select(left) if left > 0 else []
+            if not events:
+                missing = sorted(set(procs) - set(ready))
+                raise ClusterError(f"{kind}(s) on {', '.join(missing)} not ready in {timeout:g}"
+                                   f" s (logs: {', '.join(procs[m][2] for m in missing)})")
+            for key, _ in events:
+                name = key.data
+                p, t0, log_path = procs[name]
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                sel.unregister(key.fileobj)
+                if not line.startswith(b"ready"):
+                    p.wait(5)
+                    with open(log_path, "rb") as f:
+                        tail = f.read()[-600:].decode(errors="replace").strip()
+                    raise ClusterError(f"{kind} on {name} failed (exit {p.returncode}): {tail}")
+                ready[name] = time.monotonic() - t0
+        return ready
+    finally:
+        sel.close()
+        for p, _, _ in procs.values():
+            if p.stdout is not None:
+                p.stdout.close()
+
+
+def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0) -> int:
+    """Start ``emu switchd`` in every switch's namespace and wait until each is ready."""
     import json
-    import select
 
     from emu.fabric.naming import ns_name
     from emu.switch.topology import configs
 
-    procs = []
+    jobs = {}
     for node, cfg in configs(topology).items():
         d = switch_dir(cluster, node)
         os.makedirs(d, mode=0o700, exist_ok=True)
         cfg_path = os.path.join(d, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg.to_dict(), f, indent=1)
-        log = open(os.path.join(d, "daemon.log"), "ab")  # noqa: SIM115 - the child keeps it
-        p = subprocess.Popen([sys.executable, "-m", "emu.switch.daemon", "--netns",
-                              ns_name(cluster, node), "--state-dir", d, "--config", cfg_path],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                             start_new_session=True)
-        log.close()
-        state.add_pid(cluster, p.pid, f"switchd {node}")
-        procs.append((node, p))
-    deadline = time.monotonic() + timeout
-    for node, p in procs:
-        assert p.stdout is not None
-        line = b""
-        while not line:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([p.stdout], [], [], left)[0]:
-                raise ClusterError(f"switch daemon on {node} did not become ready in {timeout:g}"
-                                   f" s (see {switch_dir(cluster, node)}/daemon.log)")
-            line = p.stdout.readline()
-            if not line and p.poll() is not None:
-                raise ClusterError(f"switch daemon on {node} exited with {p.returncode} "
-                                   f"(see {switch_dir(cluster, node)}/daemon.log)")
-            if line and line.strip() != b"ready":
-                line = b""
-        p.stdout.close()
-    return len(procs)
+        jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
+                       "--config", cfg_path], os.path.join(d, "daemon.log"), f"switchd {node}")
+    return len(spawn_ready(cluster, jobs, timeout, "switch daemon"))
 
 
 def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0) -> dict:
@@ -301,53 +333,7 @@ def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
     ``--optional-transports``: a transport whose engine is not installed yet is
     skipped with a warning in the log instead of failing the cluster.
     """
-    import selectors
-
-    import emu
-
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(emu.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     logdir = os.path.join(state.STATE_DIR, "logs")
-    os.makedirs(logdir, exist_ok=True)
-    procs: dict[str, tuple[subprocess.Popen, float, str]] = {}
-    sel = selectors.DefaultSelector()
-    try:
-        for h in hosts:
-            log_path = os.path.join(logdir, f"{cluster}.nicd-{h}.log")
-            with open(log_path, "ab") as log:
-                t0 = time.monotonic()
-                p = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster",
-                                      cluster, "--host", h, *extra_args],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=log, env=env, start_new_session=True)
-            state.add_pid(cluster, p.pid, f"nicd {h}")
-            procs[h] = (p, t0, log_path)
-            assert p.stdout is not None
-            sel.register(p.stdout, selectors.EVENT_READ, h)
-        ready: dict[str, float] = {}
-        deadline = time.monotonic() + timeout
-        while len(ready) < len(procs):
-            left = deadline - time.monotonic()
-            events = sel.select(left) if left > 0 else []
-            if not events:
-                missing = sorted(set(procs) - set(ready))
-                raise ClusterError(f"NIC daemon(s) {', '.join(missing)} not ready in "
-                                   f"{timeout:g} s (logs: {logdir}/{cluster}.nicd-*.log)")
-            for key, _ in events:
-                h = key.data
-                p, t0, log_path = procs[h]
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                sel.unregister(key.fileobj)
-                if not line.startswith(b"ready"):
-                    p.wait(5)
-                    with open(log_path, "rb") as f:
-                        tail = f.read()[-600:].decode(errors="replace").strip()
-                    raise ClusterError(f"NIC daemon of {h} failed (exit {p.returncode}): {tail}")
-                ready[h] = time.monotonic() - t0
-        return ready
-    finally:
-        sel.close()
-        for p, _, _ in procs.values():
-            if p.stdout is not None:
-                p.stdout.close()
+    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *extra_args],
+                os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
+    return spawn_ready(cluster, jobs, timeout, "NIC daemon")
