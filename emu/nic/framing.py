@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
+
+from emu.wire.crc32 import crc32
 
 _IP4 = struct.Struct("!BBHHHBBH4s4s")
 _IP6 = struct.Struct("!IHBB16s16s")
@@ -64,7 +65,7 @@ class RoceIcrc:
         else:
             ip = _IP6.pack(6 << 28, ulen, 17, 64, s, d)
         hdr = self._mask(ip, _UDP.pack(sport, dport, ulen, 0), bytes(12))[:-12]
-        crc = zlib.crc32(hdr, self._seed)
+        crc = crc32(hdr, self._seed)
         if len(self._prefix) > 65536:
             self._prefix.clear()
         self._prefix[key] = crc
@@ -83,13 +84,13 @@ class RoceIcrc:
             b4 = data[4]
             data[4] = 0xFF
             try:
-                return zlib.crc32(memoryview(data)[:n - 4], crc)
+                return crc32(memoryview(data)[:n - 4], crc)
             finally:
                 data[4] = b4
         mv = memoryview(data)
-        crc = zlib.crc32(mv[:4], crc)
-        crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
-        return zlib.crc32(mv[5:n - 4], crc)
+        crc = crc32(mv[:4], crc)
+        crc = crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
+        return crc32(mv[5:n - 4], crc)
 
     def seal(self, buf: bytearray, src: str, sport: int, dst: str, dport: int) -> None:
         v = self._icrc(buf, src, sport, dst, dport)
@@ -100,7 +101,6 @@ class RoceIcrc:
                   dport: int) -> None:
         """:meth:`seal` for a GSO batch (one flow): one cache lookup per length."""
         prefix = self._prefix
-        crc32 = zlib.crc32
         pack = _LE32.pack_into
         last_n = -1
         start = 0
@@ -132,7 +132,7 @@ class RoceIcrc:
             crc = self._prefix_crc(key)
         b4 = buf[off + 4]
         buf[off + 4] = 0xFF
-        crc = zlib.crc32(memoryview(buf)[off:end - 4], crc)
+        crc = crc32(memoryview(buf)[off:end - 4], crc)
         buf[off + 4] = b4
         return _LE32.unpack_from(buf, end - 4)[0] == crc
 

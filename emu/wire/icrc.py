@@ -22,13 +22,13 @@ ConnectX-4 Lx capture.
 from __future__ import annotations
 
 import struct
-import zlib
 
+from emu.wire.crc32 import crc32
 from emu.wire.errors import DecodeError
 
 _LRH_STANDIN = b"\xff" * 8
 #: CRC of the 8-byte stand-in, so we can continue from it instead of concatenating.
-_CRC_AFTER_LRH = zlib.crc32(_LRH_STANDIN)
+_CRC_AFTER_LRH = crc32(_LRH_STANDIN)
 
 IPV4_HEADER_MIN = 20
 IPV6_HEADER = 40
@@ -70,8 +70,8 @@ def icrc_parts(ip_header: bytes | memoryview, udp_header: bytes | memoryview,
     inner IPv6 header and UDP). Lengths in the headers must already count the
     ICRC. This is the daemon's path: no concatenation of the payload.
     """
-    crc = zlib.crc32(_masked_ip_udp_bth(ip_header, udp_header, bth), _CRC_AFTER_LRH)
-    return zlib.crc32(rest, crc)
+    crc = crc32(_masked_ip_udp_bth(ip_header, udp_header, bth), _CRC_AFTER_LRH)
+    return crc32(rest, crc)
 
 
 def _split(packet: bytes | memoryview) -> tuple[memoryview, memoryview, memoryview, memoryview]:
