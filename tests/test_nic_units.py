@@ -185,6 +185,46 @@ def test_gso_groups_equal_datagrams_to_one_destination():
     rx.close()
 
 
+@pytest.mark.parametrize("gso", [True, False])
+def test_gather_datagrams_are_sealed_and_sent_whole(gso):
+    """Scatter-gather datagrams (header, payload view, pad + ICRC tail) leave as the
+    same bytes a joined buffer would, with the ICRC over the real headers — in a GSO
+    batch mixed with plain buffers and one by one."""
+    from emu.nic.framing import RoceIcrc
+    from emu.transports.roce import packets as P
+
+    c = dict.fromkeys(("tx_packets", "tx_bytes", "tx_gso_sends", "tx_gso_disabled",
+                       "tx_errors", "tx_entropy_fallback", "tx_backlog_drops"), 0)
+    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    rx.bind(("::1", 0))
+    rx.settimeout(5)
+    port = rx.getsockname()[1]
+    ps = PortSocket("::1", 0, mtu=65536, gro=False, gso=gso)
+    if gso and not ps.gso:
+        pytest.skip("no UDP GSO on this kernel")
+    icrc = RoceIcrc()
+    tx = TxPath([ps], c, max_queue=100, seal=icrc.seal, seal_many=icrc.seal_many)
+    meta = TxMeta(ps.sport)
+    memory = bytearray(random.Random(7).randbytes(4096 * 4))
+    dst = ("::1", port)
+    items = [(P.build_gather(P.WRITE_MIDDLE, 0x12, i, memoryview(memory)[i * 4096:(i + 1)
+                                                                         * 4096]), dst, meta)
+             for i in range(3)]
+    items.append((P.build(P.WRITE_MIDDLE, 0x12, 3, b"", memory[3 * 4096:]), dst, meta))
+    items.append((P.build_gather(P.WRITE_LAST, 0x12, 4, memoryview(memory)[5:1002]), dst,
+                  meta))  # 997 B: 3 pad bytes in the tail, shorter last segment
+    tx.put(items)
+    tx.flush()
+    got = [rx.recv(65536) for _ in range(len(items))]
+    assert c["tx_packets"] == len(items) and c["tx_gso_sends"] == (1 if gso else 0)
+    for (d, _, _), g in zip(items, got, strict=True):
+        assert g == bytes(d) and len(g) == len(d)
+        assert icrc.check(g, "::1", ps.sport, "::1", port), "bad ICRC"
+    assert got[4][12:12 + 997] == memory[5:1002] and got[4][12 + 997:-4] == bytes(3)
+    ps.close()
+    rx.close()
+
+
 def test_ipv4_gso_is_off_by_default_for_the_icrc():
     ps = PortSocket("127.0.0.1", 0)
     try:

@@ -19,6 +19,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from emu.transports.base import Gather
 from emu.wire.crc32 import crc32
 
 _IP4 = struct.Struct("!BBHHHBBH4s4s")
@@ -92,12 +93,35 @@ class RoceIcrc:
         crc = crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
         return crc32(mv[5:n - 4], crc)
 
-    def seal(self, buf: bytearray, src: str, sport: int, dst: str, dport: int) -> None:
+    def seal(self, buf: bytearray | Gather, src: str, sport: int, dst: str,
+             dport: int) -> None:
+        if type(buf) is Gather:
+            self._seal_gather(buf, src, sport, dst, dport)
+            return
         v = self._icrc(buf, src, sport, dst, dport)
         if v is not None:
             _LE32.pack_into(buf, len(buf) - 4, v)
 
-    def seal_many(self, bufs: list[bytearray], src: str, sport: int, dst: str,
+    def _seal_gather(self, g: Gather, src: str, sport: int, dst: str, dport: int,
+                     start: int | None = None) -> None:
+        """The ICRC of a datagram in pieces, chained piece by piece into its tail."""
+        if start is None:
+            key = (src, sport, dst, dport, g.size)
+            start = self._prefix.get(key)
+            if start is None:
+                start = self._prefix_crc(key)
+        head, tail = g.head, g.tail
+        b4 = head[4]
+        head[4] = 0xFF  # BTH byte 4 (FECN, BECN, reserved) masked
+        crc = crc32(head, start)
+        head[4] = b4
+        crc = crc32(g.body, crc)
+        n = len(tail)
+        if n > 4:
+            crc = crc32(memoryview(tail)[:n - 4], crc)
+        _LE32.pack_into(tail, n - 4, crc)
+
+    def seal_many(self, bufs: list[bytearray | Gather], src: str, sport: int, dst: str,
                   dport: int) -> None:
         """:meth:`seal` for a GSO batch (one flow): one cache lookup per length."""
         prefix = self._prefix
@@ -114,6 +138,9 @@ class RoceIcrc:
                 if start is None:
                     start = self._prefix_crc(key)
                 last_n = n
+            if type(buf) is Gather:
+                self._seal_gather(buf, src, sport, dst, dport, start)
+                continue
             b4 = buf[4]
             buf[4] = 0xFF
             v = crc32(memoryview(buf)[:n - 4], start)

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.transports.base import Gather
+
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
@@ -377,7 +379,7 @@ class TxPath:
                 q.popleft()
                 c["tx_errors"] += 1
                 continue
-            if seal is not None and type(data) is not bytearray:
+            if seal is not None and type(data) is not bytearray and type(data) is not Gather:
                 data = bytearray(data)
                 q[0] = (data, addr, meta)
             tos = getattr(meta, "tos", None)
@@ -392,7 +394,8 @@ class TxPath:
                     if nmeta is not meta or (naddr is not addr and naddr != addr) or n > seg \
                             or total + n > GSO_MAX_BYTES:
                         break
-                    if seal is not None and type(nxt) is not bytearray:
+                    if seal is not None and type(nxt) is not bytearray \
+                            and type(nxt) is not Gather:
                         nxt = bytearray(nxt)
                         q[i] = (nxt, naddr, nmeta)
                     batch.append(nxt)
@@ -405,11 +408,15 @@ class TxPath:
             elif seal is not None:
                 for b in batch:
                     seal(b, ps.address, ps.sport, addr[0], addr[1])
+            iov = _iovec(batch)
             try:
                 if k == 1:
-                    ps.sock.sendto(data, addr)
+                    if iov is batch:
+                        ps.sock.sendto(data, addr)
+                    else:
+                        ps.sock.sendmsg(iov, (), 0, addr)
                 else:
-                    ps.sock.sendmsg(batch, [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
+                    ps.sock.sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
                     c["tx_gso_sends"] += 1
             except BlockingIOError:
                 self.blocked = ps
@@ -433,6 +440,23 @@ class TxPath:
         for ps in self._entropy.values():
             ps.close()
         self._entropy.clear()
+
+
+def _iovec(batch: list[Any]) -> list[Any]:
+    """The buffers of a send: ``batch`` itself, or with each :class:`Gather` opened into
+    its pieces (the kernel gathers them; GSO cuts segments by size, not by iovec)."""
+    for b in batch:
+        if type(b) is Gather:
+            break
+    else:
+        return batch
+    iov: list[Any] = []
+    for b in batch:
+        if type(b) is Gather:
+            iov += (b.head, b.body, b.tail)
+        else:
+            iov.append(b)
+    return iov
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

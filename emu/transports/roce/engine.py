@@ -78,11 +78,16 @@ class RoceEngine(Engine):
                  burst_bytes: int = 65536, cnp_interval: float = 50e-6, cnp_dscp: int = 48,
                  class_of: Callable[[int], int] = lambda dscp: dscp >> 3,
                  trace: Trace = NULL_TRACE, first_qpn: int = 0x11,
-                 local_addr: Addr | None = None, default_pmtu: int = 4096) -> None:
+                 local_addr: Addr | None = None, default_pmtu: int = 4096,
+                 gather: bool = False) -> None:
         if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0:
             raise ValueError("line_rate, ack_every, ack_req_every must be > 0, burst >= 0")
         if cc is not None:
             cc_registry.create(cc, line_rate, 0.0, **(cc_params or {}))  # validate now
+        if gather and icrc is not None:
+            raise ValueError("gather=True is for daemons, which seal ICRCs themselves (icrc=None)")
+        #: emit bulk packets as :class:`~emu.transports.base.Gather` pieces (no payload copy)
+        self.gather = gather
         self.memory = memory
         self.rng = rng
         self.line_rate = float(line_rate)

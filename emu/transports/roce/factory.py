@@ -17,7 +17,7 @@ from emu.transports.roce.qp import PMTU_VALUES
 
 #: RoceEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
-                  "cnp_interval", "cnp_dscp", "default_pmtu")
+                  "cnp_interval", "cnp_dscp", "default_pmtu", "gather")
 #: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
 DEFAULT_DAEMON_LINE_RATE = 10e9
 #: bytes a daemon's pacer may send ahead of its rate per wake-up. Each wake-up costs a
@@ -53,6 +53,7 @@ def create_engine(ctx: Any) -> RoceEngine:
     # 10 Gb/s keeps the pacer from being the limit while bursts stay absorbable.
     opts.setdefault("line_rate", DEFAULT_DAEMON_LINE_RATE)
     opts.setdefault("burst_bytes", DEFAULT_DAEMON_BURST)
+    opts.setdefault("gather", True)  # the daemon sends Gather pieces by scatter-gather
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
     return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

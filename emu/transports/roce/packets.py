@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from emu.transports.base import Gather
 from emu.wire.codec.roce import AETH_ACK, AETH_NAK, AETH_RNR_NAK, CNP_OPCODE
 from emu.wire.icrc import icrc_parts
 
@@ -149,6 +150,20 @@ def build(opcode: int, dqpn: int, psn: int, ext: bytes = b"",
 
 _EMPTY = bytearray()
 _TAILS = tuple(bytes(pad + ICRC_SIZE) for pad in range(4))
+
+
+def build_gather(opcode: int, dqpn: int, psn: int, payload: memoryview, *, ackreq: int = 0,
+                 se: int = 0, pkey: int = 0xFFFF) -> Gather:
+    """:func:`build` without copying ``payload``: BTH, the payload view, pad + ICRC slot.
+
+    For packets without extension headers (SEND/WRITE middles, the bulk of a
+    transfer); the daemon seals the ICRC into the tail and sends the pieces
+    with one scatter-gather ``sendmsg`` (:class:`emu.transports.base.Gather`).
+    """
+    n = len(payload)
+    pad = -n & 3
+    hdr = bytearray(_BTH.pack(opcode, (se << 7) | (pad << 4), pkey, dqpn, (ackreq << 31) | psn))
+    return Gather(hdr, payload, bytearray(pad + ICRC_SIZE), BTH_SIZE + n + pad + ICRC_SIZE)
 
 
 def reth(va: int, rkey: int, length: int) -> bytes:

@@ -147,10 +147,17 @@ class Requester:
                     self.since_ackreq = 0
                 off = k * pmtu
                 views = w.views
-                payload = views[0][off:off + pmtu] if len(views) == 1 else \
-                    gather(views, off, pmtu)
-                buf = P.build(mid, a.dest_qp_num, psn_ext & _MASK, b"", payload,
-                              ackreq=ackreq, pkey=a.pkey)
+                if len(views) == 1:
+                    payload = views[0][off:off + pmtu]
+                    if self.eng.gather:  # daemon: no copy, sent by scatter-gather
+                        buf = P.build_gather(mid, a.dest_qp_num, psn_ext & _MASK, payload,
+                                             ackreq=ackreq, pkey=a.pkey)
+                    else:
+                        buf = P.build(mid, a.dest_qp_num, psn_ext & _MASK, b"", payload,
+                                      ackreq=ackreq, pkey=a.pkey)
+                else:
+                    buf = P.build(mid, a.dest_qp_num, psn_ext & _MASK, b"",
+                                  gather(views, off, pmtu), ackreq=ackreq, pkey=a.pkey)
                 self.tx_pkt = k + 1
                 if psn_ext < self.sent_high:
                     self.eng.stats["tx_retransmits"] += 1
