@@ -321,6 +321,10 @@ def nic_dir(cluster: str) -> str:
     return os.path.join(RUN_DIR, cluster)
 
 
+#: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
+NIC_TRANSPORTS = ("roce", "uet")
+
+
 def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
                       extra_args: tuple[str, ...] = ("--optional-transports",)
                       ) -> dict[str, float]:
@@ -331,9 +335,11 @@ def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
     (SIGTERM: the daemon drains and exits 0). They start in parallel; a daemon
     says ``ready …`` on stdout once its sockets and control socket exist.
     ``--optional-transports``: a transport whose engine is not installed yet is
-    skipped with a warning in the log instead of failing the cluster.
+    skipped with a warning in the log instead of failing the cluster. Each
+    daemon serves :data:`NIC_TRANSPORTS` (one engine and UDP port each).
     """
+    transports = [a for t in NIC_TRANSPORTS for a in ("-t", t)]
     logdir = os.path.join(state.STATE_DIR, "logs")
-    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *extra_args],
+    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *transports, *extra_args],
                 os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
     return spawn_ready(cluster, jobs, timeout, "NIC daemon")

@@ -15,7 +15,13 @@ Impairments (each a probability per datagram, applied independently):
 * ``reorder`` — held back an extra ``reorder_delay`` (so later ones overtake);
 * ``dup`` — delivered twice (the copy ``dup_delay`` later);
 * ``ce`` — ECN-CE marked if the sender set ECT (as a switch queue would);
-* ``drop`` — a callable ``(data, src, dst) -> bool`` for targeted drops.
+* ``drop`` — a callable ``(data, src, dst) -> bool`` for targeted drops;
+* ``mark`` — a callable ``(data, meta, side) -> bool``: CE-mark this ECT datagram
+  (targeted marking, e.g. every packet on one entropy's path).
+
+With ``src_ports`` the receiver sees the sender's entropy (``meta.entropy``,
+the UDP source port a daemon would send from) as the source port, so replies
+that echo it reach the sender's path logic as they would on a real wire.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class LossyLink:
     dup_delay: float = 3e-6
     ce: float = 0.0
     drop: Callable[[bytes, tuple, tuple], bool] | None = None
+    mark: Callable[[bytes, Any, str], bool] | None = None
+    src_ports: bool = False
     now: float = 0.0
     events: dict[str, list[Event]] = field(default_factory=lambda: {"a": [], "b": []})
     sent: dict[str, int] = field(default_factory=lambda: {"a": 0, "b": 0})
@@ -102,9 +110,12 @@ class LossyLink:
                     self.dropped += 1
                     continue
                 ecn = meta.ecn
-                if self.ce and ecn in (1, 2) and r.random() < self.ce:
+                if ecn in (1, 2) and ((self.ce and r.random() < self.ce) or (
+                        self.mark is not None and self.mark(data, meta, side))):
                     ecn = ECN_CE
                     self.marked += 1
+                if self.src_ports:
+                    data = (data, meta.entropy)  # type: ignore[assignment]
                 t = self.now + self.delay
                 if self.reorder and r.random() < self.reorder:
                     t += self.reorder_delay * r.random()
@@ -132,6 +143,9 @@ class LossyLink:
             _, _, to, data, ecn = heapq.heappop(self._q)
             eng = self.a if to == "a" else self.b
             src = self.addr_b if to == "a" else self.addr_a
+            if self.src_ports:
+                data, port = data  # type: ignore[misc]
+                src = (src[0], port)
             eng.receive_datagram(data, src, self.now, ecn=ecn)
         for eng in (self.a, self.b):
             t = eng.get_timer()

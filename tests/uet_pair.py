@@ -43,13 +43,16 @@ def uet_pair(seed: int = 1, *, ekw: dict | None = None, ekw_b: dict | None = Non
     return UetPair(link, ea, eb, ma, mb, a, b)
 
 
-def write(p: UetPair, wr_id: int, size: int, seed: int = 0) -> tuple[Any, Any, bytes]:
-    """Post a WRITE of ``size`` random bytes from A to a fresh region on B."""
-    src, dst = register(p.ma, max(size, 1)), register(p.mb, max(size, 1))
+def write(p: UetPair, wr_id: int, size: int, seed: int = 0, *, mode: str | None = None,
+          dst: Any = None) -> tuple[Any, Any, bytes]:
+    """Post a WRITE of ``size`` random bytes from A to a fresh region on B (or ``dst``),
+    in delivery ``mode`` (None: the endpoint's default)."""
+    src = register(p.ma, max(size, 1))
+    dst = dst or register(p.mb, max(size, 1))
     data = random.Random(seed or size).randbytes(max(size, 1))
     src.view[:] = data
     p.ea.post_write(p.a, wr_id, [Sge(src.va, size, src.lkey)], (B[0], p.b), dst.va, dst.rkey,
-                    p.link.now)
+                    p.link.now, mode=mode)
     return src, dst, data[:size]
 
 

@@ -14,12 +14,20 @@ Typical use (inside a host: ``emu exec h1 -- python3 app.py``)::
         qp.post_write(mr.sge(0, 4096), peer["va"], peer["rkey"], wr_id=1)
         [wc] = cq.wait(1)
 
+UET endpoints (libfabric names: send, tsend, write, read, atomic, recv)::
+
+    ep = dev.endpoint()                        # transport="uet"
+    ep.connect(peer_name)                      # the peer's ep.getname()
+    ep.write(mr.sge(0, 4096), peer["va"], peer["rkey"], context=1)
+    [wc] = ep.tx_cq.wait(1)
+
 See :mod:`emu.api.client` for the objects and ``docs/nic-protocol.md`` for the wire.
 """
 
 from emu.api import exchange
 from emu.api.client import CQ, DEFAULT_ACCESS, MR, QP, Connection, Device, NicError, call_once
+from emu.api.endpoint import Endpoint
 from emu.core.memory import Access
 
-__all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "Device", "NicError",
-           "call_once", "exchange"]
+__all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "Device", "Endpoint",
+           "NicError", "call_once", "exchange"]

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import Access, SharedBuffer
@@ -33,6 +33,9 @@ from emu.nic.protocol import LineBuffer, ProtocolError, decode, encode, find_soc
 DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | \
     Access.REMOTE_ATOMIC
 SgList = Sequence[Sequence[int]]
+
+if TYPE_CHECKING:
+    from emu.api.endpoint import Endpoint
 
 
 class NicError(OSError):
@@ -238,6 +241,18 @@ class Device:
         qp = QP(self, r["qp"], r["qpn"], r["transport"], r["info"])
         self._qps[qp.handle] = qp
         return qp
+
+    def endpoint(self, transport: str = "uet", tx_cq: CQ | None = None,
+                 rx_cq: CQ | None = None, cqe: int = 4096) -> Endpoint:
+        """A message endpoint with libfabric's names (:mod:`emu.api.endpoint`), on its own
+        transmit and receive CQs unless given."""
+        from emu.api.endpoint import Endpoint
+
+        own = tx_cq is None and rx_cq is None
+        tx = tx_cq or self.create_cq(cqe)
+        rx = rx_cq or (tx if tx_cq is not None else self.create_cq(cqe))
+        qp = self.create_qp(tx, rx, transport=transport)
+        return Endpoint(self, qp, tx, rx, own)
 
     def query(self) -> dict[str, Any]:
         return self.conn.call("query_device")

@@ -6,8 +6,8 @@ flow (a RoCE QP, a UET PDC) and asks it two things only — *how fast* may I
 send (:attr:`CongestionControl.rate`, bits/s, the pacer's input) and, for
 window-based schemes, *how much* may be in flight (:attr:`CongestionControl.cwnd`).
 Everything else is feedback the engine reports (bytes sent, ACKs, CNPs,
-losses). Which algorithm runs is configuration (``"dcqcn"``, later NSCC and
-RCCC), so engines call :func:`create` with a name and never import a class.
+losses). Which algorithm runs is configuration (``"dcqcn"``, ``"nscc"``,
+``"rccc"``), so engines call :func:`create` with a name and never import a class.
 
 The sans-IO rule holds here as in ``emu.transports``: no clocks, sockets or
 randomness; ``now`` (seconds, the caller's clock) is passed to every call and
@@ -62,6 +62,22 @@ class CongestionControl(ABC):
     def on_cnp(self, now: float) -> None:  # noqa: B027 (optional hook)
         """A congestion notification arrived (RoCE CNP, UET ECN-echo)."""
 
+    def on_trim(self, nbytes: int, now: float) -> None:
+        """A packet of ``nbytes`` was trimmed by a switch (UET NACK TRIMMED*): by default
+        a loss; trimming-aware schemes (NSCC) react to it faster and more precisely."""
+        self.on_loss(now)
+
+    def on_credit(self, nbytes: int, now: float) -> None:  # noqa: B027 (optional hook)
+        """The receiver granted ``nbytes`` more credit (UET CREDIT; RCCC only)."""
+
+    def send_allowance(self, in_flight: int) -> int | None:
+        """Bytes the flow may put on the wire now, given ``in_flight`` unACKed bytes, or
+        None for no limit. Why a method rather than engines reading :attr:`cwnd`: a
+        window scheme allows ``cwnd − in_flight``, a credit scheme (RCCC) allows the
+        unspent credit whatever is in flight, and the engine need not know which."""
+        w = self.cwnd
+        return None if w is None else max(0, w - in_flight)
+
     def get_timer(self) -> float | None:
         """The controller's next deadline, or None when it has nothing scheduled."""
         return None
@@ -105,4 +121,4 @@ def create(name: str, line_rate: float, now: float = 0.0, **params: Any) -> Cong
 
 
 def _load_builtins() -> None:
-    from emu.cc import dcqcn  # noqa: F401  (registers itself)
+    from emu.cc import dcqcn, nscc, rccc  # noqa: F401  (register themselves)

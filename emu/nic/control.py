@@ -401,12 +401,15 @@ class ControlServer:
         t[rec.slot] = None
         try:
             for d in wrs:
+                wr = recv_wr(d) if recv else send_wr(d)
+                if getattr(wr, "tag", None) is not None and not getattr(eng, "tagged", False):
+                    raise OpError("ENOTSUP", f"{rec.slot.name} has no tagged messages")
                 if recv:
-                    eng.post_recv(rec.qpn, recv_wr(d), now)
+                    eng.post_recv(rec.qpn, wr, now)
                 else:
-                    eng.post_send(rec.qpn, send_wr(d), now)
+                    eng.post_send(rec.qpn, wr, now)
                 done += 1
-        except (VerbsError, ValueError, KeyError, TypeError) as e:
+        except (OpError, VerbsError, ValueError, KeyError, TypeError) as e:
             raise OpError(getattr(e, "code", "EINVAL"),
                           f"work request {done} ({done} posted): {e}") from None
         return {"posted": done}

@@ -84,16 +84,47 @@ def _sges(d: dict[str, Any]) -> tuple[Sge, ...]:
     return tuple(out)
 
 
+@dataclass(slots=True)
+class TaggedSendWR(SendWR):
+    """A SEND carrying 64 match bits (UET TAGGED_SEND; libfabric ``fi_tsend``)."""
+
+    tag: int = 0
+
+
+@dataclass(slots=True)
+class TaggedRecvWR(RecvWR):
+    """A receive that takes only SENDs whose tag matches ``tag`` outside ``ignore``."""
+
+    tag: int = 0
+    ignore: int = 0
+
+
+def _u64(d: dict[str, Any], key: str) -> int:
+    v = int(d.get(key, 0))
+    if not 0 <= v < 1 << 64:
+        raise ValueError(f"{key} must be 64 bits, got {v}")
+    return v
+
+
 def send_wr(d: dict[str, Any]) -> SendWR:
-    """A protocol work request (JSON) as the engines' ``SendWR``."""
+    """A protocol work request (JSON) as the engines' ``SendWR`` (``TaggedSendWR``
+    when it has a ``tag``: only engines with tagged messages accept those)."""
     op = d.get("opcode", "SEND")
     opcode = WrOpcode[op] if isinstance(op, str) else WrOpcode(int(op))
     imm = d.get("imm")
-    return SendWR(int(d["wr_id"]), opcode, _sges(d), int(d.get("remote_addr", 0)),
-                  int(d.get("rkey", 0)), None if imm is None else int(imm),
-                  int(d.get("compare_add", 0)), int(d.get("swap", 0)),
-                  bool(d.get("signaled", True)), bool(d.get("solicited", False)))
+    args = (int(d["wr_id"]), opcode, _sges(d), int(d.get("remote_addr", 0)),
+            int(d.get("rkey", 0)), None if imm is None else int(imm),
+            int(d.get("compare_add", 0)), int(d.get("swap", 0)),
+            bool(d.get("signaled", True)), bool(d.get("solicited", False)))
+    if d.get("tag") is not None:
+        if opcode != WrOpcode.SEND:
+            raise ValueError(f"a tag goes with SEND, not {opcode.name}")
+        return TaggedSendWR(*args, tag=_u64(d, "tag"))
+    return SendWR(*args)
 
 
 def recv_wr(d: dict[str, Any]) -> RecvWR:
+    if d.get("tag") is not None:
+        return TaggedRecvWR(int(d["wr_id"]), _sges(d), tag=_u64(d, "tag"),
+                            ignore=_u64(d, "ignore"))
     return RecvWR(int(d["wr_id"]), _sges(d))

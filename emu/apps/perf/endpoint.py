@@ -53,8 +53,9 @@ class Endpoint:
     """``nqp`` QPs on ``dev`` (which the endpoint closes when it is closed)."""
 
     def __init__(self, dev: Device, nqp: int, buf_size: int, *, mtu: int | None, outs: int,
-                 cqe: int) -> None:
+                 cqe: int, transport: str = "roce") -> None:
         self.dev = dev
+        self.transport = transport
         self.bufs: list[SharedBuffer] = []
         self.mrs: list[MR] = []
         self.qps: list[QP] = []
@@ -70,7 +71,8 @@ class Endpoint:
                 buf = self.dev.alloc_buffer(buf_size)
                 self.bufs.append(buf)
                 self.mrs.append(self.dev.reg_mr(buf))
-                self.qps.append(self.dev.create_qp(self.send_cq, self.recv_cq, **attrs))
+                self.qps.append(self.dev.create_qp(self.send_cq, self.recv_cq,
+                                                   transport=transport, **attrs))
         except (OSError, NicError) as e:
             self.close()
             raise SetupError(f"cannot create QPs: {e}") from None
@@ -79,7 +81,7 @@ class Endpoint:
     @property
     def device(self) -> str:
         a = self.dev.attrs
-        return f"emu-roce ({a.get('cluster', '')}:{a.get('host', '')})"
+        return f"emu-{self.transport} ({a.get('cluster', '')}:{a.get('host', '')})"
 
     @property
     def mtu(self) -> int:

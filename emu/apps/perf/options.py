@@ -18,6 +18,7 @@ MIN_ITER = 5  # perftest's MIN_ITER
 MAX_TX_DEPTH = 4096  # the daemon's send queue (max_send_wr)
 MAX_QPS = 64
 PMTUS = (256, 512, 1024, 2048, 4096)
+TRANSPORTS = ("roce", "uet")  # what ``emu up`` daemons serve (emu.cluster.NIC_TRANSPORTS)
 BW_PEAK_MAX_ITERS = 20000  # perftest skips the peak above this many iterations
 
 
@@ -73,6 +74,7 @@ class Options:
     no_peak: bool = False
     timeout: float = 60.0
     plot: str | None = None
+    transport: str = "roce"
     # --from/--to mode
     src: str | None = None
     dst: str | None = None
@@ -98,7 +100,8 @@ class Options:
         return {"test": self.test.name, "sizes": self.sizes, "iters": self.iters,
                 "duration": self.duration, "qps": self.qps, "tx_depth": self.tx_depth,
                 "rx_depth": self.rx_depth, "cq_mod": self.cq_mod, "outs": self.outs,
-                "mtu": self.mtu, "verify": self.verify, "report_gbits": self.report_gbits}
+                "mtu": self.mtu, "verify": self.verify, "report_gbits": self.report_gbits,
+                "transport": self.transport}
 
 
 def _size(text: str) -> int:
@@ -155,6 +158,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--timeout", type=float, help="seconds to wait for the peer and for "
                    "progress (default 60)")
     e.add_argument("--plot", metavar="OUT.svg", help="chart of bandwidth over time (BW tests)")
+    e.add_argument("--transport", choices=TRANSPORTS,
+                   help="RDMA transport (default roce; uet = UET endpoints, RUD, sprayed)")
     c = p.add_argument_group("one command across a running cluster")
     c.add_argument("--from", dest="src", metavar="NODE", help="the client's host (e.g. h1)")
     c.add_argument("--to", dest="dst", metavar="NODE", help="the server's host (e.g. h2)")
@@ -187,6 +192,7 @@ def from_args(a: argparse.Namespace) -> Options:
     o.no_peak = bool(a.no_peak)
     o.timeout = a.timeout if a.timeout is not None else 60.0
     o.plot = a.plot
+    o.transport = a.transport or "roce"
     o.src, o.dst, o.cluster, o.verbose = a.src, a.dst, a.cluster, bool(a.verbose)
     validate(o)
     return o
@@ -213,6 +219,9 @@ def validate(o: Options) -> None:
     need(o.min_bw is None or o.min_bw >= 0, "--min-bw must be >= 0")
     need(o.min_bw is None or o.test.is_bw, "--min-bw checks bandwidth: BW tests only")
     need(o.plot is None or o.test.is_bw, "--plot draws bandwidth: BW tests only")
+    need(o.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}")
+    need(o.transport != "uet" or o.mtu is None,
+         "--mtu sets a RoCE path MTU; UET's payload per packet is the NIC's (from the link MTU)")
     if o.orchestrated:
         need(o.src is not None and o.dst is not None, "give both --from and --to")
         need(o.server is None, "--from/--to find the server's address themselves: drop ADDR")
@@ -245,6 +254,8 @@ def client_argv(o: Options, server: str) -> list[str]:
         argv += ["--min-bw", f"{o.min_bw:g}"]
     if o.plot is not None:
         argv += ["--plot", o.plot]
+    if o.transport != "roce":
+        argv += ["--transport", o.transport]
     return argv
 
 

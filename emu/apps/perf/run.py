@@ -112,6 +112,16 @@ class _Side:
         self.say(report.header(self.test, bool(p["report_gbits"])))
 
 
+def _check_transport(test: Test, sizes: list[int], ep: Endpoint) -> None:
+    """write-lat learns of a WRITE's arrival from its last byte, which holds only where
+    packets are placed in order (RoCE RC). UET RUD sprays and places packets in any
+    order, so there a message must fit one packet."""
+    if ep.transport == "uet" and test.name == "write-lat" and max(sizes) > ep.mtu:
+        raise SetupError(f"write-lat over UET needs messages of at most one packet "
+                         f"({ep.mtu} B here): RUD places packets in any order, so the last "
+                         f"byte landing says nothing about the others")
+
+
 def _cqe(p: dict[str, Any]) -> int:
     return max(4096, p["qps"] * max(p["tx_depth"], p["rx_depth"]) + 64)
 
@@ -129,9 +139,11 @@ class Client(_Side):
             hello = chan.recv("hello")
             self.ep = ep = Endpoint(dev, o.qps, buffer_size(o.sizes, o.tx_depth,
                                                             not o.test.is_bw),
-                                    mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params))
+                                    mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params),
+                                    transport=o.transport)
             chan_info = ep.infos()
             ep.connect(hello["qps"])
+            _check_transport(o.test, o.sizes, ep)
             chan.send("connect", qps=chan_info)
             chan.recv("connected")
         except ChannelError as e:
@@ -217,7 +229,8 @@ class Server(_Side):
         sizes = list(p["sizes"])
         depth = p["rx_depth"] if self.test.verb == "send" else p["tx_depth"]
         self.ep = ep = Endpoint(dev, p["qps"], buffer_size(sizes, depth, not self.test.is_bw),
-                                mtu=p["mtu"], outs=p["outs"], cqe=_cqe(p))
+                                mtu=p["mtu"], outs=p["outs"], cqe=_cqe(p),
+                                transport=str(p.get("transport", "roce")))
         chan.send("hello", qps=ep.infos())
         ep.connect(chan.recv("connect")["qps"])
         chan.send("connected")

@@ -4,9 +4,14 @@
 The daemon drives it through :class:`emu.transports.base.Engine`; the client
 API through the verbs here: :meth:`UetEngine.create_ep`, :meth:`~UetEngine.post_write`,
 :meth:`~UetEngine.post_send`, :meth:`~UetEngine.post_recv`,
-:meth:`~UetEngine.close_pdc`. Delivery mode is RUD (reliable, unordered).
+:meth:`~UetEngine.close_pdc`. Delivery modes (``mode=`` on ``create_ep`` as the
+endpoint's default, or per message on the post verbs): RUD (reliable,
+unordered), ROD (:mod:`.rod`, in order), RUDI (:mod:`.rudi`, no PDC,
+idempotent WRITEs) and UUD (:mod:`.uud`, best-effort datagrams). Control
+packets that are not part of the data path (PROBE, CREDIT, CLOSE_REQ, the
+idle reaper) live in :mod:`.control`.
 
-PDCs are opened on demand, one per {destination host, job} (uet.md:
+PDCs are opened on demand, one per {mode, destination host, job} (uet.md:
 Behaviour, PDC — the traffic class is fixed here), and shared by all local
 endpoints. Incoming datagrams are demultiplexed by PDS type and DPDCID:
 requests and CPs go to the target half (:mod:`.target`), ACKs and NACKs to
@@ -43,16 +48,24 @@ from emu.transports.base import (
 )
 from emu.transports.uet import pdc as D
 from emu.transports.uet import ses as S
-from emu.transports.uet.pdc import InitiatorPdc, PdcIds, PdcState, TxMessage, snapshot
+from emu.transports.uet import ses_shape as SH
+from emu.transports.uet.control import Control
+from emu.transports.uet.flowctl import FlowCtl
+from emu.transports.uet.pdc import InitiatorPdc, Mode, PdcIds, PdcState, TxMessage, snapshot
 from emu.transports.uet.pds import Initiator
+from emu.transports.uet.rudi import Rudi
+from emu.transports.uet.ses_initiator import SesInitiator
+from emu.transports.uet.ses_rdv import Rendezvous
 from emu.transports.uet.target import Target
+from emu.transports.uet.uud import Uud
 from emu.wire.codec.uet import decode_packet
 from emu.wire.errors import DecodeError
 
-_REQ_TYPES = frozenset({2})  # RUD_REQ (ROD/RUDI/UUD/CC_REQ: not yet)
+_REQ_TYPES = frozenset({2, 3})  # RUD_REQ, ROD_REQ (CC_REQ: not yet)
 _ACK_TYPES = frozenset({7, 8, 9})
 _NACK_TYPES = frozenset({10, 12})
 _CP_TYPE = 11
+_RUDI_REQ, _RUDI_RESP, _UUD_REQ = 4, 5, 6
 _MAX_MSG = 1 << 32
 _MAX_SEG = (1 << 14) - 1  # payload_length is 14 bits
 
@@ -65,7 +78,11 @@ class UetEngine(Engine):
     packet; ``mpr`` sets MP_RANGE = mpr × 128 PSNs; ``rto`` (1–5 ms) and
     ``max_retries`` govern retransmission; ``nack_retx_delay`` is the wait
     before resending after a non-trim "retransmit" NACK (resource shortage,
-    window) so a busy target is not hammered.
+    window) so a busy target is not hammered. ``cc`` (None, ``"nscc"``, ``"rccc"``,
+    with ``cc_params``) limits each PDC's bytes in flight or to granted credit;
+    ``paths`` (``"oblivious"`` default, ``"reps"``, ``"fixed"``, with
+    ``path_params``) picks each data packet's entropy; ``line_rate`` (bits/s) is
+    the port rate the controllers scale to (:mod:`.flowctl`).
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -73,7 +90,10 @@ class UetEngine(Engine):
                  ack_bytes: int = D.ACK_BYTES, entropies: Sequence[int] | None = None,
                  job_id: int = 0, dscp: int = D.DSCP_DATA, ctrl_dscp: int = D.DSCP_CTRL,
                  ecn: int = ECN_ECT0, port: int = D.UDP_PORT, local_addr: Addr | None = None,
-                 trace: Trace = NULL_TRACE, first_pdcid: int = 1) -> None:
+                 trace: Trace = NULL_TRACE, first_pdcid: int = 1,
+                 small_sends: bool = False, cc: str | None = None,
+                 cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
+                 path_params: dict[str, Any] | None = None, line_rate: float = 10e9) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -109,17 +129,37 @@ class UetEngine(Engine):
         self._ini_by_key: dict[Hashable, int] = {}
         self._active: dict[int, None] = {}
         self.initiator = Initiator(self)
-        self.target = Target(self, self.ids, S.SesTarget(memory, self.eps, self._complete))
+        self.target = Target(self, self.ids, S.SesTarget(memory, self.eps, self._complete,
+                                                         mtu=mtu))
+        self.small_sends = small_sends
+        self.ses_ini = SesInitiator(self)
+        self.rdv = Rendezvous(self)
+        self.target.ses.ops.exposed = self.rdv.view
+        self.target.ses.pull = self.rdv.pull
+        self.ep_mode: dict[int, Mode] = {}  # endpoint → its default delivery mode
+        self.rudi = Rudi(self)
+        self.uud = Uud(self)
+        self.control = Control(self)
+        # per-PDC congestion control and path choice (after control: RCCC hooks into it)
+        self.flowctl = FlowCtl(self, cc=cc, cc_params=cc_params, paths=paths,
+                               path_params=path_params, line_rate=line_rate)
 
     # -- verbs --------------------------------------------------------------------
 
-    def create_ep(self, *, send_cq: Hashable = 0, recv_cq: Hashable = 0, pd: Any = None) -> int:
-        """A new endpoint; its id is the PIDonFEP peers address SENDs to (12 bits)."""
+    def create_ep(self, *, send_cq: Hashable = 0, recv_cq: Hashable = 0, pd: Any = None,
+                  mode: Mode | str = Mode.RUD) -> int:
+        """A new endpoint; its id is the PIDonFEP peers address SENDs to (12 bits).
+        ``mode`` is the delivery mode its messages use unless a post names another."""
+        try:
+            m = Mode.parse(mode)
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
         for _ in range(0xFFF):
             ep = self._next_ep
             self._next_ep = ep + 1 if ep < 0xFFF else 1
             if ep not in self.eps:
                 self.eps[ep] = S.Endpoint(ep, send_cq, recv_cq, pd)
+                self.ep_mode[ep] = m
                 return ep
         raise VerbsError("no free endpoint id")
 
@@ -132,6 +172,7 @@ class UetEngine(Engine):
     def destroy_ep(self, ep: int) -> None:
         self._ep(ep)
         del self.eps[ep]
+        self.ep_mode.pop(ep, None)
 
     def _ep(self, ep: int) -> S.Endpoint:
         e = self.eps.get(ep)
@@ -141,16 +182,23 @@ class UetEngine(Engine):
 
     def post_write(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
                    remote_addr: int, rkey: int, now: float = 0.0, *,
-                   signaled: bool = True) -> None:
+                   signaled: bool = True, mode: Mode | str | None = None) -> None:
         """RDMA-style WRITE of the gathered SGEs (``addr``/``length``/``lkey`` objects) to
         ``remote_addr`` in the peer's region ``rkey``; ``dest`` is ``(address, ep)`` or
         the peer's :meth:`query_ep` dict."""
-        self._post(ep, wr_id, S.OP_WRITE, sg_list, dest, remote_addr, rkey, now, signaled)
+        self._post(ep, wr_id, S.OP_WRITE, sg_list, dest, remote_addr, rkey, now, signaled,
+                   mode)
 
     def post_send(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
-                  now: float = 0.0, *, signaled: bool = True) -> None:
-        """SEND into the next receive buffer posted on the peer endpoint."""
-        self._post(ep, wr_id, S.OP_SEND, sg_list, dest, 0, 0, now, signaled)
+                  now: float = 0.0, *, signaled: bool = True,
+                  mode: Mode | str | None = None, rendezvous: bool = False) -> None:
+        """SEND into the next receive buffer posted on the peer endpoint; with
+        ``rendezvous`` a RENDEZVOUS_SEND (one eager packet, the target READs the rest:
+        :mod:`.ses_rdv`)."""
+        if rendezvous:
+            self.rdv.post(ep, wr_id, sg_list, dest, signaled)
+            return
+        self._post(ep, wr_id, S.OP_SEND, sg_list, dest, 0, 0, now, signaled, mode)
 
     def post_recv(self, ep: int, wr_id: int, sg_list: Sequence[Any], now: float = 0.0) -> None:
         """Post a receive buffer for incoming SENDs on ``ep``."""
@@ -165,36 +213,96 @@ class UetEngine(Engine):
             raise VerbsError(f"bad SGE: {ex}") from None
 
     def _post(self, ep: int, wr_id: int, op: int, sges: Sequence[Any], dest: Any,
-              remote_addr: int, rkey: int, now: float, signaled: bool) -> None:
+              remote_addr: int, rkey: int, now: float, signaled: bool,
+              mode: Mode | str | None = None) -> None:
         e = self._ep(ep)
+        try:
+            m = self.ep_mode.get(ep, Mode.RUD) if mode is None else Mode.parse(mode)
+        except ValueError as ex:
+            raise VerbsError(str(ex)) from None
         views = self._views(e, sges, False)
         data = views[0] if len(views) == 1 else memoryview(b"".join(views))
         if len(data) >= _MAX_MSG:
             raise VerbsError("message larger than 4 GiB")
+        addr, dest_ep = self._dest(dest)
+        if m is Mode.RUDI or m is Mode.UUD:
+            msg = TxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr, rkey, signaled)
+            try:
+                self.rudi.post(msg, addr) if m is Mode.RUDI else self.uud.send(msg, addr)
+            except ValueError as ex:
+                raise VerbsError(str(ex)) from None
+            self.stats["wr_posted"] += 1
+            return
+        pdc = self._pdc_for(addr, m)
+        shape = SH.choose_shape(op, len(data), len(data), self.mtu, small_sends=self.small_sends)
+        self._enqueue(pdc, SH.SesTxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr,
+                                           rkey, signaled, shape=shape))
+
+    def _dest(self, dest: Any) -> tuple[Addr, int]:
+        """``(address, ep)`` or a :meth:`query_ep` dict → (UDP address, peer endpoint)."""
         try:
-            addr, dest_ep = ((dest["address"], int(dest.get("port", self.port))),
-                             int(dest["ep"])) if isinstance(dest, dict) else (
+            return ((dest["address"], int(dest.get("port", self.port))),
+                    int(dest["ep"])) if isinstance(dest, dict) else (
                 (dest[0], self.port), int(dest[1]))
         except (KeyError, TypeError, ValueError, IndexError) as ex:
             raise VerbsError(f"dest must be (address, ep) or a query_ep dict ({ex!r})") from None
-        pdc = self._pdc_for(addr)
-        msg = TxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr, rkey, signaled,
-                        message_id=pdc.next_msg_id)
+
+    def _enqueue(self, pdc: InitiatorPdc, msg: TxMessage) -> None:
+        """Give ``msg`` the PDC's next message id and queue it for sending."""
+        msg.message_id = pdc.next_msg_id
         pdc.next_msg_id = (pdc.next_msg_id + 1) & 0xFFFF
         pdc.queue.append(msg)
         self.stats["wr_posted"] += 1
         self._active[pdc.pdcid] = None
 
-    def _pdc_for(self, addr: Addr) -> InitiatorPdc:
-        """The open PDC to ``addr``'s host for our job, or a new one with a random
+    # -- SES operations beyond WRITE/SEND (logic in .ses_initiator) ------------------
+
+    def post_read(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
+                  remote_addr: int, rkey: int, now: float = 0.0, *,
+                  signaled: bool = True) -> None:
+        """RDMA-style READ of ``remote_addr`` in the peer's region ``rkey`` into the local
+        SGEs (which need LOCAL_WRITE); completes as RDMA_READ once every byte is in."""
+        self.ses_ini.post_read(ep, wr_id, sg_list, dest, remote_addr, rkey, signaled)
+
+    def post_atomic(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any,
+                    remote_addr: int, rkey: int, op: str | int, operand: int, swap: int = 0,
+                    now: float = 0.0, *, signaled: bool = True, datatype: str | int = "UINT64",
+                    fetch: bool | None = None) -> None:
+        """An 8-byte atomic on ``remote_addr`` (region ``rkey``, 8-byte aligned).
+
+        ``op``: ``"fetch_add"``/``"SUM"``, ``"swap"``/``"WRITE"``, ``"cmp_swap"``/``"CSWAP"``,
+        or another UET AMO name (MIN, MAX, BOR, BAND, BXOR, …). ``operand`` is the value
+        (the *compare* value for CSWAP, with ``swap`` the value stored on a match — the
+        verbs order). With an 8-byte result SGE in ``sg_list`` the op is a FETCHING_ATOMIC
+        and the old value lands there (host order); an empty ``sg_list`` (or
+        ``fetch=False``) sends a non-fetching ATOMIC. Completion opcode COMP_SWAP for
+        CSWAP, FETCH_ADD otherwise."""
+        self.ses_ini.post_atomic(ep, wr_id, sg_list, dest, remote_addr, rkey, op, operand,
+                                 swap, signaled, datatype, fetch)
+
+    def post_tsend(self, ep: int, wr_id: int, sg_list: Sequence[Any], dest: Any, tag: int,
+                   now: float = 0.0, *, signaled: bool = True) -> None:
+        """TAGGED_SEND with 64 match bits ``tag`` (matched by the peer's :meth:`post_trecv`)."""
+        if not 0 <= tag < 1 << 64:
+            raise VerbsError("tag is 64-bit unsigned")
+        self._post(ep, wr_id, S.OP_TAGGED_SEND, sg_list, dest, 0, tag, now, signaled)
+
+    def post_trecv(self, ep: int, wr_id: int, sg_list: Sequence[Any], tag: int,
+                   ignore: int = 0, now: float = 0.0) -> None:
+        """Post a tagged receive: takes the first TAGGED_SEND whose match bits equal ``tag``
+        outside the ``ignore`` mask (libfabric ``fi_trecv``; :mod:`.ses_tagged`)."""
+        self.ses_ini.post_trecv(ep, wr_id, sg_list, tag, ignore)
+
+    def _pdc_for(self, addr: Addr, mode: Mode = Mode.RUD) -> InitiatorPdc:
+        """The open ``mode`` PDC to ``addr``'s host for our job, or a new one with a random
         Start_PSN (uet.md: Behaviour, PDC)."""
         host = self._host(addr[0])
-        key = (host, self.job_id)
+        key = (host, self.job_id, mode)
         pid = self._ini_by_key.get(key)
         pdc = self.ini.get(pid) if pid is not None else None
         if pdc is None or pdc.state not in (PdcState.SYN_SENT, PdcState.ESTABLISHED):
             pdc = InitiatorPdc(self.ids.alloc(), host, addr, key, PSN32.random(self.rng),
-                               self.mpr * D.MPR_UNIT)
+                               self.mpr * D.MPR_UNIT, mode=mode)
             self.ini[pdc.pdcid] = pdc
             self._ini_by_key[key] = pdc.pdcid
             self.stats["pdc_initiator_created"] += 1
@@ -221,6 +329,31 @@ class UetEngine(Engine):
         if pdc is None:
             raise VerbsError(f"no PDC {pdcid}")
         self.initiator.fail(pdc, WcStatus.WR_FLUSH_ERR, "destroyed")
+
+    def probe_pdc(self, pdcid: int, now: float = 0.0) -> int:
+        """CP PROBE on initiator PDC ``pdcid``; the reply's RTT goes to ``control.on_probe``
+        and ``control.rtt``; unanswered after the retries, the PDC closes in error."""
+        pdc = self._ini_open(pdcid)
+        self._active[pdcid] = None
+        return self.control.probe(pdc, now)
+
+    def request_credit(self, pdcid: int, now: float = 0.0) -> None:
+        """CP CREDIT_REQ on initiator PDC ``pdcid`` (the CREDIT goes to ``control.on_credit``)."""
+        self.control.request_credit(self._ini_open(pdcid), now)
+
+    def grant_credit(self, pdcid: int, credit: int, now: float = 0.0) -> None:
+        """CP CREDIT from target PDC ``pdcid`` to its initiator, unasked."""
+        self.control.grant_credit(pdcid, credit, now)
+
+    def request_close(self, pdcid: int, now: float = 0.0) -> None:
+        """CP CLOSE_REQ from target PDC ``pdcid``: its initiator closes it gracefully."""
+        self.control.request_close(pdcid, now)
+
+    def _ini_open(self, pdcid: int) -> InitiatorPdc:
+        pdc = self.ini.get(pdcid)
+        if pdc is None or pdc.state in (PdcState.CLOSED, PdcState.ERROR):
+            raise VerbsError(f"no open initiator PDC {pdcid}")
+        return pdc
 
     def pdcs(self) -> list[dict[str, Any]]:
         """Every PDC (both halves), JSON-ready."""
@@ -257,17 +390,33 @@ class UetEngine(Engine):
         if typ in _REQ_TYPES:
             self.target.on_request(pkt, addr, host, now, ecn, trimmed)
         elif typ == _CP_TYPE:
-            self.target.on_control(pkt, addr, host, now, ecn)
+            if pkt.pds.syn or not self.control.from_target(pkt.pds, host, now):
+                self.target.on_control(pkt, addr, host, now, ecn)
+        elif typ == _RUDI_REQ:
+            self.rudi.on_request(pkt, addr, now, ecn, trimmed)
+        elif typ == _RUDI_RESP:
+            self.rudi.on_response(pkt, host, now)
+        elif typ == _UUD_REQ:
+            self.uud.on_request(pkt, now, trimmed)
+        elif typ in _NACK_TYPES and pkt.pds.nt:
+            self.rudi.on_nack(pkt.pds, host, now)
         elif typ in _ACK_TYPES or typ in _NACK_TYPES:
             pdc = self.ini.get(pkt.pds.dpdcid)
             if pdc is None or pdc.peer != host:
+                if typ in _NACK_TYPES and self.control.nack_at_target(pkt.pds, host):
+                    return
                 self.stats["rx_drop_unknown_pdc"] += 1
                 return
             if typ in _ACK_TYPES:
                 self.stats["rx_acks"] += 1
-                self.initiator.on_ack(pdc, pkt.pds, pkt.ses, now)
+                rsp = self.ses_ini.on_response(pdc, pkt.pds, pkt.ses, pkt.payload, now)
+                self.initiator.on_ack(pdc, pkt.pds, rsp, now)
+                self.flowctl.on_ack(pdc, addr[1] if len(addr) > 1 else None, pkt.pds, now)
+                if pkt.pds.p:
+                    self.control.probe_reply(pdc, pkt.pds, now)
             else:
                 self.initiator.on_nack(pdc, pkt.pds, now)
+                self.flowctl.on_nack(pdc, addr[1] if len(addr) > 1 else None, pkt.pds, now)
             self._active[pdc.pdcid] = None
         else:
             self.stats["rx_drop_unsupported_type"] += 1
@@ -288,15 +437,16 @@ class UetEngine(Engine):
         return h
 
     def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None:
-        """Queue one datagram; ``entropy`` None = spray (a random one from the set)."""
+        """Queue one datagram. ``entropy`` None = spray (oblivious: a random one from the
+        set); a data packet's entropy comes from its PDC's path policy (:mod:`.flowctl`);
+        replies pass the entropy they echo."""
         if entropy is None:
-            ents = self.entropies
-            entropy = ents[self.rng.getrandbits(16) % len(ents)]
-            meta = self._data_meta[entropy]
-            if ctrl:
-                meta = self._ctrl_meta(entropy)
-        else:
+            entropy = self.flowctl.default.choose(self.now)
+            meta = self._ctrl_meta(entropy) if ctrl else self._data_meta[entropy]
+        elif ctrl or entropy not in self._data_meta:
             meta = self._ctrl_meta(entropy)
+        else:
+            meta = self._data_meta[entropy]
         self._out.append((buf, (addr[0], self.port) if ctrl else addr, meta))
 
     def _ctrl_meta(self, entropy: int) -> TxMeta:
@@ -314,6 +464,8 @@ class UetEngine(Engine):
             pdc = self.ini.get(pid)
             if pdc is not None:
                 self.initiator.pull(pdc, now)
+        if self.rudi.queue or self.rudi.retx_now:
+            self.rudi.pull(now)
         out, self._out = self._out, []
         st = self.stats
         st["tx_packets"] += len(out)
@@ -321,7 +473,10 @@ class UetEngine(Engine):
         return out  # type: ignore[return-value]
 
     def get_timer(self) -> float | None:
-        t: float | None = None
+        t = self.rudi.earliest()
+        c = self.control.earliest()
+        if c is not None and (t is None or c < t):
+            t = c
         for pdc in self.ini.values():
             d = pdc.timers.earliest()
             if d is not None and (t is None or d < t):
@@ -330,6 +485,12 @@ class UetEngine(Engine):
 
     def handle_timer(self, now: float) -> None:
         self.now = now
+        d = self.rudi.earliest()
+        if d is not None and d <= now:
+            self.rudi.on_timer(now)
+        d = self.control.earliest()
+        if d is not None and d <= now:
+            self.control.on_timer(now)
         for pid, pdc in list(self.ini.items()):
             d = pdc.timers.earliest()
             if d is not None and d <= now:
@@ -343,6 +504,7 @@ class UetEngine(Engine):
         c: dict[str, int | float] = dict(self.stats)
         c["pdcs_initiator"] = len(self.ini)
         c["pdcs_target"] = len(self.target.pdcs)
+        c["rudi_outstanding"] = len(self.rudi.out)
         c["events_pending"] = len(self._events)
         return c
 
@@ -362,6 +524,8 @@ class UetEngine(Engine):
         """A message is done: a send-side completion on its endpoint's send CQ (errors
         always, successes when signaled); ``vendor_err`` carries the SES return code or
         the NACK code that ended it."""
+        if self.ses_ini.finished(pdc, msg, status, rc, vendor):
+            return  # a READ piece or an atomic: its op reports the completion
         self.stats["msgs_completed" if status is WcStatus.SUCCESS else "msgs_failed"] += 1
         ep = self.eps.get(msg.ep)
         if ep is None or (status is WcStatus.SUCCESS and not msg.signaled):
@@ -377,6 +541,7 @@ class UetEngine(Engine):
         if self._ini_by_key.get(pdc.key) == pdc.pdcid:
             del self._ini_by_key[pdc.key]
         self.ids.free(pdc.pdcid)
+        self.flowctl.forget(pdc.pdcid)
         self.stats["pdc_closed" if status is None else "pdc_errors"] += 1
         self._events.append(StateChanged(pdc.pdcid, old.value, pdc.state.value, status, reason))
         if self.trace.enabled:

@@ -48,11 +48,14 @@ NACK_NO_SES_MSG_AVAIL = 0x09
 NACK_PSN_OOR_WINDOW = 0x0B
 NACK_INV_DPDCID = 0x0E
 NACK_PDC_HDR_MISMATCH = 0x0F
+NACK_ROD_OOO = 0x0D
+NACK_PDC_MODE_MISMATCH = 0x16
 NACK_NEW_START_PSN = 0x17
 NACK_RCVD_SES_PROCG = 0x18
 
 # control packet types (uet.md: Control types)
-CP_NOOP, CP_ACK_REQ, CP_CLEAR, CP_CLEAR_REQ, CP_CLOSE, CP_CLOSE_REQ = range(6)
+(CP_NOOP, CP_ACK_REQ, CP_CLEAR, CP_CLEAR_REQ, CP_CLOSE, CP_CLOSE_REQ, CP_PROBE, CP_CREDIT,
+ CP_CREDIT_REQ) = range(9)
 # ACK REQ field (uet.md: Flags)
 ACK_REQ_NONE, ACK_REQ_CLEAR, ACK_REQ_CLOSE = 0, 1, 2
 
@@ -77,6 +80,27 @@ NACK_REACTIONS: dict[int, Reaction] = {
 }
 #: trimming NACKs: retransmit at once, without waiting (uet.md: Trimming)
 TRIM_CODES = frozenset({NACK_TRIMMED, NACK_TRIMMED_LASTHOP, NACK_TRIMMED_ACK})
+
+
+class Mode(enum.IntEnum):
+    """Delivery mode; the value is the PDS request type that carries it (uet.md: PDS
+    prologue). RUD and ROD run on PDCs (keyed per mode), RUDI and UUD have none."""
+
+    RUD = 2  # reliable, unordered: each packet goes to SES at once
+    ROD = 3  # reliable, ordered: only the in-order prefix is delivered (:mod:`.rod`)
+    RUDI = 4  # reliable, unordered, idempotent: no PDC, per-packet id (:mod:`.rudi`)
+    UUD = 6  # unreliable datagrams: one packet, no ACK (:mod:`.uud`)
+
+    @classmethod
+    def parse(cls, mode: Mode | str | int) -> Mode:
+        """``Mode.ROD``, ``"rod"`` or ``3`` → ``Mode.ROD``; ValueError otherwise."""
+        if isinstance(mode, str):
+            try:
+                return cls[mode.upper()]
+            except KeyError:
+                raise ValueError(f"unknown UET delivery mode {mode!r} (rud, rod, rudi, uud)"
+                                 ) from None
+        return cls(mode)
 
 
 class PdcState(enum.Enum):
@@ -181,6 +205,8 @@ class InitiatorPdc:
     close_requested: bool = False
     last_ack_ecn: int = 0  # ACKs seen with M set (input for a future NSCC)
     acks: int = 0
+    mode: Mode = Mode.RUD  # RUD or ROD (part of the lookup key)
+    credit: int | None = None  # last CREDIT the target granted (CP CREDIT; for RCCC)
 
     def __post_init__(self) -> None:
         self.next_psn = self.start_psn
@@ -241,6 +267,9 @@ class TargetPdc:
     sends: dict[int, RecvAssign] = field(default_factory=dict)
     psn_msg: OrderedDict[int, int] = field(default_factory=OrderedDict)  # ext PSN → message id
     closed_at: int | None = None  # extended PSN of the CLOSE that ended it
+    mode: Mode = Mode.RUD  # from the request type of the SYN that created it
+    last_rx: float = 0.0  # when the initiator was last heard (idle reaping, :mod:`.control`)
+    rod_nacked: int | None = None  # ROD: first_missing we already sent ROD_OOO for
 
     def __post_init__(self) -> None:
         self.rcvd = RangeSet(PSN32, self.start_psn)
@@ -283,7 +312,7 @@ def snapshot(pdc: InitiatorPdc | TargetPdc) -> dict[str, Any]:
                 "dpdcid": pdc.dpdcid, "state": pdc.state.value,
                 "start_psn": pdc.start_psn & PSN32.mask, "next_psn": pdc.next_psn & PSN32.mask,
                 "outstanding": len(pdc.unacked), "queued": len(pdc.queue),
-                "window": pdc.window}
+                "window": pdc.window, "mode": pdc.mode.name.lower()}
     return {"pdcid": pdc.pdcid, "role": "target", "peer": pdc.peer, "dpdcid": pdc.ini_pdcid,
             "start_psn": pdc.start_psn, "cack_psn": (pdc.first_missing - 1) & PSN32.mask,
-            "window": pdc.window}
+            "window": pdc.window, "mode": pdc.mode.name.lower()}

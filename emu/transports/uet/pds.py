@@ -22,6 +22,7 @@ from emu.core.psn import PSN32
 from emu.core.sack import bitmap_runs
 from emu.core.trace import Trace
 from emu.transports.uet import pdc as D
+from emu.transports.uet import rod
 from emu.transports.uet import ses as S
 from emu.transports.uet.pdc import InitiatorPdc, PdcState, Reaction, TxMessage, TxPacket
 from emu.wire.codec.uet import (
@@ -34,7 +35,6 @@ from emu.wire.codec.uet import (
 )
 
 _M = PSN32.mask
-_RUD_REQ = 2
 _NH_REQ_STD = 3
 
 
@@ -74,17 +74,20 @@ def nack_packet(code: int, psn: int, spdcid: int, dpdcid: int, payload: int = 0,
 
 
 def control_packet(pdc: InitiatorPdc, ctl_type: int, psn: int, *, ar: bool = True,
-                   retx: bool = False, payload: int = 0) -> bytearray:
+                   retx: bool = False, payload: int = 0, opaque: int = 0) -> bytearray:
     """A CP from the initiator; before the first ACK it carries SYN + psn_offset
-    instead of DPDCID, like every request (uet.md: PDS headers, CP)."""
+    instead of DPDCID, like every request (uet.md: PDS headers, CP). ISROD marks a
+    ROD PDC's CPs (R); ``opaque`` is a PROBE's probe_opaque."""
+    isrod = int(pdc.mode is D.Mode.ROD)
     if pdc.dpdcid is None:
         off = psn - pdc.start_psn
-        h: Any = PdsControlSyn(ctl_type=ctl_type, retx=int(retx), ar=int(ar), psn=psn & _M,
-                               spdcid=pdc.pdcid, psn_offset=min(max(off, 0), 0xFFF),
-                               ctl_payload=payload & _M)
+        h: Any = PdsControlSyn(ctl_type=ctl_type, isrod=isrod, retx=int(retx), ar=int(ar),
+                               probe_opaque=opaque, psn=psn & _M, spdcid=pdc.pdcid,
+                               psn_offset=min(max(off, 0), 0xFFF), ctl_payload=payload & _M)
     else:
-        h = PdsControl(ctl_type=ctl_type, retx=int(retx), ar=int(ar), psn=psn & _M,
-                       spdcid=pdc.pdcid, dpdcid=pdc.dpdcid, ctl_payload=payload & _M)
+        h = PdsControl(ctl_type=ctl_type, isrod=isrod, retx=int(retx), ar=int(ar),
+                       probe_opaque=opaque, psn=psn & _M, spdcid=pdc.pdcid,
+                       dpdcid=pdc.dpdcid, ctl_payload=payload & _M)
     return encode_packet(h)
 
 
@@ -103,16 +106,17 @@ class Initiator:
         clear = s16(pdc.oldest - psn)
         msg = pkt.msg
         assert msg is not None
+        # the SES header shape (small/medium/standard) is the message's (.ses_shape)
+        nh, ses, ext = S.SH.request_parts(msg, pkt.offset, pkt.length, self.h.job_id)
         if pdc.dpdcid is None:
-            pds: Any = PdsRequestSyn(type=_RUD_REQ, next_hdr=_NH_REQ_STD, retx=int(retx),
+            pds: Any = PdsRequestSyn(type=pdc.mode, next_hdr=nh, retx=int(retx),
                                      ar=int(ar), clear_psn_offset=clear, psn=psn & _M,
                                      spdcid=pdc.pdcid, psn_offset=psn - pdc.start_psn)
         else:
-            pds = PdsRequest(type=_RUD_REQ, next_hdr=_NH_REQ_STD, retx=int(retx), ar=int(ar),
+            pds = PdsRequest(type=pdc.mode, next_hdr=nh, retx=int(retx), ar=int(ar),
                              clear_psn_offset=clear, psn=psn & _M, spdcid=pdc.pdcid,
                              dpdcid=pdc.dpdcid)
-        ses = S.request_header(msg, pkt.offset, pkt.length, self.h.job_id)
-        return encode_packet(pds, ses, None, msg.data[pkt.offset:pkt.offset + pkt.length])
+        return encode_packet(pds, ses, ext, msg.data[pkt.offset:pkt.offset + pkt.length])
 
     def pull(self, pdc: InitiatorPdc, now: float) -> None:
         """Emit what this PDC may send now: control packets, urgent retransmissions,
@@ -139,11 +143,13 @@ class Initiator:
         if pkt is None:
             return
         pkt.sent_at = now
+        ent = None
         if pkt.ctl_type >= 0:
             buf = control_packet(pdc, pkt.ctl_type, psn, retx=True)
         else:
             buf = self._request(pdc, pkt, retx=True, ar=True)
-        self.h.emit(buf, pdc.addr, None, pkt.ctl_type >= 0)
+            ent = self.h.flowctl.resent(pdc, pkt, now, reason == "rto")  # path policy
+        self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
         pdc.timers.set_if_earlier("retx", now + self.h.rto)
         if self.h.trace.enabled:
@@ -160,6 +166,8 @@ class Initiator:
             msg = pdc.queue[0]
             off = msg.next_offset
             n = min(h.mtu, msg.length - off)
+            if not h.flowctl.may_send(pdc, n, now):  # congestion window / credit
+                return
             eom = off + n >= msg.length
             if off == 0:
                 pdc.msgs[msg.message_id] = msg
@@ -175,8 +183,10 @@ class Initiator:
                 pdc.queue.popleft()
             # AR on a message's last packet and on the last we can send for now, so
             # the tail never waits for the RTO (uet.md: ACK generation — AR)
-            last_now = not pdc.queue or pdc.next_psn - pdc.oldest >= win
-            h.emit(self._request(pdc, pkt, retx=False, ar=eom or last_now), pdc.addr, None,
+            ent = h.flowctl.sent(pdc, psn, n, now)
+            last_now = (not pdc.queue or pdc.next_psn - pdc.oldest >= win
+                        or h.flowctl.blocks(pdc, h.mtu))
+            h.emit(self._request(pdc, pkt, retx=False, ar=eom or last_now), pdc.addr, ent,
                    False)
             h.stats["tx_data_packets"] += 1
             pdc.timers.set_if_earlier("retx", now + h.rto)
@@ -249,6 +259,7 @@ class Initiator:
         pkt = pdc.unacked.pop(psn, None)
         if pkt is None:
             return
+        self.h.flowctl.acked(pdc, pkt)
         pdc.retx_later.pop(psn, None)
         if pkt.ctl_type == D.CP_CLOSE:
             self._end(pdc, PdcState.CLOSED, "closed", None)
@@ -266,10 +277,10 @@ class Initiator:
                 msg.waiting_since = now
                 pdc.timers.set_if_earlier("retx", now + self.h.rto)
             return
-        del pdc.msgs[msg.message_id]
-        ok = msg.response == S.RC_OK
-        self.h.finish(pdc, msg, WcStatus.SUCCESS if ok else S.wc_status(msg.response),
-                      msg.response)
+        for m in rod.ready_in_order(pdc, msg) if pdc.mode is D.Mode.ROD else (msg,):
+            del pdc.msgs[m.message_id]
+            rc = m.response
+            self.h.finish(pdc, m, WcStatus.SUCCESS if rc == S.RC_OK else S.wc_status(rc), rc)
 
     def on_nack(self, pdc: InitiatorPdc, nack: Any, now: float) -> None:
         """React per code (uet.md: NACK codes): retransmit (trimmed ones at once, others
@@ -284,7 +295,9 @@ class Initiator:
         if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
             return
         psn = pdc.ext(nack.nack_psn)
-        if reaction is Reaction.RETRANSMIT:
+        if code == D.NACK_ROD_OOO and pdc.mode is D.Mode.ROD:
+            rod.go_back(self, pdc, psn, now)
+        elif reaction is Reaction.RETRANSMIT:
             if psn not in pdc.unacked:
                 # it arrived after all (SACK/ACK showed it): ask for fresh ACK state
                 # instead of resending data (uet.md: Retransmit)

@@ -15,6 +15,7 @@ from typing import Any
 from emu.core.psn import PSN32
 from emu.transports.base import ECN_CE
 from emu.transports.uet import pdc as D
+from emu.transports.uet import rod
 from emu.transports.uet import ses as S
 from emu.transports.uet.pdc import PdcIds, TargetPdc
 from emu.transports.uet.pds import nack_packet, s16
@@ -39,12 +40,15 @@ class Target:
 
     # -- PDC management ------------------------------------------------------------
 
-    def _create(self, host: str, addr: Any, ini: int, start: int) -> TargetPdc:
+    def _create(self, host: str, addr: Any, ini: int, start: int,
+                mode: D.Mode = D.Mode.RUD) -> TargetPdc:
         """A target PDC on SYN, at the initiator's Start_PSN (uet.md: Behaviour, PDC)."""
         old = self.by_key.get((host, ini))
         if old is not None:
             self.drop(old)  # a new incarnation (different Start_PSN) replaces the old one
-        t = TargetPdc(self.ids.alloc(), host, addr, ini, start, self.h.mpr * D.MPR_UNIT)
+        t = TargetPdc(self.ids.alloc(), host, addr, ini, start, self.h.mpr * D.MPR_UNIT,
+                      mode=mode)
+        t.last_rx = self.h.now
         self.pdcs[t.pdcid] = t
         self.by_key[(host, ini)] = t.pdcid
         self.closed.pop((host, ini), None)
@@ -77,6 +81,12 @@ class Target:
                 code = D.NACK_INV_DPDCID if t is None else D.NACK_PDC_HDR_MISMATCH
                 self._nack(addr, ent, code, pds.psn, 0, pds.spdcid, pds.retx, ecn)
                 return
+            if t.mode != pds.type:  # RUD request on a ROD PDC or vice versa
+                st["rx_mode_mismatch"] += 1
+                self._nack(addr, ent, D.NACK_PDC_MODE_MISMATCH, pds.psn, t.pdcid,
+                           t.ini_pdcid, pds.retx, ecn)
+                return
+        t.last_rx = now
         psn = t.ext(pds.psn)
         fm = t.first_missing
         if psn < fm or psn in t.rcvd:
@@ -91,8 +101,11 @@ class Target:
             self._nack(addr, ent, D.NACK_PSN_OOR_WINDOW, pds.psn, t.pdcid, t.ini_pdcid,
                        pds.retx, ecn, payload=fm)
             return
-        ses = pkt.ses
-        if ses is None or not hasattr(ses, "request_length"):
+        if psn != fm and t.mode is D.Mode.ROD:  # only the in-order prefix (see .rod)
+            rod.target_out_of_order(self, t, pds, addr, ent, ecn)
+            return
+        ses = S.SH.request_view(pkt, psn)  # small, medium or standard alike (.ses_shape)
+        if ses is None:
             st["rx_drop_unsupported_ses"] += 1
             return
         if trimmed or S.looks_trimmed(ses, len(pkt.payload)):
@@ -127,8 +140,8 @@ class Target:
         start = pds.start_psn()
         pid = self.by_key.get((host, pds.spdcid))
         t = self.pdcs.get(pid) if pid is not None else None
-        if t is None or t.start_psn != start:
-            t = self._create(host, addr, pds.spdcid, start)
+        if t is None or t.start_psn != start or t.mode != pds.type:
+            t = self._create(host, addr, pds.spdcid, start, D.Mode(pds.type))
         return t
 
     # -- control packets ------------------------------------------------------------
@@ -144,7 +157,8 @@ class Target:
             pid = self.by_key.get((host, pds.spdcid))
             t = self.pdcs.get(pid) if pid is not None else None
             if t is None and ctl != D.CP_CLOSE:
-                t = self._create(host, addr, pds.spdcid, pds.start_psn())
+                t = self._create(host, addr, pds.spdcid, pds.start_psn(),
+                                 D.Mode.ROD if pds.isrod else D.Mode.RUD)
         else:
             t = self.pdcs.get(pds.dpdcid)
             if t is not None and (t.peer != host or t.ini_pdcid != pds.spdcid):
@@ -157,6 +171,7 @@ class Target:
                 return
             self._nack(addr, ent, D.NACK_INV_DPDCID, pds.psn, 0, pds.spdcid, pds.retx, ecn)
             return
+        t.last_rx = now
         psn = t.ext(pds.psn)
         if ctl == D.CP_ACK_REQ:
             h.stats["rx_ack_req"] += 1
@@ -176,8 +191,8 @@ class Target:
             while len(self.closed) > 256:
                 self.closed.popitem(last=False)
             self._close_ack(addr, ent, t.pdcid, t.ini_pdcid, pds.psn, pds.retx)
-        else:
-            h.stats["rx_cp_unsupported"] += 1
+        else:  # PROBE, CREDIT_REQ, … (emu.transports.uet.control)
+            h.control.at_target(t, pds, ent, ecn, now)
 
     # -- replies -------------------------------------------------------------------------
 
@@ -195,8 +210,12 @@ class Target:
                            sack_psn_offset=s16(base - cack), sack_bitmap=bm,
                            rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
                            ooo_count=min(len(t.rcvd), 0xFFFF))
-        ses = None if rsp is None else S.response_header(rsp[0], rsp[1], rsp[2], h.job_id)
-        h.emit(encode_packet(hdr, ses), t.addr, entropy, True)
+        if rsp is None:
+            h.emit(encode_packet(hdr), t.addr, entropy, True)
+        else:  # a READ / fetching atomic answers with data, in as many packets as it needs
+            for nh, ses, data in self.ses.response_parts(t, rsp, h.job_id):
+                hdr.next_hdr = nh
+                h.emit(encode_packet(hdr, ses, None, data), t.addr, entropy, True)
         t.bytes_since_ack = 0
         h.stats["tx_acks"] += 1
         if h.trace.enabled:

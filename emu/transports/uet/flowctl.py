@@ -1,0 +1,245 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Per-PDC congestion control (:mod:`emu.cc`) and path choice (:mod:`emu.paths`) for UET.
+
+Why a module of its own: the PDS logic (:mod:`.pds`) is about reliability;
+*how much* to send and *on which entropy* are plug-ins it consults through
+a handful of hooks, so the plug-ins can change without touching PDS and PDS
+can change without knowing which plug-ins run. One :class:`FlowCtl` per
+engine keeps, per initiator PDC, the controller, the path policy, bytes in
+flight, and for each outstanding PSN the entropy and time it was sent on —
+what is needed to tell the right path and controller what an ACK, NACK or
+timeout means.
+
+Hooks (all sans-IO, ``now`` passed in):
+
+* ``may_send`` / ``sent`` / ``resent`` — from :meth:`.pds.Initiator._send_new`
+  and ``_retransmit``: the window/credit check and the entropy to use;
+* ``acked`` — per released packet; ``on_ack`` / ``on_nack`` — per ACK/NACK
+  with the entropy it echoes (its UDP source port) and its ECN M bit;
+* RCCC credit: CREDIT packets (:mod:`.control`) feed ``cc.on_credit``; a
+  credit-blocked PDC sends CREDIT_REQ, again every ``credit_retry`` while
+  still blocked (a lost request or a zero grant must not stall it). Before
+  the first ACK a CREDIT could not reach the PDC (it has no DPDCID yet), so
+  one uncredited packet opens it. The
+  target answers from one :class:`~emu.cc.rccc.RcccReceiver` bucket per
+  engine, at most ``quantum`` per request, so all senders together never
+  get credit faster than the engine's ``line_rate``.
+
+Without a controller (``cc=None``) nothing limits sending, as before; the
+default path policy is ``"oblivious"`` over the engine's entropies, drawing
+exactly as the engine always did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu import cc as CC
+from emu import paths as P
+from emu.cc.rccc import RcccReceiver
+from emu.transports.uet import pdc as D
+from emu.transports.uet.pdc import InitiatorPdc, TargetPdc, TxPacket
+
+
+@dataclass(eq=False)
+class Flow:
+    """One initiator PDC's plug-ins and accounting."""
+
+    cc: CC.CongestionControl | None
+    path: P.PathPolicy
+    in_flight: int = 0  # bytes of data packets sent and not yet ACKed
+    sent: dict[int, tuple[int, float]] = field(default_factory=dict)  # ext PSN → (entropy, t)
+    acked_bytes: int = 0  # released since the last on_ack
+    newest_sent: float | None = None  # send time of the newest packet released
+    loss_at: float = -1.0  # last time a timeout was reported to cc (once per RTO round)
+    credit_req_at: float | None = None
+
+
+class FlowCtl:
+    """The engine's plug-in glue (see the module docstring)."""
+
+    def __init__(self, host: Any, *, cc: str | None, cc_params: dict[str, Any] | None,
+                 paths: str, path_params: dict[str, Any] | None, line_rate: float,
+                 credit_retry: float = 50e-6) -> None:
+        self.h = host
+        self.cc_name = cc
+        self.cc_params = dict(cc_params or {})
+        self.paths_name = paths
+        self.path_params = dict(path_params or {})
+        self.line_rate = line_rate
+        self.credit_retry = credit_retry
+        ents = tuple(dict.fromkeys(host.entropies))
+        self.entropies = ents
+        #: draws for packets with no PDC (RUDI, UUD): oblivious, the engine's historic draw
+        self.default = P.create("oblivious", ents, host.rng)
+        self.flows: dict[int, Flow] = {}
+        # fail at construction, not at the first packet, on a bad name or parameter
+        P.create(paths, ents, host.rng, **self.path_params)
+        if cc is not None:
+            CC.create(cc, line_rate, **self._cc_kw())
+        self.receiver: RcccReceiver | None = None
+        if cc == "rccc":
+            self.receiver = RcccReceiver(line_rate, quantum=4 * host.mtu)
+            host.control.credit_source = self._credit_source
+            host.control.on_credit = self._on_credit
+
+    def _cc_kw(self) -> dict[str, Any]:
+        kw = dict(self.cc_params)
+        if self.cc_name == "nscc":
+            kw.setdefault("mtu", self.h.mtu)
+        return kw
+
+    def flow(self, pdc: InitiatorPdc) -> Flow:
+        f = self.flows.get(pdc.pdcid)
+        if f is None:
+            c = None if self.cc_name is None else CC.create(self.cc_name, self.line_rate,
+                                                            self.h.now, **self._cc_kw())
+            f = self.flows[pdc.pdcid] = Flow(c, P.create(self.paths_name, self.entropies,
+                                                         self.h.rng, self.h.now,
+                                                         **self.path_params))
+        return f
+
+    def forget(self, pdcid: int) -> None:
+        self.flows.pop(pdcid, None)
+
+    # -- sending ------------------------------------------------------------------------
+
+    def may_send(self, pdc: InitiatorPdc, nbytes: int, now: float) -> bool:
+        """May a new data packet of ``nbytes`` go out now (window or credit)?"""
+        f = self.flow(pdc)
+        if f.cc is None:
+            return True
+        if f.in_flight and not pdc.unacked:
+            # packets dropped without an ACK (a NEW_START_PSN restart resends from
+            # scratch): nothing is in flight any more
+            f.in_flight = 0
+            f.sent.clear()
+        allow = f.cc.send_allowance(f.in_flight)
+        if allow is None or allow >= nbytes or (allow > 0 and f.in_flight == 0
+                                                and self.receiver is None):
+            return True  # (a window below one packet still lets one packet through)
+        if self.receiver is not None:
+            if not pdc.established and f.in_flight == 0:
+                # a CREDIT can only reach an established PDC: the first packet (SYN)
+                # goes uncredited, once, and its ACK supplies the DPDCID
+                return True
+            self.h.stats["tx_cc_blocked"] += 1
+            self._ask_credit(pdc, f, now)
+            return False
+        self.h.stats["tx_cc_blocked"] += 1
+        return False
+
+    def blocks(self, pdc: InitiatorPdc, nbytes: int) -> bool:
+        """Would a packet of ``nbytes`` be held back now? (No side effects: the sender
+        asks for an ACK on the last packet before it must wait.)"""
+        f = self.flows.get(pdc.pdcid)
+        if f is None or f.cc is None:
+            return False
+        allow = f.cc.send_allowance(f.in_flight)
+        return allow is not None and allow < nbytes
+
+    def _ask_credit(self, pdc: InitiatorPdc, f: Flow, now: float) -> None:
+        if f.credit_req_at is not None and now - f.credit_req_at < self.credit_retry:
+            return
+        f.credit_req_at = now
+        self.h.control.request_credit(pdc, now)
+        pdc.timers.set_if_earlier("credit", now + self.credit_retry)  # wakes a pull
+
+    def sent(self, pdc: InitiatorPdc, psn: int, nbytes: int, now: float) -> int:
+        """A new data packet goes out: account for it; returns its entropy."""
+        f = self.flow(pdc)
+        e = f.path.choose(now)
+        f.sent[psn] = (e, now)
+        f.in_flight += nbytes
+        if f.cc is not None:
+            f.cc.on_sent(nbytes, now)
+        return e
+
+    def resent(self, pdc: InitiatorPdc, pkt: TxPacket, now: float, timeout: bool) -> int:
+        """A retransmission: a fresh entropy; after an RTO the old path is penalised and
+        the controller told of a loss (once per timer round)."""
+        f = self.flow(pdc)
+        old = f.sent.get(pkt.psn)
+        if timeout:
+            if old is not None:
+                f.path.on_timeout(old[0], now)
+            if f.cc is not None and f.loss_at != now:
+                f.loss_at = now
+                f.cc.on_loss(now)
+        e = f.path.choose(now)
+        f.sent[pkt.psn] = (e, now)
+        if f.cc is not None:
+            f.cc.on_sent(pkt.length, now)
+        return e
+
+    # -- feedback -------------------------------------------------------------------------
+
+    def acked(self, pdc: InitiatorPdc, pkt: TxPacket) -> None:
+        """One packet released by an ACK (CACK, ACK_PSN or SACK)."""
+        f = self.flows.get(pdc.pdcid)
+        if f is None:
+            return
+        s = f.sent.pop(pkt.psn, None)
+        if s is None:
+            return
+        f.in_flight -= pkt.length
+        f.acked_bytes += pkt.length
+        if f.newest_sent is None or s[1] > f.newest_sent:
+            f.newest_sent = s[1]
+
+    def on_ack(self, pdc: InitiatorPdc, entropy: int | None, ack: Any, now: float) -> None:
+        """After an ACK was applied: the path learns from its entropy and M bit, the
+        controller from the bytes it released and the RTT of the newest of them."""
+        f = self.flows.get(pdc.pdcid)
+        if f is None:
+            return
+        ecn = bool(ack.m)
+        rtt = None if f.newest_sent is None else now - f.newest_sent
+        if entropy is not None:
+            f.path.on_ack(entropy, now, ecn=ecn, rtt=rtt)
+        if f.cc is not None and (f.acked_bytes or ecn):
+            f.cc.on_ack(f.acked_bytes, now, ecn_echo=ecn, rtt=rtt)
+        f.acked_bytes = 0
+        f.newest_sent = None
+
+    def on_nack(self, pdc: InitiatorPdc, entropy: int | None, nack: Any, now: float) -> None:
+        """After a NACK: penalise its path; trims and other "retransmit" codes are a loss
+        signal for the controller (a trim with the packet's size)."""
+        f = self.flows.get(pdc.pdcid)
+        if f is None:
+            return
+        code = nack.nack_code
+        trimmed = code in D.TRIM_CODES
+        if entropy is not None:
+            f.path.on_nack(entropy, now, trimmed=trimmed)
+        if f.cc is None or D.NACK_REACTIONS.get(code) is not D.Reaction.RETRANSMIT:
+            return
+        if trimmed:
+            pkt = pdc.unacked.get(pdc.ext(nack.nack_psn))
+            f.cc.on_trim(pkt.length if pkt is not None else self.h.mtu, now)
+        else:
+            f.cc.on_loss(now)
+
+    # -- RCCC credit ------------------------------------------------------------------------
+
+    def _on_credit(self, pdc: InitiatorPdc, credit: int, now: float) -> None:
+        pdc.credit = credit
+        f = self.flows.get(pdc.pdcid)
+        if f is not None and f.cc is not None:
+            f.cc.on_credit(credit, now)
+            f.credit_req_at = None
+        self.h._active[pdc.pdcid] = None
+
+    def _credit_source(self, t: TargetPdc, now: float) -> int:
+        r = self.receiver
+        assert r is not None
+        return r.take(t.pdcid, now)
+
+    def state(self, pdcid: int) -> dict[str, Any]:
+        """The PDC's controller and path numbers (for counters and tests)."""
+        f = self.flows.get(pdcid)
+        if f is None:
+            return {}
+        return {"in_flight": f.in_flight, "path": f.path.state(),
+                "cc": None if f.cc is None else f.cc.state()}
