@@ -142,12 +142,15 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
             uet.append(r["gbps"])
             payload = r["payload"]
             blast.append(blaster(f, addr["h2"], a.blast_seconds, payload + 56))
-        eng = call_once(sock_path(name, "h1"), "stats")["transports"]["uet"]["engine"]
+        stats = {h: call_once(sock_path(name, h), "stats") for h in ("h1", "h2")}
+        eng = stats["h1"]["transports"]["uet"]["engine"]
         g, bl = statistics.median(uet), statistics.median(blast)
         return {"family": f"IPv{fam}", "payload": payload, "uet_gbps": uet,
                 "blaster_gbps": blast, "uet_gbps_median": g, "blaster_gbps_median": bl,
                 "ratio": g / bl if bl else None,
-                "retransmits": eng.get("tx_retransmits", 0), "goal_ratio": 1.0}
+                "retransmits": eng.get("tx_retransmits", 0), "goal_ratio": 1.0,
+                "daemons": {h: {"totals": st.get("totals", {}),
+                                "uet": st["transports"]["uet"]} for h, st in stats.items()}}
     finally:
         stop_daemons(procs)
         down(name)

@@ -33,10 +33,11 @@ def event_log(cluster: str) -> str:
 
 
 def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
-       daemons: bool = True, progress=print) -> Fabric:
+       daemons: bool = True, trace: bool = False, progress=print) -> Fabric:
     """Build the cluster, apply its link settings, start its schedule and NIC daemons.
 
-    All or nothing."""
+    All or nothing. ``trace``: every NIC daemon writes its engines' event trace to
+    :func:`trace_path` (``emu up --trace``)."""
     from emu.fabric import linkctl
 
     fabric = Fabric(topology, cluster=cluster)
@@ -70,17 +71,25 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             state.save(st)
         from emu.switch import topology as switch_topology
 
+        extra: tuple[str, ...] = ("--optional-transports",)
         if switch_topology.enabled(topology):
             n = start_switch_daemons(name, topology)
             progress(f"switch pipeline running on {n} switch(es) (emu switch NODE to inspect)")
+            # the NICs recognise trimmed packets by the DSCPs these switches write
+            dscps = sorted({d for c in switch_topology.configs(topology).values()
+                            for d in (c.trimmed_dscp, c.trimmed_lasthop)})
+            extra += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
         if schedule and topology.events:
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log})")
         if daemons and topology.hosts():
-            started = start_nic_daemons(name, [h.name for h in topology.hosts()])
+            started = start_nic_daemons(name, [h.name for h in topology.hosts()],
+                                        extra_args=extra, trace=trace)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
+            if trace:
+                progress(f"event traces: {trace_path(name, '<host>')}")
     except BaseException:
         fabric.down()
         raise
@@ -325,9 +334,15 @@ def nic_dir(cluster: str) -> str:
 NIC_TRANSPORTS = ("roce", "uet")
 
 
+def trace_path(cluster: str, host: str) -> str:
+    """Where ``emu up --trace`` has host ``host``'s NIC daemon write its event trace:
+    next to its log, kept after ``emu down``."""
+    return os.path.join(state.STATE_DIR, "logs", f"{cluster}.nicd-{host}.trace.jsonl")
+
+
 def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
-                      extra_args: tuple[str, ...] = ("--optional-transports",)
-                      ) -> dict[str, float]:
+                      extra_args: tuple[str, ...] = ("--optional-transports",),
+                      trace: bool = False) -> dict[str, float]:
     """Start ``emu nicd`` in every host; return each one's time to ready (seconds).
 
     Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
@@ -336,10 +351,12 @@ def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
     says ``ready …`` on stdout once its sockets and control socket exist.
     ``--optional-transports``: a transport whose engine is not installed yet is
     skipped with a warning in the log instead of failing the cluster. Each
-    daemon serves :data:`NIC_TRANSPORTS` (one engine and UDP port each).
+    daemon serves :data:`NIC_TRANSPORTS` (one engine and UDP port each);
+    ``trace``: each writes its event trace to :func:`trace_path`.
     """
     transports = [a for t in NIC_TRANSPORTS for a in ("-t", t)]
     logdir = os.path.join(state.STATE_DIR, "logs")
-    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *transports, *extra_args],
+    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *transports, *extra_args,
+                 *(("--trace", trace_path(cluster, h)) if trace else ())],
                 os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
     return spawn_ready(cluster, jobs, timeout, "NIC daemon")

@@ -34,6 +34,9 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
                    help="do not run the file's [[event]] schedule")
     p.add_argument("--no-daemons", action="store_true",
                    help="do not start a NIC daemon (emu nicd) in each host")
+    p.add_argument("--trace", action="store_true",
+                   help="NIC daemons write their engines' event traces (JSON lines) to "
+                        "/run/emu/logs/<cluster>.nicd-<host>.trace.jsonl")
     p.add_argument("--json", action="store_true", help="print the status as JSON when up")
     p.set_defaults(func=_up)
 
@@ -129,7 +132,7 @@ def _up(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
-                      progress=lambda m: print(m, file=sys.stderr))
+                      trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
     except _errors() as e:
         raise UserError(str(e).strip("'\"")) from None
     print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "

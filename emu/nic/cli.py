@@ -51,6 +51,11 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="one pause quantum (default 512e-9: 512 bit times at 1 Gb/s, as switchd)")
     p.add_argument("--optional-transports", action="store_true",
                    help="skip (with a warning) transports whose engine is not installed")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write every engine's event trace (JSON lines, emu.core.trace) to FILE")
+    p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
+                   help="a DSCP the switches write on trimmed packets (repeatable; default "
+                        "30 and 31, switchd's trimmed_dscp and trimmed_lasthop)")
 
 
 def config_from(a: argparse.Namespace) -> Any:
@@ -69,6 +74,9 @@ def config_from(a: argparse.Namespace) -> Any:
         except ValueError:
             val = v
         opts.setdefault(eng, {})[key] = val
+    for d in a.trimmed_dscp or ():
+        if not 0 <= d < 64:
+            raise SystemExit(f"emu nicd: --trimmed-dscp {d}: a DSCP is 0..63")
     if a.sock:
         path = a.sock
     elif a.cluster and a.host:
@@ -80,7 +88,9 @@ def config_from(a: argparse.Namespace) -> Any:
                      ports=ports, addresses=a.addr, rx_backlog=a.rx_backlog,
                      tx_backlog=a.tx_backlog, event_queue=a.event_queue, rx_batch=a.rx_batch,
                      gso=a.gso, gro=a.gro, seed=a.seed, engine_options=opts,
-                     allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum)
+                     allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
+                     trace=a.trace, **({"trimmed_dscps": tuple(a.trimmed_dscp)}
+                                       if a.trimmed_dscp else {}))
 
 
 def enter_netns(name: str) -> None:
@@ -134,12 +144,27 @@ def _run(a: argparse.Namespace) -> int:
                     d.stop()
                     break
 
+    errors = (OSError, RuntimeError, ValueError, ImportError)
     try:
         trio.run(main)
-    except (OSError, RuntimeError, ValueError, ImportError) as e:
+    except errors as e:
         print(f"emu nicd: {e}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as eg:  # a start-up error comes wrapped by the nursery
+        rest = eg.split(errors)[1]
+        if rest is not None:
+            raise
+        for e in _leaves(eg):
+            print(f"emu nicd: {e}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in eg.exceptions:
+        out += _leaves(e) if isinstance(e, BaseExceptionGroup) else [e]
+    return out
 
 
 # -- stats -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.nic.protocol import DEFAULT_PORTS
+from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
 
 @dataclass
@@ -49,3 +50,9 @@ class NicConfig:
     pfc: bool = True
     pfc_quantum: float = 512e-9
     drain_timeout: float = 1.0  # SIGTERM: how long to flush queued datagrams and replies
+    #: DSCPs meaning "a switch trimmed this packet" (the switch's trimmed_dscp and
+    #: trimmed_lasthop): such datagrams reach engines that take it with ``trimmed=True``
+    trimmed_dscps: tuple[int, ...] = (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP)
+    #: JSON-lines event trace of every engine (``emu.core.trace``), None = off
+    trace: str | None = None
+    trace_flush: float = 0.5  # seconds between flushes of the trace file

@@ -27,6 +27,7 @@ the transmit queues and the clients' pending replies/events (each bounded by
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import random
@@ -40,6 +41,7 @@ from typing import Any
 import trio
 
 from emu.core.memory import MemoryTable
+from emu.core.trace import NULL_TRACE, Trace
 from emu.nic import engines
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
@@ -50,7 +52,8 @@ from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
 _SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
                   "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
                   "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
-                  "tx_entropy_fallback", "engine_errors", "engine_batches", "timer_fires")
+                  "tx_entropy_fallback", "engine_errors", "engine_batches", "timer_fires",
+                  "rx_trimmed")
 
 
 @dataclass(eq=False)
@@ -62,7 +65,11 @@ class EngineSlot:
     port: int
     tx: TxPath
     c: dict[str, int]
-    backlog: deque[tuple[bytes, Any, int]] = field(default_factory=deque)
+    backlog: deque[tuple[bytes, Any, int]] = field(default_factory=deque)  # (data, addr, tos)
+    #: TOS byte → 1 if its DSCP says "trimmed by a switch" (256 entries; see trimmed_table)
+    trimmed_tos: bytes = bytes(256)
+    #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
+    takes_trimmed: bool = False
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -87,6 +94,8 @@ class NicDaemon:
         self._ns_fd: int | None = None
         self.pause_ports: list[PortPause] = []
         self.pause_errors = 0
+        self.trace: Trace = NULL_TRACE
+        self._trace_file: Any = None
 
     # -- setup ----------------------------------------------------------------------
 
@@ -104,7 +113,10 @@ class NicDaemon:
         addrs = self._addresses()
         mtu = min((i.mtu for _, i in addrs), default=1500)
         used: dict[int, str] = {}
+        trimmed = trimmed_table(self.cfg.trimmed_dscps)
         try:
+            if self.cfg.trace:
+                self._open_trace(self.cfg.trace)
             for name in self.cfg.transports:
                 port = self.cfg.ports.get(name)
                 if port is None:
@@ -122,7 +134,8 @@ class NicDaemon:
                         socks[-1].port = port
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
                                                 port, mtu,
-                                                dict(self.cfg.engine_options.get(name, {})))
+                                                dict(self.cfg.engine_options.get(name, {})),
+                                                self.trace.child(f"{self.cfg.host}/{name}"))
                     engine = engines.create(name, ctx)
                 except BaseException as e:
                     for ps in socks:
@@ -139,7 +152,9 @@ class NicDaemon:
                             seal_many=getattr(framer, "seal_many", None))
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
                                               check=framer.check if framer else None,
-                                              check_buf=getattr(framer, "check_buf", None))
+                                              check_buf=getattr(framer, "check_buf", None),
+                                              trimmed_tos=trimmed,
+                                              takes_trimmed=takes_trimmed(engine))
             if self.cfg.pfc:
                 self._open_pause({i.name for _, i in addrs if i.name})
         except BaseException:
@@ -155,7 +170,24 @@ class NicDaemon:
             except OSError as e:
                 self.warnings.append(f"{ifname}: PFC pause frames ignored ({e})")
 
+    def _open_trace(self, path: str) -> None:
+        """``--trace FILE``: one JSON-lines event trace (:mod:`emu.core.trace`) shared by
+        every engine, each under the endpoint name ``<host>/<transport>``. Times are the
+        daemon's clock (``trio.current_time()``, what engines are given as ``now``); the
+        ``daemon_started`` record pairs it with the wall clock."""
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        self._trace_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.trace = Trace.to_stream(self._trace_file, self.cfg.host, header={
+            "source": "emu nicd", "cluster": self.cfg.cluster, "host": self.cfg.host,
+            "pid": os.getpid(), "clock": "trio.current_time"})
+
     def close(self) -> None:
+        if self._trace_file is not None:
+            with contextlib.suppress(OSError):
+                self._trace_file.close()
+            self._trace_file = None
         for pp in self.pause_ports:
             pp.close()
         self.pause_ports = []
@@ -198,6 +230,10 @@ class NicDaemon:
                 for pp in self.pause_ports:
                     n.start_soon(self._pause_loop, pp)
                 n.start_soon(self.control.serve, listener)
+                if self.trace.enabled:
+                    self.trace.event("daemon_started", trio.current_time(), wall=time.time(),
+                                     transports=list(self.slots))
+                    n.start_soon(self._trace_flush_loop)
                 self.ready_after = process_age()
                 task_status.started(self)
                 await self._stop.wait()
@@ -227,15 +263,22 @@ class NicDaemon:
     async def _engine_loop(self, slot: EngineSlot) -> None:
         backlog, batch = slot.backlog, self.cfg.engine_batch
         recv = slot.engine.receive_datagram
+        trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
+        c = slot.c
         while True:
             if not backlog:
                 await slot.rx_lot.park()
                 continue
             now = trio.current_time()
             for _ in range(min(batch, len(backlog))):
-                data, addr, ecn = backlog.popleft()
+                data, addr, tos = backlog.popleft()
                 try:
-                    recv(data, addr, now, ecn=ecn)
+                    if trimmed[tos]:  # a switch cut it to its headers (its DSCP says so)
+                        c["rx_trimmed"] += 1
+                        if takes:
+                            recv(data, addr, now, ecn=tos & 3, trimmed=True)
+                            continue
+                    recv(data, addr, now, ecn=tos & 3)
                 except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
                     slot.c["engine_errors"] += 1
                     self._log_once(f"{slot.name}: receive_datagram raised {e!r}")
@@ -260,6 +303,14 @@ class NicDaemon:
                     slot.c["engine_errors"] += 1
                     self._log_once(f"{slot.name}: handle_timer raised {e!r}")
                 self.pump(slot)
+
+    async def _trace_flush_loop(self) -> None:
+        """Flush the trace file now and then, so ``tail -f`` / ``jq`` see a live run (the
+        file is block-buffered: one write per event would cost a syscall each)."""
+        while True:
+            await trio.sleep(self.cfg.trace_flush)
+            with contextlib.suppress(OSError, ValueError):
+                self.trace.flush()
 
     async def _tx_loop(self, slot: EngineSlot) -> None:
         tx = slot.tx
@@ -386,6 +437,28 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
             yield d
         finally:
             d.stop()
+
+
+def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
+    """A 256-entry table TOS byte → 1 when its DSCP (``tos >> 2``) is one of ``dscps``:
+    one index per datagram in the engine loop instead of a shift and a set lookup."""
+    bad = [d for d in dscps if not (isinstance(d, int) and 0 <= d < 64)]
+    if bad:
+        raise ValueError(f"trimmed DSCP {bad[0]!r} is not a DSCP (0..63)")
+    want = set(dscps)
+    return bytes(1 if tos >> 2 in want else 0 for tos in range(256))
+
+
+def takes_trimmed(engine: Any) -> bool:
+    """Whether ``engine.receive_datagram`` accepts ``trimmed=`` (UET does; RoCE, whose
+    trimmed packets are recognised by their BTH, keeps the plain Engine signature).
+    Decided once per engine from the signature, so the hot path tests a local bool."""
+    try:
+        params = inspect.signature(engine.receive_datagram).parameters
+    except (TypeError, ValueError):
+        return False
+    return "trimmed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                      for p in params.values())
 
 
 def process_age() -> float:

@@ -11,6 +11,8 @@ The datagram side is :class:`emu.transports.base.Engine`, driven exactly so
 (``now`` is ``trio.current_time()``, seconds)::
 
     engine.receive_datagram(data, addr, now, ecn=tos & 3)    # every datagram read
+    #  … with trimmed=True instead when the DSCP is a trimmed one (--trimmed-dscp) and
+    #  the engine's receive_datagram has that keyword (UET); decided once per engine
     engine.handle_timer(now)                                # when get_timer() is due
     engine.datagrams_to_send(now) -> [(data, addr, TxMeta)]  # after every input
     engine.next_event() -> Completion | StateChanged | None  # after every input
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from emu.core.memory import MemoryTable
+from emu.core.trace import NULL_TRACE, Trace
 from emu.transports.base import Engine, VerbsError
 from emu.transports.roce.verbs import RecvWR, SendWR
 
@@ -54,7 +57,9 @@ class EngineContext:
 
     ``addresses`` are the host's NIC addresses (IPv4 and IPv6 strings) in port
     order; ``mtu`` the smallest of the ports' IP MTUs (what a segmenting
-    transport may put in one datagram, IP and UDP headers included).
+    transport may put in one datagram, IP and UDP headers included); ``trace`` the
+    daemon's event trace for this engine (``--trace``; disabled by default), which a
+    factory passes to engines that take ``trace=``.
     """
 
     memory: MemoryTable
@@ -63,6 +68,7 @@ class EngineContext:
     port: int
     mtu: int = 1500
     options: dict[str, Any] = field(default_factory=dict)
+    trace: Trace = NULL_TRACE
 
 
 class Verbs(Protocol):

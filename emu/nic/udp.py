@@ -213,6 +213,11 @@ class PortSocket:
         counts (``rx_bad_icrc``) datagrams that fail it; ``check_buf`` is its in-place
         form, ``check_buf(buf, off, end, src, sport, dst, dport)``, used instead when given
         (checks in the receive buffer before the copy).
+
+        Items are ``(datagram, addr, tos)`` with ``tos`` the whole IPv4 TOS / IPv6
+        traffic-class byte (DSCP << 2 | ECN) the read arrived with: the engine loop
+        splits it (ECN for congestion notification, DSCP for trimming) only when
+        it hands the datagram over, so the read loop does no extra work per packet.
         """
         buf = self._buf
         mv = memoryview(buf)
@@ -222,7 +227,7 @@ class PortSocket:
             n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
             n_reads += 1
             seg = n
-            ecn = 0
+            tos = 0
             for level, typ, data in anc:
                 if level == SOL_UDP and typ == UDP_GRO:
                     seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
@@ -231,7 +236,7 @@ class PortSocket:
                     self.kernel_drops = _U32.unpack_from(data)[0]
                 elif (level, typ) in ((socket.IPPROTO_IP, socket.IP_TOS),
                                       (socket.IPPROTO_IPV6, IPV6_TCLASS)):
-                    ecn = data[0] & 3 if len(data) == 1 else _I32.unpack_from(data)[0] & 3
+                    tos = data[0] if len(data) == 1 else _I32.unpack_from(data)[0] & 0xFF
             if flags & socket.MSG_TRUNC:
                 c["rx_truncated"] += 1
                 continue
@@ -260,7 +265,7 @@ class PortSocket:
                     dropped += 1
                 else:
                     room -= 1
-                    append((chunk, addr, ecn))
+                    append((chunk, addr, tos))
             c["rx_packets"] += npk
             c["rx_bytes"] += nbytes
             if bad:

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
+from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
 __all__ = ["ClassConfig", "ConfigError", "PortConfig", "SwitchConfig", "apply_settings",
            "parse_size"]
@@ -273,8 +274,8 @@ class SwitchConfig:
 
     ports: dict[str, PortConfig] = field(default_factory=dict)
     dscp_map: dict[int, int] | None = None
-    trimmed_dscp: int = 30
-    trimmed_lasthop: int = 31
+    trimmed_dscp: int = DSCP_TRIMMED
+    trimmed_lasthop: int = DSCP_TRIMMED_LASTHOP
     trim_size: int | None = None
     trim_dscps: list[int] | None = None
     match: list[str] = field(default_factory=lambda: ["udp:4791", "udp:4793", "proto:253"])

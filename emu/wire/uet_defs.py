@@ -22,6 +22,11 @@ from typing import Protocol
 UET_UDP_PORT = 4793
 #: IP protocol number of native-IP UET (R uses 253, an experimental number)
 UET_IP_PROTO_DEFAULT = 253
+#: DSCPs a switch writes on a packet it trimmed (uet.md: Encapsulation — "deployment-chosen",
+#: so configurable: ``emu.switch`` ``trimmed_dscp``/``trimmed_lasthop``, ``emu nicd
+#: --trimmed-dscp``); these are emu's defaults, defined once here for switch and NIC alike.
+DSCP_TRIMMED = 30
+DSCP_TRIMMED_LASTHOP = 31
 
 # --------------------------------------------------------------------------
 # Enumerations (specs/uet.md; names as in W's Info column where it has one)

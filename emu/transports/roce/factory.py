@@ -56,4 +56,7 @@ def create_engine(ctx: Any) -> RoceEngine:
     opts.setdefault("gather", True)  # the daemon sends Gather pieces by scatter-gather
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
+    trace = getattr(ctx, "trace", None)  # the daemon's --trace (disabled: not passed)
+    if trace is not None and trace.enabled:
+        opts["trace"] = trace
     return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

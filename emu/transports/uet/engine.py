@@ -19,9 +19,10 @@ the initiator half (:mod:`.pds`). Each data packet leaves with a fresh
 entropy (UDP source port) drawn from ``entropies`` with the injected RNG —
 oblivious spraying (uet.md: Spraying); replies echo the entropy they answer.
 
-Trimmed packets: the daemon cannot see DSCP today, so the target infers
-trimming from a request whose payload is shorter than its SES header
-declares; tests (and a future daemon) may also pass ``trimmed=True``.
+Trimmed packets: the daemon passes ``trimmed=True`` when a datagram arrived
+with a trimmed DSCP (``emu nicd --trimmed-dscp``, default the switch's 30/31);
+the target also infers trimming from a request whose payload is shorter than
+its SES header declares (a switch with a DSCP the NIC was not told about).
 """
 
 from __future__ import annotations

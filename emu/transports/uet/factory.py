@@ -53,7 +53,7 @@ def build_engine(ctx: Any) -> UetEngine:
 
     Uses ``ctx.memory``, ``ctx.rng``, ``ctx.addresses[0]``/``ctx.port`` (what
     :meth:`UetEngine.query_ep` reports), ``ctx.mtu`` (→ the payload per packet)
-    and the :data:`ENGINE_OPTIONS` found in ``ctx.options``.
+    and the :data:`ENGINE_OPTIONS` found in ``ctx.options``; ``ctx.trace`` when enabled.
     """
     opts = {k: v for k, v in dict(getattr(ctx, "options", {}) or {}).items()
             if k in ENGINE_OPTIONS}
@@ -63,4 +63,7 @@ def build_engine(ctx: Any) -> UetEngine:
     addrs = list(getattr(ctx, "addresses", []) or [])
     port = int(getattr(ctx, "port", UDP_PORT) or UDP_PORT)
     local = (addrs[0], port) if addrs else None
+    trace = getattr(ctx, "trace", None)  # the daemon's --trace (disabled: not passed)
+    if trace is not None and trace.enabled:
+        opts["trace"] = trace
     return UetEngine(ctx.memory, ctx.rng, local_addr=local, port=port, **opts)

@@ -152,8 +152,11 @@ class Initiator:
         self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
         pdc.timers.set_if_earlier("retx", now + self.h.rto)
-        if self.h.trace.enabled:
-            self.h.trace.packet_retransmitted(now, pdc=pdc.pdcid, psn=psn & _M, reason=reason)
+        if self.h.trace.enabled:  # packet_sent for every packet on the wire, retx flagged
+            self.h.trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=pkt.length,
+                                     ent=ent, retx=True, ctl=pkt.ctl_type >= 0)
+            self.h.trace.packet_retransmitted(now, pdc=pdc.pdcid, psn=psn & _M, reason=reason,
+                                              ent=ent)
 
     def _send_new(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h
@@ -191,7 +194,7 @@ class Initiator:
             h.stats["tx_data_packets"] += 1
             pdc.timers.set_if_earlier("retx", now + h.rto)
             if trace.enabled:
-                trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n,
+                trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n, ent=ent, retx=False,
                                   msg=msg.message_id, syn=pdc.dpdcid is None)
 
     def _send_close(self, pdc: InitiatorPdc, now: float) -> None:
@@ -348,6 +351,8 @@ class Initiator:
         response get a CP ACK_REQ for their last PSN instead of data."""
         h = self.h
         for name in pdc.timers.expired(now):
+            if h.trace.enabled:  # "retx" is the RTO; "nack" the delayed NACK resend
+                h.trace.timer_fired(now, pdc=pdc.pdcid, timer=name)
             if name == "nack":
                 nxt = None
                 for p, t in list(pdc.retx_later.items()):
@@ -362,8 +367,6 @@ class Initiator:
                 self._rto(pdc, now)
             if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
                 return
-        if h.trace.enabled and pdc.retx_now:
-            h.trace.timer_fired(now, pdc=pdc.pdcid, timer="rto", resend=len(pdc.retx_now))
 
     def _rto(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h
