@@ -47,6 +47,7 @@ from emu.transports.base import (
     TxMeta,
     VerbsError,
 )
+from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import ses as S
 from emu.transports.uet import ses_shape as SH
@@ -94,7 +95,8 @@ class UetEngine(Engine):
                  trace: Trace = NULL_TRACE, first_pdcid: int = 1,
                  small_sends: bool = False, cc: str | None = None,
                  cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
-                 path_params: dict[str, Any] | None = None, line_rate: float = 10e9) -> None:
+                 path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
+                 gather: bool = False, ack_coalesce: bool = False) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -105,6 +107,10 @@ class UetEngine(Engine):
             raise ValueError("max_retries >= 0, ack_bytes >= 1, job_id is 24 bits")
         self.memory = memory
         self.rng = rng
+        #: data requests as :class:`~emu.transports.base.Gather` pieces (daemons: no copy)
+        self.gather = gather
+        #: the 16 KiB ACK rule fires once per PDC per receive batch (Target.flush_due)
+        self.ack_coalesce = ack_coalesce
         self.mtu, self.mpr, self.rto, self.max_retries = mtu, mpr, rto, max_retries
         self.nack_retx_delay = nack_retx_delay
         self.ack_bytes = ack_bytes
@@ -370,7 +376,7 @@ class UetEngine(Engine):
         st["rx_packets"] += 1
         st["rx_bytes"] += len(data)
         try:
-            pkt = decode_packet(data)
+            pkt = FP.decode_request(data) or decode_packet(data)
         except DecodeError:
             st["rx_drop_malformed"] += 1
             return
@@ -460,6 +466,8 @@ class UetEngine(Engine):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         self.now = now
+        if self.target.due:
+            self.target.flush_due()
         active, self._active = self._active, {}
         for pid in active:
             pdc = self.ini.get(pid)

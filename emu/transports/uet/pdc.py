@@ -260,6 +260,8 @@ class TargetPdc:
     rcvd: RangeSet = field(init=False)
     clear_psn: int = 0  # extended; PSNs below it were seen ACKed by the initiator
     bytes_since_ack: int = 0
+    #: first_missing when we last asked for a CLEAR (ask again only half a window later)
+    clear_asked: int = -(1 << 40)
     rcvd_bytes: int = 0
     ooo: int = 0  # packets accepted ahead of the first missing PSN
     placement: PlacementTracker[int] = field(default_factory=PlacementTracker)

@@ -21,6 +21,7 @@ from emu.core.cq import WcStatus
 from emu.core.psn import PSN32
 from emu.core.sack import bitmap_runs
 from emu.core.trace import Trace
+from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
@@ -106,6 +107,17 @@ class Initiator:
         clear = s16(pdc.oldest - psn)
         msg = pkt.msg
         assert msg is not None
+        off, n = pkt.offset, pkt.length
+        if (pdc.dpdcid is not None and getattr(msg, "shape", S.SH.NH_STANDARD)
+                == S.SH.NH_STANDARD and getattr(msg, "ext", None) is None):
+            # the bulk of a transfer: one struct call, no copy for a daemon (.fastpath)
+            rl = getattr(msg, "req_length", None)
+            return FP.request(pdc.mode, int(retx), int(ar), clear, psn & _M, pdc.pdcid,
+                              pdc.dpdcid, msg.opcode, int(off + n >= msg.length),
+                              int(off == 0), msg.message_id, self.h.job_id, msg.dest_ep,
+                              msg.remote_addr, msg.ep, msg.rkey, n, off,
+                              msg.length if rl is None else rl, msg.data[off:off + n],
+                              self.h.gather)
         # the SES header shape (small/medium/standard) is the message's (.ses_shape)
         nh, ses, ext = S.SH.request_parts(msg, pkt.offset, pkt.length, self.h.job_id)
         if pdc.dpdcid is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from emu.core.psn import PSN32
 from emu.transports.base import ECN_CE
+from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
@@ -37,6 +38,8 @@ class Target:
         #: PDCs ended by CLOSE: (host, ini PDCID) → (our old PDCID, CLOSE PSN), to re-ACK a
         #: retransmitted CLOSE whose ACK was lost (uet.md: Close)
         self.closed: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+        #: PDCID → (PSN, entropy, retx) of the newest packet owed a coalesced ACK
+        self.due: dict[int, tuple[int, int | None, int]] = {}
 
     # -- PDC management ------------------------------------------------------------
 
@@ -129,12 +132,38 @@ class Target:
         t.bytes_since_ack += max(n, D.ACK_MIN_COUNT)
         t.remember_psn(psn, ses.message_id)
         st["rx_data_packets"] += 1
-        clear_needed = t.first_missing - t.clear_psn > t.window // 2
-        if (pds.ar or pds.syn or ecn == ECN_CE or rsp is not None or clear_needed
-                or t.bytes_since_ack >= h.ack_bytes):
+        fm = t.first_missing
+        half = t.window // 2
+        # CLEAR_PSN lags by more than half the window: ask once, not on every ACK while the
+        # initiator's answer (or its next requests' clear_psn_offset) is on its way
+        clear_needed = fm - t.clear_psn > half and fm - t.clear_asked > half
+        if clear_needed:
+            t.clear_asked = fm
+        if pds.ar or pds.syn or ecn == ECN_CE or rsp is not None or clear_needed:
             full = None if rsp is None else (ses.message_id, *rsp)
+            self.due.pop(t.pdcid, None)  # this ACK covers what a coalesced one would
             self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, full,
                      req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
+        elif t.bytes_since_ack >= h.ack_bytes:
+            if h.ack_coalesce:  # one ACK per PDC per receive batch (flush_due)
+                self.due[t.pdcid] = (psn, ent, pds.retx)
+            else:
+                self.ack(t, psn, ent, False, pds.retx, None)
+
+    def flush_due(self) -> None:
+        """Send the ACKs the 16 KiB rule asked for during the last receive batch, one per
+        PDC, for its newest packet (CACK and the SACK bitmap cover the rest).
+
+        Why coalesce: the daemon hands the engine what one wake-up read (its
+        "interrupt"), and a NIC's ACK coalescing does the same — with 8 KiB
+        packets the rule alone meant an ACK for every second packet, each a
+        syscall at the target and a wake-up at the initiator. ACKs with AR, SYN,
+        ECN, a response or a CLEAR request still leave at once."""
+        due, self.due = self.due, {}
+        for pid, (psn, ent, retx) in due.items():
+            t = self.pdcs.get(pid)
+            if t is not None and t.bytes_since_ack > 0:
+                self.ack(t, psn, ent, False, retx, None)
 
     def _syn_pdc(self, pds: Any, host: str, addr: Any) -> TargetPdc:
         start = pds.start_psn()
@@ -204,15 +233,19 @@ class Target:
         cack = t.first_missing - 1
         base = cack + 1 if psn - cack <= 64 else psn - 63
         bm = t.rcvd.to_bitmap(base & _M, below_floor=True)
-        hdr = PdsAckCcNscc(next_hdr=_NH_RSP if rsp else 0, m=int(m), retx=int(retx), req=req,
-                           ack_psn_offset=s16(psn - cack), cack_psn=cack & _M,
-                           spdcid=t.pdcid, dpdcid=t.ini_pdcid, cc_type=0, mpr=h.mpr,
-                           sack_psn_offset=s16(base - cack), sack_bitmap=bm,
-                           rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
-                           ooo_count=min(len(t.rcvd), 0xFFFF))
-        if rsp is None:
-            h.emit(encode_packet(hdr), t.addr, entropy, True)
-        else:  # a READ / fetching atomic answers with data, in as many packets as it needs
+        if rsp is None:  # the common case, in one struct call (.fastpath)
+            h.emit(FP.ack_cc_nscc(0, int(m), int(retx), req, s16(psn - cack), cack & _M,
+                                  t.pdcid, t.ini_pdcid, h.mpr, s16(base - cack), bm,
+                                  t.rcvd_bytes & 0xFFFFFF, min(len(t.rcvd), 0xFFFF)),
+                   t.addr, entropy, True)
+        else:
+            hdr = PdsAckCcNscc(next_hdr=_NH_RSP, m=int(m), retx=int(retx), req=req,
+                               ack_psn_offset=s16(psn - cack), cack_psn=cack & _M,
+                               spdcid=t.pdcid, dpdcid=t.ini_pdcid, cc_type=0, mpr=h.mpr,
+                               sack_psn_offset=s16(base - cack), sack_bitmap=bm,
+                               rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
+                               ooo_count=min(len(t.rcvd), 0xFFFF))
+            # a READ / fetching atomic answers with data, in as many packets as it needs
             for nh, ses, data in self.ses.response_parts(t, rsp, h.job_id):
                 hdr.next_hdr = nh
                 h.emit(encode_packet(hdr, ses, None, data), t.addr, entropy, True)
