@@ -99,6 +99,11 @@ def test_trimmed_requests_nacked_and_resent_before_the_rto(traced):
         except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
             errors.append(e)
 
+    # warm-up, one sender at a time and too small to trim: PDCs established (no SYN in
+    # the burst), every daemon and the switch past their first-packet costs — a cold
+    # start could delay the first NACK past the RTO on a busy 2-core machine
+    for i, s in enumerate(SENDERS, 1):
+        uc.write(s, RX, 1000, i, timeout=60)
     threads = [threading.Thread(target=write, args=(s, i)) for i, s in enumerate(SENDERS, 11)]
     for t in threads:
         t.start()

@@ -150,6 +150,8 @@ class NicDaemon:
                 tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,
                             seal=framer.seal if framer else None,
                             seal_many=getattr(framer, "seal_many", None))
+                # a spraying engine's entropy set (UET): its sockets now, not mid-burst
+                tx.preopen(getattr(getattr(engine, "engine", engine), "entropies", ()))
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),
