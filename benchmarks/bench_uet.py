@@ -40,11 +40,12 @@ from bench_roce import blaster  # noqa: E402
 
 from emu.api import Device  # noqa: E402
 from emu.api.client import call_once  # noqa: E402
-from emu.fabric import Fabric, down  # noqa: E402
+from emu.fabric import Fabric, down, linkctl  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
 from emu.nic.protocol import sock_path  # noqa: E402
 from emu.topology import load  # noqa: E402
+from emu.topology.units import format_rate, parse_rate  # noqa: E402
 
 MiB = 1 << 20
 PINNED = 49152  # the one entropy of the pinned run (the first of the engine's default set)
@@ -163,8 +164,15 @@ def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
     spines = sorted(n for n, nd in topo.nodes.items() if nd.role == "spine")
     fam = 4 if a.ipv4 else 6
     addr = {h: _addr(topo, h, fam) for h in ("h1", "h4")}
-    out: dict[str, Any] = {"family": f"IPv{fam}", "spines": spines}
+    out: dict[str, Any] = {"family": f"IPv{fam}", "spines": spines,
+                           "spine_rate_bps": a.spine_rate}
     try:
+        if a.spine_rate:
+            # the fabric, not the daemons' CPU, is the bottleneck, as in a real cluster:
+            # each leaf1 → spine link carries at most spine_rate
+            for s in spines:
+                linkctl.apply_direction(f.ns("leaf1"), s, linkctl.Direction(
+                    rate_bps=int(a.spine_rate)))
         for label, opts in (("sprayed", []), ("pinned", [f"uet.entropies=[{PINNED}]"])):
             procs = start_daemons(name, addr, a.engine_opt + opts)
             try:
@@ -206,8 +214,9 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
     if "spray" in res:
         r = res["spray"]
         sp = r["spines"]
-        print(f"\nleaf-spine (2 spines, h1 -> h4, {r['family']}): one PDC sprayed vs pinned "
-              f"to entropy {PINNED}")
+        print(f"\nleaf-spine (2 spines, h1 -> h4, {r['family']}, leaf1 -> spine links at "
+              f"{format_rate(r['spine_rate_bps'])}): one PDC sprayed vs pinned to entropy "
+              f"{PINNED}")
         print(f"{'':20}{'Gb/s':>10}" + "".join(f"{s + ' pkts':>16}" for s in sp))
         for label in ("sprayed", "pinned"):
             x = r[label]
@@ -228,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blast-seconds", type=float, default=2.0)
     p.add_argument("--engine-opt", action="append", default=[], metavar="uet.KEY=JSON",
                    help="passed to both daemons (emu nicd --engine-opt)")
+    p.add_argument("--spine-rate", type=parse_rate, default=parse_rate("1gbit"),
+                   help="rate of each leaf1 → spine link in the spray part, so the fabric is "
+                        "the bottleneck (default 1gbit; 'unlimited' to compare CPU costs only)")
     p.add_argument("--ipv4", action="store_true", help="IPv4 (no GSO) instead of IPv6")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
