@@ -224,3 +224,17 @@ def roce_pair(seed: int = 1, *, pmtu: int = 1024, line_rate: float = 10e9,
     ea.connect(qa, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
     eb.connect(qb, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
     return RocePair(link, ea, eb, ma, mb, qa, qb)
+
+
+def drop_first(pred, n: int = 1):
+    """A LossyLink ``drop`` hook losing the first ``n`` datagrams matching ``pred``."""
+    seen: list[bytes] = []
+
+    def drop(data: bytes, src: tuple, dst: tuple) -> bool:
+        if len(seen) < n and pred(data, src):
+            seen.append(data)
+            return True
+        return False
+
+    drop.seen = seen  # type: ignore[attr-defined]
+    return drop

@@ -160,13 +160,18 @@ def test_tx_queue_is_bounded_and_counts():
     assert len(tx.queue) == 5 and c["tx_backlog_drops"] == 2
 
 
-def test_gso_groups_equal_datagrams_to_one_destination():
+def tx_counters_and_receiver() -> tuple[dict[str, int], socket.socket, int]:
+    """A TxPath's counters and a UDP receiver on ::1 (and its port) for send tests."""
     c = dict.fromkeys(("tx_packets", "tx_bytes", "tx_gso_sends", "tx_gso_disabled",
                        "tx_errors", "tx_entropy_fallback", "tx_backlog_drops"), 0)
     rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     rx.bind(("::1", 0))
     rx.settimeout(5)
-    port = rx.getsockname()[1]
+    return c, rx, rx.getsockname()[1]
+
+
+def test_gso_groups_equal_datagrams_to_one_destination():
+    c, rx, port = tx_counters_and_receiver()
     ps = PortSocket("::1", 0, mtu=65536, gro=False)
     if not ps.gso:
         pytest.skip("no UDP GSO on this kernel")
@@ -193,12 +198,7 @@ def test_gather_datagrams_are_sealed_and_sent_whole(gso):
     from emu.nic.framing import RoceIcrc
     from emu.transports.roce import packets as P
 
-    c = dict.fromkeys(("tx_packets", "tx_bytes", "tx_gso_sends", "tx_gso_disabled",
-                       "tx_errors", "tx_entropy_fallback", "tx_backlog_drops"), 0)
-    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    rx.bind(("::1", 0))
-    rx.settimeout(5)
-    port = rx.getsockname()[1]
+    c, rx, port = tx_counters_and_receiver()
     ps = PortSocket("::1", 0, mtu=65536, gro=False, gso=gso)
     if gso and not ps.gso:
         pytest.skip("no UDP GSO on this kernel")

@@ -5,6 +5,7 @@ PDC setup/teardown under loss, in RUD and ROD, ending with empty PDC tables on b
 from __future__ import annotations
 
 import pytest
+from lossy_link import drop_first
 from uet_pair import LOSSY, A, B, clean, ok, uet_pair
 from uet_pair import write as uet_write
 
@@ -25,19 +26,6 @@ def cp_type(d: bytes) -> int | None:
 def write(p, wr_id: int, size: int, mode: str = "rud"):
     _, dst, data = uet_write(p, wr_id, size, mode=mode)
     return dst, data
-
-
-def drop_first(pred, n: int = 1):
-    seen: list[bytes] = []
-
-    def drop(data: bytes, src: tuple, dst: tuple) -> bool:
-        if len(seen) < n and pred(data, src):
-            seen.append(data)
-            return True
-        return False
-
-    drop.seen = seen  # type: ignore[attr-defined]
-    return drop
 
 
 def established(p, mode: str = "rud"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from lossy_link import drop_first
 from uet_pair import A, B, ok, uet_pair, write
 
 from emu.core.cq import WcStatus
@@ -24,20 +25,6 @@ def is_data(d: bytes) -> bool:
 
 def is_ack(d: bytes) -> bool:
     return pds_type(d) in (7, 8)
-
-
-def drop_first(pred, n: int = 1):
-    """A LossyLink ``drop`` hook losing the first ``n`` datagrams matching ``pred``."""
-    seen: list[bytes] = []
-
-    def drop(data: bytes, src: tuple, dst: tuple) -> bool:
-        if len(seen) < n and pred(data, src):
-            seen.append(data)
-            return True
-        return False
-
-    drop.seen = seen  # type: ignore[attr-defined]
-    return drop
 
 
 # -- PDC establishment ----------------------------------------------------------

@@ -36,6 +36,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from emu.core.psn import RandomBits
 
@@ -380,3 +381,22 @@ class MemoryTable:
         """Deregister everything (buffers belong to their owners; close those separately)."""
         for mr in list(self._by_rkey.values()):
             self.deregister(mr)
+
+
+def scatter(views: list[memoryview], off: int, data: Any) -> None:
+    """Copy ``data`` to byte ``off`` of the concatenation of ``views`` (an SGE list);
+    what does not fit is left out — callers check lengths against the list first."""
+    pos = 0
+    i = 0
+    n = len(data)
+    for v in views:
+        lv = len(v)
+        if off < pos + lv:
+            start = off - pos
+            k = min(lv - start, n - i)
+            v[start:start + k] = data[i:i + k]
+            i += k
+            off += k
+            if i >= n:
+                return
+        pos += lv

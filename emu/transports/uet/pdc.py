@@ -318,3 +318,19 @@ def snapshot(pdc: InitiatorPdc | TargetPdc) -> dict[str, Any]:
     return {"pdcid": pdc.pdcid, "role": "target", "peer": pdc.peer, "dpdcid": pdc.ini_pdcid,
             "start_psn": pdc.start_psn, "cack_psn": (pdc.first_missing - 1) & PSN32.mask,
             "window": pdc.window, "mode": pdc.mode.name.lower()}
+
+
+def release_due(later: dict[Any, float], due: Any, now: float) -> float | None:
+    """Move the keys of ``later`` (key → time) whose time has come onto ``due`` (a deque),
+    in order; return the earliest time still pending (for the "nack" timer), or None.
+
+    The delayed resends after a non-trim "retransmit" NACK, shared by the PDC
+    initiator and RUDI (which has no PDC)."""
+    nxt = None
+    for k, t in list(later.items()):
+        if t <= now:
+            del later[k]
+            due.append(k)
+        elif nxt is None or t < nxt:
+            nxt = t
+    return nxt

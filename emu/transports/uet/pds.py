@@ -366,13 +366,7 @@ class Initiator:
             if h.trace.enabled:  # "retx" is the RTO; "nack" the delayed NACK resend
                 h.trace.timer_fired(now, pdc=pdc.pdcid, timer=name)
             if name == "nack":
-                nxt = None
-                for p, t in list(pdc.retx_later.items()):
-                    if t <= now:
-                        del pdc.retx_later[p]
-                        pdc.retx_now.append(p)
-                    elif nxt is None or t < nxt:
-                        nxt = t
+                nxt = D.release_due(pdc.retx_later, pdc.retx_now, now)
                 if nxt is not None:
                     pdc.timers.set("nack", nxt)
             elif name == "retx":

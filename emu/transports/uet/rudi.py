@@ -191,13 +191,7 @@ class Rudi:
         h = self.h
         for name in self.timers.expired(now):
             if name == "nack":
-                nxt = None
-                for pid, t in list(self.retx_later.items()):
-                    if t <= now:
-                        del self.retx_later[pid]
-                        self.retx_now.append(pid)
-                    elif nxt is None or t < nxt:
-                        nxt = t
+                nxt = D.release_due(self.retx_later, self.retx_now, now)
                 if nxt is not None:
                     self.timers.set("nack", nxt)
                 continue

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
-from emu.core.memory import Access, MemoryAccessError, MemoryTable
+from emu.core.memory import Access, MemoryAccessError, MemoryTable, scatter
 from emu.core.reorder import PlaceStatus
 from emu.transports.uet import ses_shape as SH
 from emu.transports.uet import ses_tagged as TG
@@ -240,7 +240,7 @@ class SesTarget:
             return self._fail(t, mid, RC_TOO_LONG), None
         res = t.placement.place(mid, off, len(payload), total=eager)
         if res.new_bytes:
-            _scatter(a.views, off, payload)
+            scatter(a.views, off, payload)
         if res.status is PlaceStatus.COMPLETED and eager < total:
             if self.pull is None:
                 return self._fail(t, mid, RC_UNSUPPORTED_OP), None
@@ -262,25 +262,6 @@ class SesTarget:
         t.sends.pop(mid, None)
         t.remember_response(mid, rc, 0)
         return rc, 0
-
-
-def _scatter(views: list[memoryview], off: int, data: memoryview) -> None:
-    """Copy ``data`` to byte ``off`` of the concatenation of ``views``."""
-    pos = 0
-    i = 0
-    n = len(data)
-    cur = off
-    for v in views:
-        lv = len(v)
-        if cur < pos + lv:
-            start = cur - pos
-            k = min(lv - start, n - i)
-            v[start:start + k] = data[i:i + k]
-            i += k
-            cur += k
-            if i >= n:
-                return
-        pos += lv
 
 
 @dataclass(slots=True)

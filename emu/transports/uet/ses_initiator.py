@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.memory import scatter
 from emu.core.reorder import MessageAssembly, PlaceStatus
 from emu.transports.base import VerbsError
 from emu.transports.uet import ses_amo as AMO
@@ -41,24 +42,6 @@ from emu.wire.uet_defs import RETURN_CODE
 #: packets of READ data one READ request asks for
 READ_PIECE_PKTS = 16
 RC_OK = RETURN_CODE["OK"]
-
-
-def scatter(views: list[memoryview], off: int, data: memoryview | bytes) -> None:
-    """Copy ``data`` to byte ``off`` of the concatenation of ``views``."""
-    pos = 0
-    i = 0
-    n = len(data)
-    for v in views:
-        lv = len(v)
-        if off < pos + lv:
-            start = off - pos
-            k = min(lv - start, n - i)
-            v[start:start + k] = data[i:i + k]
-            i += k
-            off += k
-            if i >= n:
-                return
-        pos += lv
 
 
 @dataclass(eq=False)

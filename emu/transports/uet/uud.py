@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.memory import scatter
 from emu.transports.uet import pdc as D
 from emu.transports.uet import ses as S
 from emu.transports.uet.pdc import TxMessage
@@ -30,18 +31,6 @@ _NH_REQ_STD = 3
 _STD = (SesStandardRequest, SesStandardRequestSom)
 #: SES opcodes a UUD datagram may carry (see the module docstring)
 ALLOWED_OPS = frozenset({S.OP_SEND})
-
-
-def _scatter(views: list[memoryview], data: Any) -> None:
-    """Copy ``data`` over the concatenation of ``views`` from its start."""
-    i = 0
-    n = len(data)
-    for v in views:
-        if i >= n:
-            return
-        k = min(len(v), n - i)
-        v[:k] = data[i:i + k]
-        i += k
 
 
 class Uud:
@@ -96,7 +85,7 @@ class Uud:
             self.h._complete(ep.recv_cq, WorkCompletion(w.wr_id, WcStatus.LOC_LEN_ERR,
                                                         WcOpcode.RECV, ep.ep, n))
             return
-        _scatter(w.views, pkt.payload)
+        scatter(w.views, 0, pkt.payload)
         st["rx_uud_datagrams"] += 1
         self.h._complete(ep.recv_cq, WorkCompletion(w.wr_id, WcStatus.SUCCESS, WcOpcode.RECV,
                                                     ep.ep, n, src_qp=ses.initiator))
