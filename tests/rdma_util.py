@@ -3,9 +3,49 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from emu.api import Device
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_nicd(cluster: str, host: str, *args: str) -> subprocess.Popen:
+    """``emu nicd`` for ``host`` of ``cluster`` (extra ``args``), returned once it is ready;
+    fails the test with the daemon's stderr if it is not."""
+    p = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster", cluster,
+                          "--host", host, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    line = p.stdout.readline()  # type: ignore[union-attr]
+    if not line.startswith("ready "):
+        p.kill()
+        err = p.communicate()[1]
+        raise AssertionError(f"nicd {host} did not start: {err}")
+    return p
+
+
+def stop_nicds(procs: list[subprocess.Popen]) -> list[int]:
+    """SIGTERM each daemon (kill after 20 s) and return the exit codes, pipes closed."""
+    rcs = []
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        rcs.append(p.wait())
+        for s in (p.stdout, p.stderr):
+            if s is not None:
+                s.close()
+    procs.clear()
+    return rcs
 
 
 def write_and_verify(cluster: str, src: str, dst: str, n: int, seed: int, *, wr_id: int = 7,

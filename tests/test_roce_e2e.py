@@ -37,10 +37,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -56,7 +54,7 @@ from emu.nic.protocol import sock_path
 from emu.topology.model import Direction
 from emu.wire.icrc import verify_icrc
 from emu.wire.pcapio import read_frames
-from tests.rdma_util import write_and_verify
+from tests.rdma_util import start_nicd, stop_nicds, write_and_verify
 
 ROOT = Path(__file__).resolve().parent.parent
 TSHARK = shutil.which("tshark")
@@ -73,30 +71,12 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
 
     def start_daemons(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for h in ("h1", "h2"):
-            p = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster", self.name,
-                                  "--host", h, "--seed", str(len(self.procs) + 1),
-                                  "--engine-opt", "roce.line_rate=5e8"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=env, cwd=ROOT)
-            self.procs.append(p)
-            line = p.stdout.readline()
-            assert line.startswith("ready "), p.stderr.read()
+            self.procs.append(start_nicd(self.name, h, "--seed", str(len(self.procs) + 1),
+                                         "--engine-opt", "roce.line_rate=5e8"))
 
     def stop_daemons(self) -> list[int]:
-        rcs = []
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            rcs.append(p.wait())
-            p.stdout.close()
-            p.stderr.close()
-        return rcs
+        return stop_nicds(self.procs)
 
     def stats(self, host: str) -> dict:
         return call_once(sock_path(self.name, host), "stats")

@@ -9,16 +9,15 @@ happened before; the fabric is the caller's (``down`` in its finalizer).
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from rdma_util import start_nicd, stop_nicds
 
 from emu.api import Device
 from emu.api.client import call_once
@@ -40,32 +39,13 @@ class UetCluster:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for i, h in enumerate(self.hosts, 1):
-            p = subprocess.Popen([sys.executable, "-m", "emu.nic.daemon", "--cluster", self.name,
-                                  "--host", h, *[a for t in self.transports for a in ("-t", t)],
-                                  "--seed", str(i),
-                                  *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env, cwd=ROOT)
-            self.procs.append(p)
-            line = p.stdout.readline()
-            assert line.startswith("ready "), p.stderr.read()
+            self.procs.append(start_nicd(self.name, h,
+                                         *[a for t in self.transports for a in ("-t", t)],
+                                         "--seed", str(i), *extra))
 
     def stop(self) -> list[int]:
-        rcs = []
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            rcs.append(p.wait())
-            for s in (p.stdout, p.stderr):
-                if s is not None:
-                    s.close()
-        self.procs = []
-        return rcs
+        return stop_nicds(self.procs)
 
     def stats(self, host: str) -> dict:
         return call_once(sock_path(self.name, host), "stats")
