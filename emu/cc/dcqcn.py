@@ -149,7 +149,8 @@ class Dcqcn(CongestionControl):
         if self._deadline is None:  # at line rate: nothing to recover
             return
         self._bytes += nbytes
-        if self._bytes >= self.byte_counter:
+        while self._bytes >= self.byte_counter and self._deadline is not None:
+            # several counter periods at once when a paced burst is charged in one call
             self._bytes -= self.byte_counter
             self._b += 1
             self._increase()

@@ -30,6 +30,7 @@ the oldest unacknowledged PSN) so ordinary comparisons work across the
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
 from emu.core.psn import PSN24
@@ -125,6 +126,69 @@ class Requester:
         return self.qp.state is QpState.RTS and not self.rnr_wait and self.tx < len(self.sq)
 
     # -- transmit -----------------------------------------------------------
+
+    def middles(self, now: float, out: list, dst: Any, meta: Any) -> int:
+        """Append as many full-size middle packets of the current SEND/WRITE as the pacer
+        allows now, as :class:`~emu.transports.base.Gather` pieces; returns how many.
+
+        The daemon's bulk path: what :meth:`next_packet` and
+        :meth:`QueuePair.on_paced_send` do per packet, done once per burst (the
+        per-packet bookkeeping was the sending daemon's bottleneck). 0 when the
+        next packet is not such a middle (first/last packets, several SGEs,
+        RNR wait, not RTS): the caller then takes the general path.
+        """
+        qp = self.qp
+        if self.rnr_wait or self.tx >= len(self.sq) or not qp.sending_allowed:
+            return 0
+        w = self.sq[self.tx]
+        k = self.tx_pkt
+        if not k or k >= w.npkts - 1 or len(w.views) != 1:  # type: ignore[operator]
+            return 0
+        mid = _MIDDLE.get(w.op)
+        if mid is None:
+            return 0
+        a = qp.attr
+        pmtu = a.pmtu
+        size = pmtu + P.BTH_SIZE + P.ICRC_SIZE  # middles are full: no pad
+        start = qp.next_tx
+        floor = now - qp.burst_s
+        if start < floor:
+            start = floor
+        if start > now:
+            return 0
+        dt = size * 8.0 / qp.rate
+        cnt = min(w.npkts - 1 - k, int((now - start) / dt) + 1)  # type: ignore[operator]
+        v = w.views[0]
+        dqpn, pkey = a.dest_qp_num, a.pkey
+        psn0 = w.psn + k  # type: ignore[operator]
+        since, every = self.since_ackreq, self.eng.ack_req_every
+        build = P.build_gather
+        append = out.append
+        off = k * pmtu
+        for psn in range(psn0, psn0 + cnt):
+            since += 1
+            if since >= every:
+                since = 0
+                b = build(mid, dqpn, psn & _MASK, v[off:off + pmtu], ackreq=1, pkey=pkey)
+            else:
+                b = build(mid, dqpn, psn & _MASK, v[off:off + pmtu], pkey=pkey)
+            append((b, dst, meta))
+            off += pmtu
+        self.since_ackreq = since
+        self.tx_pkt = k + cnt
+        end = psn0 + cnt
+        if psn0 < self.sent_high:
+            self.eng.stats["tx_retransmits"] += min(end, self.sent_high) - psn0
+        if end > self.sent_high:
+            self.sent_high = end
+        if "retx" not in qp.timers:
+            to = ack_timeout(a.timeout)
+            if to is not None:
+                qp.timers.set("retx", now + to)
+        qp.next_tx = start + cnt * dt
+        if qp.cc is not None:
+            qp.cc.on_sent(cnt * size, now)
+        return cnt
 
     def next_packet(self, now: float) -> bytearray | None:
         """The next request packet to send (new or retransmitted), or None if blocked."""

@@ -25,6 +25,7 @@ is written, so such a request writes nothing.
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict, deque
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
@@ -35,6 +36,7 @@ from emu.transports.roce.qp import EngineCtx, QueuePair, scatter
 
 _unwrap = PSN24.unwrap
 _MASK = PSN24.mask
+_U32 = struct.Struct("!I")  # BTH word 3: AckReq | reserved | PSN
 
 _SEND_START = frozenset({P.SEND_FIRST, P.SEND_ONLY, P.SEND_ONLY_IMM, P.SEND_ONLY_INV})
 _SEND_CONT = frozenset({P.SEND_MIDDLE, P.SEND_LAST, P.SEND_LAST_IMM, P.SEND_LAST_INV})
@@ -146,6 +148,30 @@ class Responder:
                 self._queue(P.nak_syndrome(P.NAK_PSN_SEQ), self.epsn)
         else:
             self._duplicate(p, psn)
+
+    def write_middle(self, data: bytes | bytearray | memoryview, n: int) -> bool:
+        """A full-size WRITE_MIDDLE at the expected PSN into the WRITE in progress, placed
+        without building a :class:`~.packets.Pkt` — what :meth:`on_request` would do for
+        it, in a fraction of the time. False (nothing changed): take the general path."""
+        w3 = _U32.unpack_from(data, 8)[0]
+        if (w3 & _MASK) != (self.epsn & _MASK) or data[1] & 0x3F:
+            return False  # out of sequence, duplicate, pad or transport version: general
+        cur = self.cur
+        pmtu = self.qp.attr.pmtu
+        if cur is None or cur.send or n != pmtu + 16:
+            return False
+        off = cur.off
+        end = off + pmtu
+        if end >= cur.total:
+            return False  # a middle cannot end the message: the general path rejects it
+        cur.view[off:end] = memoryview(data)[12:12 + pmtu]
+        cur.off = end
+        self.epsn += 1
+        self.nak_episode = False
+        self.since_ack += 1
+        if w3 >> 31 or self.since_ack >= self.eng.ack_every:
+            self._queue_ack()
+        return True
 
     def _queue(self, syndrome: int, psn: int) -> None:
         a = self.qp.attr
