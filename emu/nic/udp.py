@@ -433,12 +433,13 @@ class TxPath:
             if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1:
                 for i in range(1, min(len(q), GSO_MAX_SEGS)):
                     nxt, naddr, nmeta = q[i]
-                    n = len(nxt)
-                    if nmeta is not meta or (naddr is not addr and naddr != addr) or n > seg \
-                            or total + n > GSO_MAX_BYTES:
+                    if nmeta is not meta or (naddr is not addr and naddr != addr):
                         break
-                    if seal is not None and type(nxt) is not bytearray \
-                            and type(nxt) is not Gather:
+                    tn = type(nxt)
+                    n = nxt.size if tn is Gather else len(nxt)
+                    if n > seg or total + n > GSO_MAX_BYTES:
+                        break
+                    if seal is not None and tn is not bytearray and tn is not Gather:
                         nxt = bytearray(nxt)
                         q[i] = (nxt, naddr, nmeta)
                     batch.append(nxt)
