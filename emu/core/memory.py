@@ -36,7 +36,6 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 from emu.core.psn import RandomBits
 
@@ -383,20 +382,39 @@ class MemoryTable:
             self.deregister(mr)
 
 
-def scatter(views: list[memoryview], off: int, data: Any) -> None:
-    """Copy ``data`` to byte ``off`` of the concatenation of ``views`` (an SGE list);
-    what does not fit is left out — callers check lengths against the list first."""
+def gather(views: list[memoryview], off: int, n: int) -> memoryview | bytes:
+    """``n`` bytes at message offset ``off`` across an SGE list (zero-copy for one SGE)."""
+    if len(views) == 1:
+        return views[0][off:off + n]
+    out = bytearray()
+    for v in views:
+        ln = len(v)
+        if off >= ln:
+            off -= ln
+            continue
+        take = min(ln - off, n - len(out))
+        out += v[off:off + take]
+        off = 0
+        if len(out) == n:
+            break
+    return bytes(out)
+
+
+def scatter(views: list[memoryview], off: int, data: bytes | memoryview) -> None:
+    """Write ``data`` at message offset ``off`` across an SGE list (caller checked the length)."""
+    if len(views) == 1:
+        views[0][off:off + len(data)] = data
+        return
     pos = 0
-    i = 0
     n = len(data)
     for v in views:
-        lv = len(v)
-        if off < pos + lv:
-            start = off - pos
-            k = min(lv - start, n - i)
-            v[start:start + k] = data[i:i + k]
-            i += k
-            off += k
-            if i >= n:
-                return
-        pos += lv
+        ln = len(v)
+        if off >= ln:
+            off -= ln
+            continue
+        take = min(ln - off, n - pos)
+        v[off:off + take] = data[pos:pos + take]
+        pos += take
+        off = 0
+        if pos == n:
+            return

@@ -33,6 +33,7 @@ import struct
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.memory import gather, scatter
 from emu.core.psn import PSN24
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import (
@@ -41,9 +42,7 @@ from emu.transports.roce.qp import (
     QpState,
     QueuePair,
     ack_timeout,
-    gather,
     rnr_delay,
-    scatter,
 )
 from emu.transports.roce.verbs import WrOpcode
 from emu.wire.codec.roce import NAK_CODES

@@ -29,10 +29,10 @@ import struct
 from collections import OrderedDict, deque
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
-from emu.core.memory import Access, MemError, MemoryAccessError
+from emu.core.memory import Access, MemError, MemoryAccessError, scatter
 from emu.core.psn import PSN24
 from emu.transports.roce import packets as P
-from emu.transports.roce.qp import EngineCtx, QueuePair, scatter
+from emu.transports.roce.qp import EngineCtx, QueuePair
 
 _unwrap = PSN24.unwrap
 _MASK = PSN24.mask
