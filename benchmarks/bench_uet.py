@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_roce import blaster  # noqa: E402
+import bench_roce  # noqa: E402
+from bench_roce import RECV_CPU, SEND_CPU, blaster, pin  # noqa: E402
 
 from emu.api import Device  # noqa: E402
 from emu.api.client import call_once  # noqa: E402
@@ -63,6 +64,7 @@ def start_daemons(cluster: str, hosts: dict[str, str], opts: list[str]) -> list[
                 argv += ["--engine-opt", o]
             pr = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
             procs.append(pr)
+            pin(pr.pid, SEND_CPU if h == "h1" else RECV_CPU)  # as the blaster (bench_roce.pin)
             if not pr.stdout.readline().startswith("ready "):
                 raise RuntimeError(f"nicd {h} did not start")
     except BaseException:
@@ -241,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="rate of each leaf1 → spine link in the spray part, so the fabric is "
                         "the bottleneck (default 1gbit; 'unlimited' to compare CPU costs only)")
     p.add_argument("--ipv4", action="store_true", help="IPv4 (no GSO) instead of IPv6")
+    p.add_argument("--no-pin", action="store_true",
+                   help="let the scheduler place the processes (default: sender side on "
+                        "CPU 0, receiver side on CPU 1, for every measurement)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    bench_roce.PIN = not a.no_pin
     if os.geteuid() != 0:
         print("bench-uet needs root (namespaces)", file=sys.stderr)
         return 2
