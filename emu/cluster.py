@@ -19,6 +19,7 @@ from pathlib import Path
 
 from emu.fabric import Fabric, state
 from emu.fabric import down as fabric_down
+from emu.nic.topology import NIC_TRANSPORTS  # the transports every daemon serves
 from emu.topology import Topology
 from emu.topology.serialize import from_dict, to_dict
 
@@ -84,8 +85,11 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log})")
         if daemons and topology.hosts():
+            from emu.nic.topology import daemon_args
+
             started = start_nic_daemons(name, [h.name for h in topology.hosts()],
-                                        extra_args=extra, trace=trace)
+                                        extra_args=extra + daemon_args(topology.nic),
+                                        trace=trace)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
@@ -330,8 +334,6 @@ def nic_dir(cluster: str) -> str:
     return os.path.join(RUN_DIR, cluster)
 
 
-#: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
-NIC_TRANSPORTS = ("roce", "uet")
 
 
 def trace_path(cluster: str, host: str) -> str:

@@ -110,6 +110,13 @@ CASES = {
     "cluster name bad": ('[topology]\nkind = "pair"\nname = "Big"\n', None,
                          ["topology.name", "[a-z0-9]"]),
     "link not array": (LS + "[link]\nmtu = 1\n", None, ["link", "array of tables"]),
+    "nic transport": (LS + '[nic.mrc]\ncc = "nscc"\n', None, ["nic.mrc", "unknown transport"]),
+    "nic option": (LS + "[nic.uet]\ncolour = 1\n", None,
+                   ["nic.uet.colour", "unknown uet engine option"]),
+    "nic value": (LS + '[nic.uet]\ncc = "tcp"\n', None, [":5:", "nic.uet.cc", "'tcp'"]),
+    "nic range": (LS + "[nic.roce]\nline_rate = -1\n", None, ["nic.roce", "line_rate"]),
+    "nic not table": (LS + "[nic]\nuet = 3\n", None, ["nic.uet", "expected a table"]),
+    "set nic option": (LS, ["nic.uet.paths=random"], ["--set nic.uet.paths=random", "random"]),
 }
 
 

@@ -398,6 +398,8 @@ class NicDaemon:
             transports[slot.name] = {"udp_port": slot.port, "rx_backlog": len(slot.backlog),
                                      "tx_queue": len(slot.tx.queue), "counters": dict(slot.c),
                                      "engine": eng,
+                                     "engine_options": dict(
+                                         self.cfg.engine_options.get(slot.name, {})),
                                      "sockets": [p.describe() for p in slot.tx.sockets()]}
         try:
             now = trio.current_time()

@@ -52,7 +52,8 @@ KINDS = (*GENERATORS, "custom")
 NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NODE_NAME = 32
 MAX_CLUSTER_NAME = 12
-_TOP = {"topology", "params", "defaults", "link", "node", "event", "routing", "switch"}
+_TOP = {"topology", "params", "defaults", "link", "node", "event", "routing", "switch",
+        "nic"}
 _IFNAME_BAD = re.compile(r"[/:\s]")
 
 
@@ -111,10 +112,11 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
             parts = ["defaults", *parts]
         elif len(parts) == 1:
             parts = ["params", *parts]
-        if parts[0] not in ("params", "defaults", "routing", "switch") or len(parts) < 2 \
-                or not all(parts):
+        if parts[0] not in ("params", "defaults", "routing", "switch", "nic") \
+                or len(parts) < 2 or not all(parts):
             raise TopologyError(f"{loc.source}: --set {arg}", f"unknown setting {key!r}: use a "
-                                "parameter name, link.<key>, routing.<key> or switch.<key>")
+                                "parameter name, link.<key>, routing.<key>, switch.<key> or "
+                                "nic.<transport>.<key>")
         table = data
         for p in parts[:-1]:
             table = table.setdefault(p, {})
@@ -194,6 +196,14 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topo
         if problem:
             raise loc.error(*problem)
         topo.switch = section
+    if "nic" in data:
+        from emu.nic.topology import check_section as check_nic
+
+        nic = check_table(data["nic"], "nic", loc)
+        problem = check_nic(nic)
+        if problem:
+            raise loc.error(*problem)
+        topo.nic = {t: dict(o) for t, o in nic.items()}
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))

@@ -139,6 +139,8 @@ class Topology:
     routing: str = "ecmp"
     #: the file's ``[switch]`` table, validated (see :mod:`emu.switch.topology`)
     switch: dict[str, object] = field(default_factory=dict)
+    #: the file's ``[nic]`` table: engine options per transport (see :mod:`emu.nic.topology`)
+    nic: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def hosts(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == "host"]

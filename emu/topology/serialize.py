@@ -69,4 +69,5 @@ def from_dict(d: dict[str, Any]) -> Topology:
         links=links, events=[Event(**e) for e in d["events"]],
         params=d["params"], hash_seed=d["hash_seed"], routing=d["routing"],
         switch=d.get("switch", {}),
+        nic=d.get("nic", {}),
     )

@@ -46,6 +46,8 @@ def create_engine(ctx: Any) -> RoceEngine:
     """
     opts = {k: v for k, v in dict(getattr(ctx, "options", {}) or {}).items()
             if k in ENGINE_OPTIONS}
+    if opts.get("cc") in (False, "none"):  # TOML has no null: cc = "none" / false
+        opts["cc"] = None
     opts.setdefault("default_pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
     # The emulated port speed. A daemon's receive path tops out at a few Gb/s on
     # a small VM; a sender paced at 100 Gb/s overruns it and go-back-N turns the

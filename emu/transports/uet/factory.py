@@ -63,6 +63,8 @@ def build_engine(ctx: Any) -> UetEngine:
     """
     opts = {k: v for k, v in dict(getattr(ctx, "options", {}) or {}).items()
             if k in ENGINE_OPTIONS}
+    if opts.get("cc") in (False, "none"):  # TOML has no null: cc = "none" / false
+        opts["cc"] = None
     opts.setdefault("mtu", payload_for(int(getattr(ctx, "mtu", 1500))))
     opts.setdefault("gather", True)  # data requests leave by scatter-gather, no copy
     if "cc" not in opts:

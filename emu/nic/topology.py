@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The ``[nic]`` section of a topology file: engine options for every host's NIC daemon.
+
+    [nic.uet]                     # options of the UET engine (emu nicd --engine-opt uet.K=V)
+    cc = "rccc"                   # nscc (the daemons' default), rccc, or "none"
+    paths = "reps"
+    path_params = { penalty = 0.0005 }
+    [nic.roce]
+    line_rate = 25e9              # bits/s of the emulated port
+
+or on the command line, ``emu up … --set nic.uet.paths=reps``. Why in the
+topology: comparing transports under congestion means running the same
+fabric with another controller or path policy, and the file is what a
+person hands a colleague to reproduce a run. Every value is checked at load
+time by building the engine it configures (engines are sans-IO, so that is
+cheap), so a bad key or value is a one-line error naming it — not a daemon
+that fails to start inside ``emu up``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
+NIC_TRANSPORTS = ("roce", "uet")
+
+
+@dataclass
+class _Ctx:
+    """The smallest EngineContext a factory accepts (no daemon behind it)."""
+
+    memory: Any
+    rng: random.Random
+    options: dict[str, Any]
+    addresses: list[str] = field(default_factory=lambda: ["10.0.0.1"])
+    port: int = 0
+    mtu: int = 9000
+
+
+def _factory(transport: str) -> tuple[Any, tuple[str, ...]]:
+    if transport == "roce":
+        from emu.transports.roce import factory as f
+    else:
+        from emu.transports.uet import factory as f  # type: ignore[no-redef]
+    return f.create_engine, tuple(f.ENGINE_OPTIONS)
+
+
+def check_section(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """``(key path, reason)`` of the first problem in a ``[nic]`` table, or None."""
+    for transport, opts in raw.items():
+        where = f"nic.{transport}"
+        if transport not in NIC_TRANSPORTS:
+            return where, (f"unknown transport {transport!r} (the daemons run "
+                           f"{', '.join(NIC_TRANSPORTS)})")
+        if not isinstance(opts, dict):
+            return where, f"expected a table ([{where}]), got {opts!r}"
+        create, known = _factory(transport)
+        for key, value in opts.items():
+            if key not in known:
+                return f"{where}.{key}", (f"unknown {transport} engine option {key!r} "
+                                          f"(known: {', '.join(known)})")
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                return f"{where}.{key}", f"{value!r} cannot be passed to a daemon (not JSON)"
+        err = _refused(create, opts)
+        if err is not None:
+            # name the option when one alone is refused (its line, or its --set)
+            for key in opts:
+                one = _refused(create, {key: opts[key]})
+                if one is not None:
+                    return f"{where}.{key}", f"the {transport} engine refuses it: {one}"
+            return where, f"the {transport} engine refuses these options together: {err}"
+    return None
+
+
+def _refused(create: Any, opts: dict[str, Any]) -> str | None:
+    """Why the engine will not build with ``opts`` (None: it builds)."""
+    from emu.core.memory import MemoryTable
+
+    try:
+        create(_Ctx(MemoryTable(random.Random(0)), random.Random(0), dict(opts)))
+    except (ValueError, TypeError, KeyError) as e:
+        return str(e)
+    return None
+
+
+def daemon_args(nic: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The ``emu nicd`` arguments that carry a checked ``[nic]`` section."""
+    return tuple(a for t, opts in nic.items() for k, v in opts.items()
+                 for a in ("--engine-opt", f"{t}.{k}={json.dumps(v)}"))
