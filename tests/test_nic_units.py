@@ -225,6 +225,31 @@ def test_gather_datagrams_are_sealed_and_sent_whole(gso):
     rx.close()
 
 
+def test_entropy_sockets_open_up_front_and_carry_their_source_port():
+    """A spraying engine's entropy set gets its sockets at start (preopen); sends then
+    leave from them — the UDP source port is the entropy — without opening more."""
+    c, rx, port = tx_counters_and_receiver()
+    ps = PortSocket("::1", 0, mtu=65536, gro=False)
+    tx = TxPath([ps], c, max_queue=100)
+    free = []
+    for _ in range(3):  # three free ports to use as the entropy set
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as t:
+            t.bind(("::1", 0))
+            free.append(t.getsockname()[1])
+    try:
+        assert tx.preopen(free) == 3 and tx.preopen(free) == 0  # idempotent
+        opened = len(tx.sockets())
+        tx.put([(b"x%d" % e, ("::1", port), TxMeta(e)) for e in free])
+        tx.flush()
+        got = sorted(rx.recvfrom(100)[1][1] for _ in free)
+        assert got == sorted(free) and len(tx.sockets()) == opened
+        assert c["tx_entropy_fallback"] == 0
+    finally:
+        tx.close()
+        ps.close()
+        rx.close()
+
+
 def test_ipv4_gso_is_off_by_default_for_the_icrc():
     ps = PortSocket("127.0.0.1", 0)
     try:
