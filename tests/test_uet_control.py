@@ -269,3 +269,40 @@ def test_idle_target_pdc_is_closed_through_the_live_initiator():
     assert p.ea.pdcs() == [] and p.eb.pdcs() == []
     assert p.eb.counters()["pdc_target_idle"] == 1
     assert p.link.now - t0 >= 50e-3
+
+
+def test_a_syn_from_nobody_leaves_no_state_behind():
+    """A request with SYN from a peer that never answers (a vanished initiator, or random
+    bytes that parse as one) makes a target PDC; with the daemons' idle_timeout it is
+    asked to close a bounded number of times, then dropped — no state, no endless CPs."""
+    import random
+
+    from emu.core.memory import MemoryTable
+    from emu.transports.uet import UetEngine
+    from emu.transports.uet.control import CLOSE_REQ_RETRIES
+    from emu.wire.codec.uet import encode_packet
+    from emu.wire.codec.uet_pds import PdsRequestSyn
+    from emu.wire.codec.uet_ses import SesStandardRequestSom
+
+    eng = UetEngine(MemoryTable(random.Random(1)), random.Random(2), idle_timeout=20e-3,
+                    max_retries=200, rto=5e-3)
+    syn = encode_packet(PdsRequestSyn(next_hdr=3, syn=1, psn=1000, spdcid=9, psn_offset=0),
+                        SesStandardRequestSom(opcode=1, som=1, eom=1, request_length=8),
+                        None, bytes(8))
+    eng.receive_datagram(bytes(syn), ("10.9.9.9", 50000), 0.0)
+    assert eng.counters()["pdcs_target"] == 1  # it NACKs (no such key), but the PDC exists
+    sent = len(eng.datagrams_to_send(0.0))
+    now = 0.0
+    for _ in range(1000):
+        t = eng.get_timer()
+        if t is None:
+            break
+        now = max(now, t)
+        eng.handle_timer(now)
+        sent += len(eng.datagrams_to_send(now))
+    c = eng.counters()
+    assert c["pdcs_target"] == 0 and eng.get_timer() is None, c
+    assert c["pdc_target_abandoned"] == 1
+    # the NACK, then one CLOSE_REQ and its retries: bounded, not max_retries (200)
+    assert sent <= 2 + CLOSE_REQ_RETRIES, sent
+    assert now < 1.0

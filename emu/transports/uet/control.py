@@ -53,6 +53,12 @@ _TX_STAT = {D.CP_CLOSE_REQ: "tx_close_req", D.CP_CREDIT: "tx_credit",
 def _keep_credit(pdc: InitiatorPdc, credit: int, now: float) -> None:
     pdc.credit = credit
 
+#: CLOSE_REQs before a target gives up on a silent initiator and drops the PDC: the
+#: engine's retry limit, but at most this — a target-side close is housekeeping, and a
+#: daemon's 200 retries would have sent a vanished (or never real) peer a packet every
+#: RTO for a second per PDC
+CLOSE_REQ_RETRIES = 5
+
 
 class Control:
     """The control-packet logic of one engine (``host`` is the :class:`UetEngine`)."""
@@ -231,7 +237,7 @@ class Control:
             if h.target.pdcs.get(pid) is not t:  # its CLOSE came: done
                 del self.close_reqs[pid]
             elif c[1] + rto <= now:
-                if c[2] >= h.max_retries:
+                if c[2] >= min(h.max_retries, CLOSE_REQ_RETRIES):
                     del self.close_reqs[pid]
                     h.stats["pdc_target_abandoned"] += 1
                     h.target.drop(pid)

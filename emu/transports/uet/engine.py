@@ -96,7 +96,8 @@ class UetEngine(Engine):
                  small_sends: bool = False, cc: str | None = None,
                  cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
-                 gather: bool = False, ack_coalesce: bool = False) -> None:
+                 gather: bool = False, ack_coalesce: bool = False,
+                 idle_timeout: float | None = None) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -147,6 +148,11 @@ class UetEngine(Engine):
         self.rudi = Rudi(self)
         self.uud = Uud(self)
         self.control = Control(self)
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError("idle_timeout is seconds > 0 (or None: never reap)")
+        #: a target PDC silent this long is asked to close (then dropped): garbage SYNs and
+        #: vanished initiators leave no state behind (emu.transports.uet.control)
+        self.control.idle_timeout = idle_timeout
         # per-PDC congestion control and path choice (after control: RCCC hooks into it)
         self.flowctl = FlowCtl(self, cc=cc, cc_params=cc_params, paths=paths,
                                path_params=path_params, line_rate=line_rate)

@@ -21,7 +21,7 @@ from emu.transports.uet.verbs import UetVerbs
 #: UetEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("mtu", "mpr", "rto", "max_retries", "nack_retx_delay", "ack_bytes",
                   "entropies", "job_id", "dscp", "ctrl_dscp", "ecn", "cc", "cc_params", "paths",
-                  "path_params", "line_rate", "gather", "ack_coalesce")
+                  "path_params", "line_rate", "gather", "ack_coalesce", "idle_timeout")
 #: RTO of engines built for daemons: the spec's upper bound (uet.md: Retransmit, 1–5 ms).
 #: A daemon pair's unloaded round trip is a few hundred µs on a small VM, not the
 #: fabric's ~10 µs, so the shortest RTOs would fire on data that is merely queued.
@@ -37,6 +37,9 @@ DEFAULT_DAEMON_RETRIES = 200
 #: packet and ~0.2 Gb/s; NSCC with base_rtt 100 µs (a 21-packet window) → no
 #: retransmissions but stop-and-go at ~1.5 Gb/s; 500 µs → ~3.3 Gb/s with 0.3 % RTO
 #: retransmissions; 1 ms → more RTOs and no gain.
+#: seconds a daemon's target PDC may stay silent before it is asked to close: without it,
+#: SYNs from a vanished initiator (or random bytes that parse as one) kept state forever
+DEFAULT_DAEMON_IDLE = 2.0
 DEFAULT_DAEMON_CC = "nscc"
 DEFAULT_DAEMON_BASE_RTT = 500e-6
 #: bytes around a payload: IPv6 40 + UDP 8 + PDS 12 + SES standard 44 (no TSS)
@@ -67,6 +70,7 @@ def build_engine(ctx: Any) -> UetEngine:
         opts["cc"] = None
     opts.setdefault("mtu", payload_for(int(getattr(ctx, "mtu", 1500))))
     opts.setdefault("gather", True)  # data requests leave by scatter-gather, no copy
+    opts.setdefault("idle_timeout", DEFAULT_DAEMON_IDLE)
     if "cc" not in opts:
         opts["cc"] = DEFAULT_DAEMON_CC
         params = dict(opts.get("cc_params") or {})
