@@ -298,7 +298,8 @@ class MemoryTable:
             raise MemoryAccessError(MemError.INVALID_KEY)
         if pd is not None and mr.pd is not pd:
             raise MemoryAccessError(MemError.WRONG_PD, f"region in PD {mr.pd.handle}")
-        if need and (mr.access & need) != need:
+        nb = int(need)  # plain ints: IntFlag's & and bool are Python-level (hot path)
+        if nb and (int(mr.access) & nb) != nb:
             raise MemoryAccessError(MemError.ACCESS_VIOLATION,
                                     f"needs {need!r}, region has {mr.access!r}")
         if length < 0 or addr < mr.va or addr + length > mr.va + mr.length:
