@@ -126,6 +126,14 @@ class Requester:
 
     # -- transmit -----------------------------------------------------------
 
+    def _arm_retx(self, now: float) -> None:
+        """Start the local ACK timeout if it is not running (a send keeps it armed)."""
+        qp = self.qp
+        if "retx" not in qp.timers:
+            to = ack_timeout(qp.attr.timeout)
+            if to is not None:
+                qp.timers.set("retx", now + to)
+
     def middles(self, now: float, out: list, dst: Any, meta: Any) -> int:
         """Append as many full-size middle packets of the current SEND/WRITE as the pacer
         allows now, as :class:`~emu.transports.base.Gather` pieces; returns how many.
@@ -180,10 +188,7 @@ class Requester:
             self.eng.stats["tx_retransmits"] += min(end, self.sent_high) - psn0
         if end > self.sent_high:
             self.sent_high = end
-        if "retx" not in qp.timers:
-            to = ack_timeout(a.timeout)
-            if to is not None:
-                qp.timers.set("retx", now + to)
+        self._arm_retx(now)
         qp.next_tx = start + cnt * dt
         if qp.cc is not None:
             qp.cc.on_sent(cnt * size, now)
@@ -226,10 +231,7 @@ class Requester:
                     self.eng.stats["tx_retransmits"] += 1
                 else:
                     self.sent_high = psn_ext + 1
-                if "retx" not in qp.timers:
-                    to = ack_timeout(a.timeout)
-                    if to is not None:
-                        qp.timers.set("retx", now + to)
+                self._arm_retx(now)
                 return buf
         if w.psn is None:
             w.psn = self.next_psn
@@ -298,10 +300,7 @@ class Requester:
         end = w.psn + w.npkts if op is WrOpcode.RDMA_READ else psn_ext + 1
         if end > self.sent_high:
             self.sent_high = end
-        if "retx" not in qp.timers:
-            to = ack_timeout(a.timeout)
-            if to is not None:
-                qp.timers.set("retx", now + to)
+        self._arm_retx(now)
         return buf
 
     # -- responses ----------------------------------------------------------
