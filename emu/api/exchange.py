@@ -48,13 +48,11 @@ def _recv(sock: socket.socket, limit: int = 1 << 20) -> dict[str, Any]:
     return obj
 
 
-def serve(local: dict[str, Any], port: int = DEFAULT_PORT, bind: str = "::",
-          timeout: float = 60.0, ready: Any = None) -> dict[str, Any]:
-    """Wait for one client; return its connection data after sending ours.
-
-    ``bind="::"`` accepts IPv4 and IPv6 (dual stack). ``ready`` (a callable)
-    runs once the socket listens — tests and tools use it to start the peer.
-    """
+def accept_one(port: int, timeout: float, bind: str = "::", ready: Any = None
+               ) -> socket.socket:
+    """The first TCP client on ``port`` (IPv4 and IPv6 when ``bind`` is ``::``), or
+    TimeoutError after ``timeout`` s; ``ready()`` runs once the socket listens.
+    Shared by the connection exchange and ``emu perf``'s control channel."""
     fam = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(fam, socket.SOCK_STREAM) as ls:
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -66,6 +64,32 @@ def serve(local: dict[str, Any], port: int = DEFAULT_PORT, bind: str = "::",
         if ready is not None:
             ready()
         conn, _ = ls.accept()
+    return conn
+
+
+def connect_retrying(server: str, port: int, timeout: float, attempt: float = 5.0
+                     ) -> socket.socket:
+    """A TCP connection to ``server``, retried every 50 ms while it is not listening yet
+    (each attempt at most ``attempt`` s); the last OSError once ``timeout`` s pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socket.create_connection((server, port), timeout=min(
+                attempt, max(0.1, deadline - time.monotonic())))
+        except OSError:  # refused, unreachable, timed out: the server may be late
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def serve(local: dict[str, Any], port: int = DEFAULT_PORT, bind: str = "::",
+          timeout: float = 60.0, ready: Any = None) -> dict[str, Any]:
+    """Wait for one client; return its connection data after sending ours.
+
+    ``bind="::"`` accepts IPv4 and IPv6 (dual stack). ``ready`` (a callable)
+    runs once the socket listens — tests and tools use it to start the peer.
+    """
+    conn = accept_one(port, timeout, bind, ready)
     with conn:
         conn.settimeout(timeout)
         remote = _recv(conn)
@@ -77,15 +101,7 @@ def connect(server: str, local: dict[str, Any], port: int = DEFAULT_PORT,
             timeout: float = 60.0) -> dict[str, Any]:
     """Connect to ``server`` (retrying while it is not listening yet); swap connection data."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            sock = socket.create_connection((server, port), timeout=max(0.1, deadline -
-                                                                          time.monotonic()))
-            break
-        except (ConnectionRefusedError, OSError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
+    sock = connect_retrying(server, port, timeout)
     with sock:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         _send(sock, local)

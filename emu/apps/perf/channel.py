@@ -19,6 +19,8 @@ import socket
 import time
 from typing import Any
 
+from emu.api.exchange import accept_one, connect_retrying
+
 VERSION = 1
 LIMIT = 1 << 20
 
@@ -39,41 +41,25 @@ class Channel:
     def listen(cls, port: int, timeout: float, bind: str = "::",
                ready: Any = None) -> Channel:
         """Wait (up to ``timeout``) for one client on ``port`` (IPv4 and IPv6)."""
-        fam = socket.AF_INET6 if ":" in bind else socket.AF_INET
-        with socket.socket(fam, socket.SOCK_STREAM) as ls:
-            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if fam == socket.AF_INET6:
-                ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            ls.bind((bind, port))
-            ls.listen(1)
-            ls.settimeout(timeout)
-            if ready is not None:
-                ready()
-            try:
-                conn, _ = ls.accept()
-            except TimeoutError:
-                raise ChannelError(f"no client connected to port {port} in {timeout:g} s"
-                                   ) from None
+        try:
+            conn = accept_one(port, timeout, bind, ready)
+        except TimeoutError:
+            raise ChannelError(f"no client connected to port {port} in {timeout:g} s"
+                               ) from None
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(conn, timeout)
 
     @classmethod
     def connect(cls, server: str, port: int, timeout: float) -> Channel:
         """Connect to ``server``, retrying until it listens or ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
-        last: OSError | None = None
-        while time.monotonic() < deadline:
-            try:
-                sock = socket.create_connection((server, port), timeout=min(
-                    5.0, max(0.1, deadline - time.monotonic())))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(None)
-                return cls(sock, timeout)
-            except OSError as e:  # refused, unreachable, timed out: the server may be late
-                last = e
-                time.sleep(0.05)
-        raise ChannelError(f"cannot reach the server {server} port {port} in {timeout:g} s"
-                           f" ({last})")
+        try:
+            sock = connect_retrying(server, port, timeout)
+        except OSError as e:
+            raise ChannelError(f"cannot reach the server {server} port {port} in "
+                               f"{timeout:g} s ({e})") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        return cls(sock, timeout)
 
     # -- messages ---------------------------------------------------------------------
     def send(self, op: str, **fields: Any) -> None:
