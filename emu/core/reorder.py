@@ -20,12 +20,12 @@ they are ordinary events on a lossy, retransmitting network.
 from __future__ import annotations
 
 import enum
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable
 from typing import Generic, NamedTuple, TypeVar
 
 from emu.core.psn import PsnSpace
+from emu.core.sack import merge_interval
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -231,17 +231,7 @@ class MessageAssembly:
         if x == ends[-1]:
             ends[-1] = y
             return y - x
-        i = bisect_left(ends, x)
-        j = bisect_right(starts, y)
-        if i < j:
-            ns = min(x, starts[i])
-            ne = max(y, ends[j - 1])
-            old = sum(ends[k] - starts[k] for k in range(i, j))
-        else:
-            ns, ne, old = x, y, 0
-        starts[i:j] = [ns]
-        ends[i:j] = [ne]
-        return (ne - ns) - old
+        return merge_interval(starts, ends, x, y)
 
     def holes(self) -> list[tuple[int, int]]:
         """``(offset, length)`` of unplaced bytes, up to the total if known."""

@@ -77,6 +77,25 @@ def bitmap_holes(bitmap: int, bits: int = SACK_BITS) -> Iterator[tuple[int, int]
 # -- range set ---------------------------------------------------------------
 
 
+def merge_interval(starts: list[int], ends: list[int], x: int, y: int) -> int:
+    """Merge ``[x, y)`` into the sorted disjoint ranges ``starts[i], ends[i]`` (ends
+    exclusive; touching ranges merge) in place; returns how many values were new.
+
+    The one interval-set primitive behind :class:`RangeSet` (PSNs) and
+    :class:`emu.core.reorder.PlacementTracker` (message bytes)."""
+    i = bisect_left(ends, x)  # first range ending at/after x (touching merges)
+    j = bisect_right(starts, y)  # ranges starting at/before y merge too
+    if i < j:
+        ns = min(x, starts[i])
+        ne = max(y, ends[j - 1])
+        old = sum(ends[k] - starts[k] for k in range(i, j))
+    else:
+        ns, ne, old = x, y, 0
+    starts[i:j] = [ns]
+    ends[i:j] = [ne]
+    return (ne - ns) - old
+
+
 class RangeSet:
     """A set of PSNs at or above a moving floor, stored as disjoint ranges.
 
@@ -254,18 +273,7 @@ class RangeSet:
             x = self._floor
             if y <= x:
                 return 0
-        starts, ends = self._starts, self._ends
-        i = bisect_left(ends, x)  # first range ending at/after x (touching merges)
-        j = bisect_right(starts, y)  # ranges starting at/before y merge too
-        if i < j:
-            ns = min(x, starts[i])
-            ne = max(y, ends[j - 1])
-            old = sum(ends[k] - starts[k] for k in range(i, j))
-        else:
-            ns, ne, old = x, y, 0
-        starts[i:j] = [ns]
-        ends[i:j] = [ne]
-        added = (ne - ns) - old
+        added = merge_interval(self._starts, self._ends, x, y)
         self._count += added
         return added
 
