@@ -151,7 +151,7 @@ class NicDaemon:
                             seal=framer.seal if framer else None,
                             seal_many=getattr(framer, "seal_many", None))
                 # a spraying engine's entropy set (UET): its sockets now, not mid-burst
-                tx.preopen(getattr(getattr(engine, "engine", engine), "entropies", ()))
+                tx.preopen(getattr(engine, "entropies", ()))
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),

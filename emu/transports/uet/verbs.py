@@ -70,6 +70,8 @@ class UetVerbs:
         self.get_timer = engine.get_timer
         self.handle_timer = engine.handle_timer
         self.pause = engine.pause
+        #: the UDP source ports the engine sprays over (the daemon opens their sockets up front)
+        self.entropies = engine.entropies
         self._peer: dict[int, dict[str, Any]] = {}
         self._order: dict[int, deque[int]] = {}
         self._posted: dict[int, _Posted] = {}
@@ -78,10 +80,8 @@ class UetVerbs:
         self._seq = 0
         self.c = {"pdc_events": 0, "wc_reordered": 0, "wc_orphaned": 0}
 
-    @property
-    def tagged(self) -> bool:
-        """Whether tagged SEND/receive work requests are accepted (the control server asks)."""
-        return hasattr(self.engine, "post_tsend") and hasattr(self.engine, "post_trecv")
+    #: tagged SEND/receive work requests are accepted (the control server asks engines)
+    tagged = True
 
     # -- the Engine contract (the rest is bound in __init__) ---------------------------
 
