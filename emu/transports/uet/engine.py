@@ -248,7 +248,7 @@ class UetEngine(Engine):
             return
         pdc = self._pdc_for(addr, m)
         shape = SH.choose_shape(op, len(data), len(data), self.mtu, small_sends=self.small_sends)
-        self._enqueue(pdc, SH.SesTxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr,
+        self._enqueue(pdc, TxMessage(wr_id, ep, op, data, len(data), dest_ep, remote_addr,
                                            rkey, signaled, shape=shape))
 
     def _dest(self, dest: Any) -> tuple[Addr, int]:

@@ -164,6 +164,16 @@ class TxMessage:
     response: int | None = None  # SES return code, once known
     waiting_since: float | None = None  # all packets ACKed, response missing
     retries: int = 0
+    # what the SES operations beyond WRITE/SEND need (emu.transports.uet.ses_shape):
+    #: next_hdr of its requests: 1 small, 2 medium, 3 standard SES header
+    shape: int = 3
+    #: the wire request_length when it differs from the bytes sent (a READ asks for
+    #: ``req_length`` bytes and sends none)
+    req_length: int | None = None
+    ext: Any = None  # extension header (atomic, compare-and-swap, rendezvous)
+    #: the initiator-side object that takes response data and owns the completion
+    sink: Any = None
+    sink_off: int = 0  # where this request's bytes sit in the sink's buffer
 
 
 @dataclass(eq=False, slots=True)

@@ -108,10 +108,9 @@ class Initiator:
         msg = pkt.msg
         assert msg is not None
         off, n = pkt.offset, pkt.length
-        if (pdc.dpdcid is not None and getattr(msg, "shape", S.SH.NH_STANDARD)
-                == S.SH.NH_STANDARD and getattr(msg, "ext", None) is None):
+        if pdc.dpdcid is not None and msg.shape == S.SH.NH_STANDARD and msg.ext is None:
             # the bulk of a transfer: one struct call, no copy for a daemon (.fastpath)
-            rl = getattr(msg, "req_length", None)
+            rl = msg.req_length
             return FP.request(pdc.mode, int(retx), int(ar), clear, psn & _M, pdc.pdcid,
                               pdc.dpdcid, msg.opcode, int(off + n >= msg.length),
                               int(off == 0), msg.message_id, self.h.job_id, msg.dest_ep,

@@ -7,7 +7,7 @@ packets, each one READ request (one PSN, no payload) — so the target's
 answer to one request is a short burst, and a loss costs one piece's
 re-read (see :mod:`.ses_target_ops` for why data comes back as RSP_DATA on
 ACKs and is recovered by the initiator). Every piece is an
-:class:`~.ses_shape.SesTxMessage` whose ``sink`` is the :class:`ReadOp`: the
+:class:`~.pdc.TxMessage` whose ``sink`` is the :class:`ReadOp`: the
 RSP_DATA bytes go straight to the application's SGEs at
 ``piece offset + message_offset``, in any order, duplicates ignored
 (:class:`emu.core.reorder.MessageAssembly` per piece). A piece counts as
@@ -34,7 +34,7 @@ from emu.core.reorder import MessageAssembly, PlaceStatus
 from emu.transports.base import VerbsError
 from emu.transports.uet import ses_amo as AMO
 from emu.transports.uet import ses_shape as SH
-from emu.transports.uet.pdc import InitiatorPdc
+from emu.transports.uet.pdc import InitiatorPdc, TxMessage
 from emu.transports.uet.ses_tagged import TaggedRecv
 from emu.wire.codec.uet import SesAtomic, SesCompareSwap, SesResponse, SesResponseData
 from emu.wire.uet_defs import RETURN_CODE
@@ -61,7 +61,7 @@ class ReadOp:
     vendor: int = 0
     asm: dict[int, MessageAssembly] = field(default_factory=dict)  # piece offset → bytes in
 
-    def place(self, msg: SH.SesTxMessage, rsp: Any, payload: memoryview) -> bool | None:
+    def place(self, msg: TxMessage, rsp: Any, payload: memoryview) -> bool | None:
         """Take one RSP_DATA for piece ``msg``; True when the piece is complete, None when
         the packet is malformed (counted and dropped by the caller)."""
         want = msg.req_length or 0
@@ -79,12 +79,12 @@ class ReadOp:
     def write(self, off: int, data: memoryview) -> None:
         scatter(self.views, off, data)
 
-    def complete(self, msg: SH.SesTxMessage) -> bool:
+    def complete(self, msg: TxMessage) -> bool:
         want = msg.req_length or 0
         a = self.asm.get(msg.sink_off)
         return want == 0 or (a is not None and a.complete)
 
-    def done(self, msg: SH.SesTxMessage, status: WcStatus, rc: int, vendor: int) -> None:
+    def done(self, msg: TxMessage, status: WcStatus, rc: int, vendor: int) -> None:
         """One request of this op finished (PDS/SES outcome); complete the op after the last."""
         if status is not WcStatus.SUCCESS and self.status is WcStatus.SUCCESS:
             self.status = status
@@ -108,7 +108,7 @@ class AtomicOp(ReadOp):
     def write(self, off: int, data: memoryview) -> None:
         pass
 
-    def place(self, msg: SH.SesTxMessage, rsp: Any, payload: memoryview) -> bool | None:
+    def place(self, msg: TxMessage, rsp: Any, payload: memoryview) -> bool | None:
         if not self.views:  # non-fetching: no data expected
             return None
         if rsp.message_offset != 0 or len(payload) != AMO.SIZE:
@@ -117,7 +117,7 @@ class AtomicOp(ReadOp):
         self.asm[0] = MessageAssembly(0)
         return True
 
-    def complete(self, msg: SH.SesTxMessage) -> bool:
+    def complete(self, msg: TxMessage) -> bool:
         return not self.views or 0 in self.asm
 
 
@@ -126,7 +126,7 @@ class SesInitiator:
 
     def __init__(self, eng: Any) -> None:
         self.e = eng
-        self._compact: dict[tuple[int, int], SH.SesTxMessage] = {}  # (pdcid, ext PSN) → msg
+        self._compact: dict[tuple[int, int], TxMessage] = {}  # (pdcid, ext PSN) → msg
 
     # -- verbs -----------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class SesInitiator:
         for off in offs:
             n = min(piece, total - off)
             shape = SH.choose_shape(SH.OP_READ, 0, n, e.mtu)
-            e._enqueue(pdc, SH.SesTxMessage(op.wr_id, op.ep, SH.OP_READ, memoryview(b""), 0,
+            e._enqueue(pdc, TxMessage(op.wr_id, op.ep, SH.OP_READ, memoryview(b""), 0,
                                             dest_ep, remote_addr + off, rkey, op.signaled,
                                             shape=shape, req_length=n, sink=op, sink_off=off))
 
@@ -192,7 +192,7 @@ class SesInitiator:
         sink.pending = 1
         opcode = SH.OP_FETCHING_ATOMIC if fetching else SH.OP_ATOMIC
         pdc = e._pdc_for(addr)
-        e._enqueue(pdc, SH.SesTxMessage(wr_id, ep, opcode, data, len(data), dest_ep,
+        e._enqueue(pdc, TxMessage(wr_id, ep, opcode, data, len(data), dest_ep,
                                         remote_addr, rkey, signaled,
                                         shape=SH.choose_shape(opcode, len(data), AMO.SIZE, e.mtu),
                                         req_length=AMO.SIZE, ext=ext, sink=sink))
@@ -222,7 +222,7 @@ class SesInitiator:
             if m is not None and rsp.message_id == psn & 0xFFFF:
                 rsp.message_id = m.message_id
         msg = pdc.msgs.get(rsp.message_id)
-        sink = getattr(msg, "sink", None)
+        sink = None if msg is None else msg.sink  # a response to a message long finished
         if isinstance(rsp, SesResponseData):
             if msg is None or sink is None:
                 st["rx_rsp_data_unmatched"] += 1
@@ -240,7 +240,7 @@ class SesInitiator:
             return None
         return rsp
 
-    def _compact_msg(self, pdc: InitiatorPdc, psn: int) -> SH.SesTxMessage | None:
+    def _compact_msg(self, pdc: InitiatorPdc, psn: int) -> TxMessage | None:
         """The small/medium message whose (only) packet had PSN ``psn``, if any."""
         key = (pdc.pdcid, psn)
         m = self._compact.get(key)
@@ -253,7 +253,7 @@ class SesInitiator:
                 if x.eom_psn == psn:
                     cand = x
                     break
-        if cand is None or getattr(cand, "shape", SH.NH_STANDARD) == SH.NH_STANDARD:
+        if cand is None or cand.shape == SH.NH_STANDARD:
             return None
         if len(self._compact) > 65536:
             self._compact.clear()
@@ -265,7 +265,7 @@ class SesInitiator:
         """Hand a finished request to its sink; False when it has none (plain message)."""
         if pdc is not None and msg.eom_psn is not None:
             self._compact.pop((pdc.pdcid, msg.eom_psn), None)
-        sink = getattr(msg, "sink", None)
+        sink = msg.sink
         if sink is None:
             return False
         sink.done(msg, status, rc, vendor)

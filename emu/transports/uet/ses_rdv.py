@@ -29,7 +29,7 @@ from typing import Any
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import MemError, MemoryAccessError
 from emu.transports.uet import ses_shape as SH
-from emu.transports.uet.pdc import RecvAssign, TargetPdc
+from emu.transports.uet.pdc import RecvAssign, TargetPdc, TxMessage
 from emu.transports.uet.ses_initiator import ReadOp
 from emu.wire.codec.uet import SesRendezvous
 from emu.wire.uet_defs import RETURN_CODE
@@ -96,7 +96,7 @@ class Rendezvous:
         sink.pending, sink.key, sink.table = 1, key, self.exposed
         ext = SesRendezvous(eager_length=eager, read_pid_on_fep=ep, read_offset=0,
                             read_match_bits=key)
-        msg = SH.SesTxMessage(wr_id, ep, SH.OP_RENDEZVOUS_SEND, data[:eager], eager, dest_ep,
+        msg = TxMessage(wr_id, ep, SH.OP_RENDEZVOUS_SEND, data[:eager], eager, dest_ep,
                               0, 0, signaled, shape=SH.NH_STANDARD, req_length=total, ext=ext,
                               sink=sink)
         self.exposed[key] = _Exposed(data, msg)

@@ -60,25 +60,6 @@ ATOMIC_OPS = frozenset({OP_ATOMIC, OP_FETCHING_ATOMIC})
 NO_PAYLOAD_OPS = frozenset({OP_READ})
 
 
-@dataclass(eq=False, slots=True)
-class SesTxMessage(TxMessage):
-    """A :class:`TxMessage` with what the SES operations beyond WRITE/SEND need.
-
-    ``shape`` is the next_hdr of its requests; ``req_length`` the wire
-    request_length when it differs from the bytes sent (a READ asks for
-    ``req_length`` bytes and sends none); ``ext`` the extension header
-    (atomic, compare-and-swap, rendezvous); ``sink`` the initiator-side
-    object that takes response data and owns the completion (:mod:`.ses_initiator`);
-    ``sink_off`` where this request's bytes sit in the sink's buffer.
-    """
-
-    shape: int = NH_STANDARD
-    req_length: int | None = None
-    ext: Any = None
-    sink: Any = None
-    sink_off: int = 0
-
-
 def choose_shape(opcode: int, length: int, req_length: int, mtu: int, *,
                  small_sends: bool = False) -> int:
     """The next_hdr (1 small, 2 medium, 3 standard) for a message (module docstring)."""
@@ -108,10 +89,10 @@ def request_parts(msg: TxMessage, offset: int, length: int, job_id: int
     SEND, which lands at the start of the posted buffer); placement adds
     message_offset, which the SOM packet implies as 0.
     """
-    shape = getattr(msg, "shape", NH_STANDARD)
-    rl = getattr(msg, "req_length", None)
+    shape = msg.shape
+    rl = msg.req_length
     rl = msg.length if rl is None else rl
-    ext = getattr(msg, "ext", None)
+    ext = msg.ext
     eom = int(offset + length >= msg.length)
     if shape == NH_SMALL:
         return shape, SesSmallRequest(opcode=msg.opcode, som=1, eom=1, request_length=rl,
