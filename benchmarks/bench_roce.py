@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total", type=int, default=256, help="MiB written per run (default 256)")
     p.add_argument("--msg", type=int, default=1, help="MiB per WRITE (default 1)")
     p.add_argument("--depth", type=int, default=8, help="outstanding WRITEs (default 8)")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5,
+                   help="measurements of each kind, alternating; the medians are compared "
+                        "(default 5: single runs on a small VM have outliers both ways)")
     p.add_argument("--blast-seconds", type=float, default=2.0)
     p.add_argument("--line-rate", type=float, default=10e9,
                    help="engine line rate, bits/s (the pacer's ceiling; default 10e9)")
