@@ -52,14 +52,16 @@ MiB = 1 << 20
 PINNED = 49152  # the one entropy of the pinned run (the first of the engine's default set)
 
 
-def start_daemons(cluster: str, hosts: dict[str, str], opts: list[str]) -> list[Any]:
-    """One ``emu nicd -t uet`` per host on the given address; returns the processes."""
+def start_daemons(cluster: str, hosts: dict[str, str], opts: list[str],
+                  extra: tuple[str, ...] = ()) -> list[Any]:
+    """One ``emu nicd -t uet`` per host on the given address (``extra``: more daemon
+    arguments); returns the processes."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs: list[Any] = []
     try:
         for h, addr in hosts.items():
             argv = [sys.executable, "-m", "emu.nic.daemon", "--cluster", cluster, "--host", h,
-                    "-t", "uet", "--addr", addr]
+                    "-t", "uet", "--addr", addr, *extra]
             for o in opts:
                 argv += ["--engine-opt", o]
             pr = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -130,6 +132,10 @@ def spine_counts(f: Fabric, spines: list[str], from_leaf: str) -> dict[str, int]
     return {s: int(interfaces(f.ns(s))[from_leaf]["rx_packets"]) for s in spines}
 
 
+def _nicd_args(a: argparse.Namespace) -> tuple[str, ...]:
+    return () if a.frame_ring else ("--no-frame-ring",)
+
+
 def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
     topo = load(str(ROOT / "namespaces/pair.toml"))
     name = random_cluster("b")
@@ -138,7 +144,10 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
     try:
         fam = 4 if a.ipv4 else 6
         addr = {h: _addr(topo, h, fam) for h in ("h1", "h2")}
-        procs = start_daemons(name, addr, a.engine_opt)
+        procs = start_daemons(name, addr, a.engine_opt, _nicd_args(a))
+        # the application (this process) off the sending NIC's core: its wake-ups per
+        # completion preempted the sending daemon (~9 % of it, py-spy)
+        pin(os.getpid(), RECV_CPU)
         uet, blast, payload = [], [], 0
         for _ in range(a.runs):
             r = uet_write(name, "h1", "h2", a.total * MiB, a.msg * MiB, a.depth)
@@ -176,7 +185,7 @@ def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
                 linkctl.apply_direction(f.ns("leaf1"), s, linkctl.Direction(
                     rate_bps=int(a.spine_rate)))
         for label, opts in (("sprayed", []), ("pinned", [f"uet.entropies=[{PINNED}]"])):
-            procs = start_daemons(name, addr, a.engine_opt + opts)
+            procs = start_daemons(name, addr, a.engine_opt + opts, _nicd_args(a))
             try:
                 runs, spread = [], {s: 0 for s in spines}
                 for _ in range(a.runs):
@@ -242,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spine-rate", type=parse_rate, default=parse_rate("1gbit"),
                    help="rate of each leaf1 → spine link in the spray part, so the fabric is "
                         "the bottleneck (default 1gbit; 'unlimited' to compare CPU costs only)")
+    p.add_argument("--no-frame-ring", dest="frame_ring", action="store_false",
+                   help="daemons send sprayed packets by socket, one sendmsg each, instead "
+                        "of through their packet TX ring (emu.nic.frames)")
     p.add_argument("--ipv4", action="store_true", help="IPv4 (no GSO) instead of IPv6")
     p.add_argument("--no-pin", action="store_true",
                    help="let the scheduler place the processes (default: sender side on "

@@ -74,6 +74,49 @@ async def test_one_timer_per_engine_rearmed_after_every_input(autojump_clock, tm
         d.stop()
 
 
+class AckEngine(TimerEngine):
+    """A datagram saying "ack" clears the deadlines, as an ACK makes an RTO moot."""
+
+    def __init__(self, ctx: engines.EngineContext) -> None:
+        super().__init__(ctx)
+        self.log: list[str] = []
+
+    def receive_datagram(self, data, addr, now, *, ecn=0):  # noqa: ANN001
+        self.log.append(f"rx {bytes(data).decode()}")
+        if data == b"ack":
+            self.deadlines = []
+
+    def handle_timer(self, now):  # noqa: ANN001
+        self.log.append("timer")
+        super().handle_timer(now)
+
+
+@pytest.mark.trio
+async def test_what_has_arrived_goes_in_before_a_due_timer_fires(autojump_clock, tmp_path):
+    """The datagram sits in the backlog, its reader not yet scheduled, when the timer comes
+    due: the daemon feeds it first, so an ACK cancels the retransmission timeout."""
+    engines.register("ack-test", AckEngine)
+    cfg = NicConfig(sock_path=str(tmp_path / "c" / "h.sock"), transports=["ack-test"],
+                    ports={"ack-test": 4998}, addresses=[])
+    d = NicDaemon(cfg)
+    async with trio.open_nursery() as n:
+        await n.start(d.run)
+        slot = d.slots["ack-test"]
+        eng = slot.engine
+        t0 = trio.current_time()
+        eng.deadlines = [t0 + 1.0]
+        d.pump(slot)
+        slot.backlog.append((b"ack", ("10.0.0.9", 4998), 0))  # not announced to the loop
+        await trio.sleep(2.0)
+        assert eng.log == ["rx ack"] and slot.c["timer_fires"] == 0
+        eng.deadlines = [trio.current_time() + 1.0]
+        d.pump(slot)
+        slot.backlog.append((b"data", ("10.0.0.9", 4998), 0))
+        await trio.sleep(2.0)
+        assert eng.log == ["rx ack", "rx data", "timer"] and slot.c["timer_fires"] == 1
+        d.stop()
+
+
 def _pair(rng_seed: int = 1):
     mem = MemoryTable(random.Random(rng_seed))
     buf = SharedBuffer.create(8192)

@@ -4,8 +4,10 @@ field for field, and declines (→ the generic decoder) whatever it does not cov
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from uet_pair import uet_pair, write
 
 from emu.transports.base import Gather
 from emu.transports.uet import fastpath as F
@@ -94,3 +96,80 @@ def test_ack_bytes_equal_the_codec(nh, m, retx, req, off, cack, s, d, mpr, soff,
                      sack_bitmap=bm, rcvd_bytes=rb, ooo_count=ooo)
     assert bytes(F.ack_cc_nscc(nh, m, retx, req, off, cack, s, d, mpr, soff, bm, rb, ooo)) == \
         bytes(encode_packet(h))
+
+
+# -- the target's WRITE fast path (Target.write_middle) ------------------------------------
+
+def _transfer(seed: int, fast: bool, **link_kw):
+    """Five WRITEs A → B through a seeded lossy link; the fast path on or off at B."""
+    p = uet_pair(seed=seed, ekw={"mtu": 1024}, **link_kw)
+    if not fast:
+        p.eb.target.write_middle = lambda *a: False
+    p.link.tap = []
+    bufs = [write(p, i, 37_000 * i + 11, seed=i) for i in range(1, 6)]
+    p.link.run()
+    return p, bufs
+
+
+@pytest.mark.parametrize("link", [{}, {"loss": 0.02, "reorder": 0.05, "dup": 0.02},
+                                  {"loss": 0.01, "reorder": 0.1, "ce": 0.05}],
+                         ids=["clean", "lossy", "reorder-ce"])
+def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link):
+    """Same seed, fast path on and off: every datagram either engine sent (time, bytes,
+    ECN) is the same, so are the target PDC's state and the data — and the fast path
+    really carried packets (with a clean link, the bulk of them)."""
+    fast, bufs_f = _transfer(7, True, **link)
+    slow, bufs_s = _transfer(7, False, **link)
+    assert fast.link.tap == slow.link.tap
+    for (_, dst_f, data), (_, dst_s, _) in zip(bufs_f, bufs_s, strict=True):
+        assert bytes(dst_f.view[:len(data)]) == bytes(dst_s.view[:len(data)]) == data
+    tf, ts = (list(x.eb.target.pdcs.values()) for x in (fast, slow))
+    for a, b in zip(tf, ts, strict=True):
+        assert (a.first_missing, a.rcvd_bytes, a.ooo, a.clear_psn, a.bytes_since_ack,
+                len(a.psn_msg)) == (b.first_missing, b.rcvd_bytes, b.ooo, b.clear_psn,
+                                    b.bytes_since_ack, len(b.psn_msg))
+        assert [a.psn_msg.get(x) for x in range(a.start_psn, a.first_missing)] == \
+            [b.psn_msg.get(x) for x in range(b.start_psn, b.first_missing)]
+    cf, cs = fast.eb.counters(), slow.eb.counters()
+    n = cf.pop("rx_write_fast", 0)
+    assert cs.get("rx_write_fast", 0) == 0 and cf == cs
+    assert n > (cf["rx_data_packets"] * 3 // 4 if not link else 0)
+    assert cf.get("rx_drop_internal_error", 0) == 0
+
+
+def test_write_middle_fields_and_what_it_declines():
+    zero = dict.fromkeys(("retx", "ar", "clear_psn_offset", "psn", "spdcid", "dpdcid", "eom",
+                          "som", "message_id", "job_id", "pid_on_fep", "buffer_offset",
+                          "initiator", "mem_key", "message_offset", "request_length"), 0)
+    f = {**zero, "typ": 2, "opcode": 1, "retx": 1, "clear_psn_offset": -3, "psn": 99,
+         "spdcid": 4, "dpdcid": 5, "message_id": 6, "buffer_offset": 7, "mem_key": 8,
+         "message_offset": 1024, "request_length": 4096}
+    data = bytes(codec_request(f, b"p" * 100))
+    assert F.write_middle(data) == (2, 1, -3, 99, 4, 5, 6, 7, 8, 100, 1024, 4096)
+    for change in ({"som": 1}, {"ar": 1}, {"opcode": 5}):  # first packet, AR, a SEND
+        assert F.write_middle(bytes(codec_request({**f, **change}, b"p" * 100))) is None
+    syn = encode_packet(PdsRequestSyn(next_hdr=3, syn=1, psn=5, spdcid=1),
+                        SesStandardRequest(opcode=1, som=0, payload_length=1), None, b"x")
+    assert F.write_middle(bytes(syn)) is None
+    assert F.write_middle(data[:40]) is None
+
+
+def test_psn_messages_runs_lookup_and_eviction():
+    from emu.transports.uet.pdc import PsnMessages
+
+    pm = PsnMessages(keep=10)
+    for psn in range(100, 104):
+        pm.add(psn, 1)  # one run
+    pm.add(104, 2)
+    pm.add(110, 3)  # out of order: a gap
+    pm.add(106, 2)
+    pm.add(105, 2)  # fills in: extends 2's run
+    pm.add(105, 9)  # already recorded: ignored
+    assert [pm.get(x) for x in range(99, 112)] == [None, 1, 1, 1, 1, 2, 2, 2, None, None,
+                                                   None, 3, None]
+    assert pm.last_psn(2) == 106 and pm.last_psn(1) == 103 and pm.last_psn(7) is None
+    assert len(pm) == 8
+    for psn in range(111, 115):
+        pm.add(psn, 3)
+    assert len(pm) == 10 and pm.get(100) is None and pm.get(101) is None  # oldest forgotten
+    assert pm.get(102) == 1 and pm.get(114) == 3

@@ -40,6 +40,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="GSO on IPv4 too (breaks the RoCE ICRC: IP IDs count up per segment)")
     p.add_argument("--no-gso", dest="gso", action="store_const", const=False)
     p.add_argument("--no-gro", dest="gro", action="store_false")
+    p.add_argument("--no-frame-ring", dest="frame_ring", action="store_false",
+                   help="send sprayed datagrams through one UDP socket per source port "
+                        "instead of a packet TX ring (emu.nic.frames)")
     p.add_argument("--seed", type=int, help="RNG seed (QPNs, keys): reproducible runs")
     p.add_argument("--engine-opt", action="append", default=[], metavar="NAME.KEY=JSON",
                    help="engine option, e.g. roce.mtu=4096")
@@ -87,7 +90,8 @@ def config_from(a: argparse.Namespace) -> Any:
                      transports=a.transport or ["roce"], optional_transports=a.optional_transports,
                      ports=ports, addresses=a.addr, rx_backlog=a.rx_backlog,
                      tx_backlog=a.tx_backlog, event_queue=a.event_queue, rx_batch=a.rx_batch,
-                     gso=a.gso, gro=a.gro, seed=a.seed, engine_options=opts,
+                     gso=a.gso, gro=a.gro, frame_ring=a.frame_ring, seed=a.seed,
+                     engine_options=opts,
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
                      trace=a.trace, **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))

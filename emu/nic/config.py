@@ -40,6 +40,9 @@ class NicConfig:
     max_clients: int = 256
     gso: bool | None = None
     gro: bool = True
+    #: sprayed datagrams (UET) leave as frames through a packet TX ring, many per
+    #: syscall (``emu.nic.frames``), instead of a ``sendmsg`` each on a socket per source port
+    frame_ring: bool = True
     tos: int | None = 2  # ECT(0): switches mark CE only on ECN-capable packets (DCQCN)
     rcvbuf: int = 4 << 20
     sndbuf: int = 4 << 20

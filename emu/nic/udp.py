@@ -338,6 +338,8 @@ class TxPath:
         self.blocked: PortSocket | None = None
         self._route: dict[str, PortSocket] = {}
         self._entropy: dict[tuple[str, int], PortSocket] = {}
+        #: main socket → its port's frame ring (:mod:`emu.nic.frames`), see :meth:`use_rings`
+        self.rings: dict[PortSocket, Any] = {}
 
     def sockets(self) -> list[PortSocket]:
         return self.mains + list(self._entropy.values())
@@ -407,14 +409,76 @@ class TxPath:
                     n += 1
         return n
 
+    def use_rings(self, make: Any) -> int:
+        """Give each main socket a frame ring, ``make(main)`` (None or OSError: that port
+        goes without); sprayed datagrams then leave through it. Returns how many."""
+        if self.seal is not None:
+            return 0  # frames carry no transport framing (the RoCE ICRC covers IP/UDP)
+        for m in self.mains:
+            try:
+                with in_netns(self.netns_fd):
+                    fx = make(m)
+            except (OSError, ValueError):
+                fx = None
+            if fx is not None:
+                self.rings[m] = fx
+        return len(self.rings)
+
     def flush(self) -> None:
         """Send what is queued; raise BlockingIOError (with :attr:`blocked` set) on EAGAIN."""
+        try:
+            self._flush()
+        finally:
+            if self.rings:
+                self._kick()
+
+    def _kick(self) -> None:
+        for fx in self.rings.values():
+            if fx.pending:
+                try:
+                    fx.kick()
+                except OSError as e:
+                    self.c["tx_errors"] += 1
+                    self.c["tx_last_errno"] = e.errno or 0
+
+    def _drain_ring(self) -> bool:
+        """Sprayed datagrams at the head of the queue into their port's frame ring; True
+        if any went. Raises BlockingIOError (:attr:`blocked` = the ring) when it stays full."""
+        q = self.queue
+        try:
+            main = self._main_for(q[0][1][0])
+        except OSError:
+            return False
+        fx = self.rings.get(main)
+        if fx is None:
+            return False
+        k, nb, full = fx.drain(q, main, self._main_for)
+        if not k and full:
+            self._kick()
+            k, nb, full = fx.drain(q, main, self._main_for)
+            if not k and full:
+                self.blocked = fx
+                raise BlockingIOError
+        if k:
+            c = self.c
+            c["tx_packets"] += k
+            c["tx_bytes"] += nb
+            c["tx_frames"] += k
+            return True
+        return False
+
+    def _flush(self) -> None:
         q = self.queue
         c = self.c
         seal = self.seal
         seal_many = self.seal_many
+        rings = self.rings
         self.blocked = None
         while q:
+            if rings:
+                if self._drain_ring():
+                    continue
+                self._kick()  # frames first: a socket send must not overtake them
             data, addr, meta = q[0]
             try:
                 ps = self._socket_for(addr[0], meta)
@@ -484,6 +548,9 @@ class TxPath:
         for ps in self._entropy.values():
             ps.close()
         self._entropy.clear()
+        for fx in self.rings.values():
+            fx.close()
+        self.rings.clear()
 
 
 def _iovec(batch: list[Any]) -> list[Any]:

@@ -16,6 +16,7 @@ random Start_PSN near 2^32 needs no special cases (see :mod:`emu.core.psn`).
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -257,6 +258,66 @@ class RecvAssign:
     src_ep: int
 
 
+class PsnMessages:
+    """Which message each received PSN carried, as runs of consecutive PSNs.
+
+    Why runs: a message's packets take consecutive PSNs, so a 1 MiB WRITE is
+    one run, not 128 entries, and recording an in-order packet is extending
+    the last run (it was an ``OrderedDict`` insert plus trim per packet).
+    Runs are sorted by PSN; past ``keep`` PSNs the lowest runs are forgotten
+    (a CP ACK_REQ that old gets its ACK without the response)."""
+
+    __slots__ = ("starts", "ends", "mids", "count", "keep")
+
+    def __init__(self, keep: int = 8192) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []  # exclusive
+        self.mids: list[int] = []
+        self.count = 0
+        self.keep = keep
+
+    def add(self, psn: int, mid: int) -> None:
+        ends = self.ends
+        if ends and ends[-1] == psn and self.mids[-1] == mid:
+            ends[-1] = psn + 1
+        elif not ends or psn >= ends[-1]:
+            self.starts.append(psn)
+            ends.append(psn + 1)
+            self.mids.append(mid)
+        else:
+            i = bisect_right(self.starts, psn)
+            if i and psn < ends[i - 1]:
+                return  # already recorded
+            if i and ends[i - 1] == psn and self.mids[i - 1] == mid:
+                ends[i - 1] = psn + 1
+            else:
+                self.starts.insert(i, psn)
+                ends.insert(i, psn + 1)
+                self.mids.insert(i, mid)
+        self.count += 1
+        while self.count > self.keep:
+            k = min(ends[0] - self.starts[0], self.count - self.keep)
+            self.starts[0] += k
+            self.count -= k
+            if self.starts[0] == ends[0]:
+                del self.starts[0], ends[0], self.mids[0]
+
+    def get(self, psn: int) -> int | None:
+        """The message id ``psn`` carried, if remembered."""
+        i = bisect_right(self.starts, psn)
+        return self.mids[i - 1] if i and psn < self.ends[i - 1] else None
+
+    def last_psn(self, mid: int) -> int | None:
+        """The highest remembered PSN that carried message ``mid``."""
+        for i in range(len(self.mids) - 1, -1, -1):
+            if self.mids[i] == mid:
+                return self.ends[i] - 1
+        return None
+
+    def __len__(self) -> int:
+        return self.count
+
+
 @dataclass(eq=False)
 class TargetPdc:
     """The target half: which PSNs arrived, ACK accounting, SES placement state."""
@@ -277,7 +338,7 @@ class TargetPdc:
     placement: PlacementTracker[int] = field(default_factory=PlacementTracker)
     responses: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
     sends: dict[int, RecvAssign] = field(default_factory=dict)
-    psn_msg: OrderedDict[int, int] = field(default_factory=OrderedDict)  # ext PSN → message id
+    psn_msg: PsnMessages = field(default_factory=PsnMessages)  # ext PSN → message id
     closed_at: int | None = None  # extended PSN of the CLOSE that ended it
     mode: Mode = Mode.RUD  # from the request type of the SYN that created it
     last_rx: float = 0.0  # when the initiator was last heard (idle reaping, :mod:`.control`)
@@ -302,11 +363,9 @@ class TargetPdc:
         while len(self.responses) > keep:
             self.responses.popitem(last=False)
 
-    def remember_psn(self, psn: int, message_id: int, keep: int = 8192) -> None:
+    def remember_psn(self, psn: int, message_id: int) -> None:
         """Which message a PSN carried, so a CP ACK_REQ for it can fetch the response."""
-        self.psn_msg[psn] = message_id
-        while len(self.psn_msg) > keep:
-            self.psn_msg.popitem(last=False)
+        self.psn_msg.add(psn, message_id)
 
     def response_for_psn(self, psn: int) -> tuple[int, int, int] | None:
         """(message_id, return code, length) of the message PSN ``psn`` belonged to, if done."""

@@ -146,7 +146,7 @@ class Rendezvous:
         t.remember_response(mid, rc, total if ok else 0)
         if e.target.pdcs.get(t.pdcid) is not t:
             return  # the PDC is gone; a retransmission will find no state either
-        psn = next((p for p, m in reversed(t.psn_msg.items()) if m == mid), None)
+        psn = t.psn_msg.last_psn(mid)
         if psn is not None:
             e.target.ack(t, psn, None, False, 0, (mid, rc, total if ok else 0))
 

@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Sprayed datagrams as whole Ethernet frames, many per syscall, through a packet TX ring.
+
+Why: a sprayed transport (UET) gives every packet its own UDP source port —
+its entropy, which picks the ECMP path. A UDP socket's source port is the
+port it is bound to, so through sockets every sprayed packet is its own
+``sendmsg`` on its own socket, and GSO cannot batch them. That syscall and
+the kernel's UDP/IP output path were ~40 % of a sending daemon (py-spy,
+``scripts/bench-uet``). A NIC writes frames into a descriptor ring and rings
+a doorbell; so does :class:`FrameTx`: an ``AF_PACKET`` socket with a
+``PACKET_TX_RING`` (TPACKET_V2) mapped into the daemon, frames written with
+slice assignment, one ``send()`` (the doorbell) for all that are ready.
+
+What stays the kernel's, so the frames are what a socket would have sent:
+
+* **the path**: the next hop comes from the kernel's FIB for *this flow*
+  (destination and UDP ports, so a multi-homed host's ECMP choice is the
+  kernel's), its MAC from the neighbour table (:mod:`emu.nic.netlink`);
+  both are re-read every ``refresh`` seconds and after a send error. A
+  destination whose neighbour is not resolved yet is refused (``put``
+  returns None): the caller sends that datagram through its UDP socket,
+  which makes the kernel resolve it.
+* **the checksum**: a ``virtio_net_hdr`` (``PACKET_VNET_HDR``) asks for the
+  UDP checksum as an offload (``NEEDS_CSUM``, pseudo-header sum in the
+  field), exactly as the kernel's UDP output does for a device with
+  checksum offload; where the fabric turned offload off
+  (``Fabric(checksum_offload=False)``, the default), the kernel completes it
+  in software before the frame leaves, so captures show valid checksums.
+* **the qdisc**: frames go through the interface's queueing discipline (no
+  ``PACKET_QDISC_BYPASS``), so rate limits and shaping on the host's link
+  apply as they do to socket traffic.
+
+IPv4 frames carry DF and IP ID 0, like the daemon's unconnected UDP sockets;
+IPv6 frames a flow label hashed from the ports, like the kernel's automatic
+flow labels. Headers are cached per (destination, ports, length, TOS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import socket
+import struct
+import time
+from typing import Any
+
+from emu.nic.netlink import Rtnl
+from emu.transports.base import Gather, TxMeta
+
+SOL_PACKET = 263
+PACKET_VNET_HDR, PACKET_VERSION, PACKET_TX_RING, PACKET_LOSS = 15, 10, 13, 14
+TPACKET_V2 = 1
+TP_STATUS_SEND_REQUEST, TP_STATUS_WRONG_FORMAT = 1, 4
+#: frame data starts after the tpacket2_hdr (TPACKET2_HDRLEN - sizeof(sockaddr_ll))
+DATA = 32
+VNET_LEN = 10
+SIOCGIFHWADDR = 0x8927
+_STATUS = struct.Struct("=II")  # tp_status, tp_len
+_UDP = struct.Struct("!HHHH")
+_IP4 = struct.Struct("!BBHHHBBH4s4s")
+_IP6 = struct.Struct("!IHBB16s16s")
+_MAX_CACHE = 8192
+
+
+def _fold(s: int) -> int:
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def _sum16(b: bytes) -> int:
+    return sum(struct.unpack(f"!{len(b) // 2}H", b))
+
+
+def hwaddr(sock: socket.socket, ifname: str) -> bytes:
+    """The interface's MAC (SIOCGIFHWADDR answers for the socket's namespace)."""
+    req = struct.pack("16s16x", ifname.encode())
+    return fcntl.ioctl(sock, SIOCGIFHWADDR, req)[18:24]
+
+
+class FrameTx:
+    """One NIC port's frame ring, for datagrams from ``address`` on interface ``ifname``.
+
+    Open it in the port's network namespace. :meth:`drain` places queued datagrams
+    until one must go another way or the ring is full (then :meth:`kick` and
+    retry, or wait for :attr:`sock` to be writable); :meth:`kick` hands every
+    placed frame to the kernel in one syscall.
+    """
+
+    def __init__(self, ifname: str, address: str, mtu: int, *, frames: int = 256,
+                 refresh: float = 1.0, ttl: int = 64) -> None:
+        self.family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.ifname = ifname
+        self.src = socket.inet_pton(self.family, address)
+        self.mtu = mtu
+        self.refresh = refresh
+        self.ttl = ttl
+        self.iphdr = 40 if self.family == socket.AF_INET6 else 20
+        need = DATA + VNET_LEN + 14 + mtu
+        fs = 4096
+        while fs < need:
+            fs <<= 1
+        if fs > 1 << 16:
+            raise ValueError(f"{ifname}: MTU {mtu} too large for a frame ring")
+        self.frame_size = fs
+        self.frames = frames
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: receives nothing
+        self.rtnl: Rtnl | None = None
+        try:
+            s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+            s.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+            # a frame the kernel rejects is skipped and its slot freed, not left stuck
+            s.setsockopt(SOL_PACKET, PACKET_LOSS, 1)
+            s.setsockopt(SOL_PACKET, PACKET_TX_RING, struct.pack("IIII", fs, frames, fs, frames))
+            s.bind((ifname, 0))
+            s.setblocking(False)
+            self.ifindex = socket.if_nametoindex(ifname)
+            self.mac = hwaddr(s, ifname)
+            self.ring = mmap.mmap(s.fileno(), fs * frames)
+            self.rtnl = Rtnl()
+        except BaseException:
+            s.close()
+            if self.rtnl is not None:
+                self.rtnl.close()
+            raise
+        self.sock = s
+        self.mv = memoryview(self.ring)
+        # the virtio header is the same for every frame: checksum from the UDP header on
+        l4 = 14 + self.iphdr
+        vnet = struct.pack("=BBHHHH", 1, 0, 0, 0, l4, 6)  # NEEDS_CSUM, no GSO, start, offset
+        for i in range(frames):
+            o = i * fs + DATA
+            self.mv[o:o + VNET_LEN] = vnet
+        self.head = 0  # next slot to fill
+        self.pending = 0  # filled, not yet kicked
+        self._prefix: dict[tuple[Any, ...], bytes] = {}
+        self._dests: dict[str, bool] = {}  # destination → leaves by this port
+        self._neigh: dict[str, bytes] = {}
+        self._retry: dict[str, float] = {}
+        self._stamp = time.monotonic()
+        #: pseudo-header sum of the fixed part (source address, protocol)
+        self._pseudo = _sum16(self.src) + socket.IPPROTO_UDP
+        self.c = {"frames": 0, "kicks": 0, "unresolved": 0, "ring_full": 0, "send_errors": 0,
+                  "resolves": 0, "wrong_format": 0}
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.mv.release()
+        with contextlib.suppress(BufferError):
+            self.ring.close()
+        self.sock.close()
+        if self.rtnl is not None:
+            self.rtnl.close()
+
+    # -- headers ----------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Forget next hops and headers (read again on next use)."""
+        self._prefix.clear()
+        self._neigh.clear()
+        self._dests.clear()
+        self._stamp = time.monotonic()
+
+    def _next_hop_mac(self, dst: str, sport: int, dport: int) -> bytes | None:
+        assert self.rtnl is not None
+        oif, gw = self.rtnl.route(dst, sport=sport, dport=dport)
+        if oif != self.ifindex:
+            return None  # the kernel would send this flow out of another port
+        hop = gw or dst
+        mac = self._neigh.get(hop)
+        if mac is None:
+            fam = socket.AF_INET6 if ":" in hop else socket.AF_INET
+            self._neigh.update(self.rtnl.neighbours(self.ifindex, fam))
+            self.c["resolves"] += 1
+            mac = self._neigh.get(hop)
+        return mac
+
+    def _build(self, key: tuple[Any, ...]) -> bytes | None:
+        dst, dport, sport, n, tos = key
+        now = time.monotonic()
+        if self._retry.get(dst, 0.0) > now:
+            return None
+        try:
+            draw = socket.inet_pton(self.family, dst)
+            mac = self._next_hop_mac(socket.inet_ntop(self.family, draw), sport, dport)
+        except (OSError, ValueError):
+            mac = None
+        if mac is None:
+            self._retry[dst] = now + 0.01  # the socket path resolves it meanwhile
+            return None
+        self._retry.pop(dst, None)
+        ulen = 8 + n
+        pseudo = _fold(self._pseudo + _sum16(draw) + ulen)
+        udp = _UDP.pack(sport, dport, ulen, pseudo)
+        if self.family == socket.AF_INET6:
+            label = ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
+            ip = _IP6.pack((6 << 28) | (tos << 20) | label, ulen, socket.IPPROTO_UDP,
+                           self.ttl, self.src, draw)
+            eth = mac + self.mac + b"\x86\xdd"
+        else:
+            tot = 20 + ulen
+            h = _IP4.pack(0x45, tos, tot, 0, 0x4000, self.ttl, socket.IPPROTO_UDP, 0,
+                          self.src, draw)
+            ip = h[:10] + struct.pack("!H", 0xFFFF ^ _fold(_sum16(h))) + h[12:]
+            eth = mac + self.mac + b"\x08\x00"
+        return eth + ip + udp
+
+    # -- the ring ---------------------------------------------------------------------
+
+    def drain(self, q: Any, main: Any, main_for: Any) -> tuple[int, int, bool]:
+        """Place datagrams from the head of ``q`` (a TX queue of ``(data, addr, meta)``)
+        while each is sprayed out of port ``main`` and the ring has room.
+
+        Stops at the first that is not a :class:`TxMeta` with an entropy other than
+        ``main.port``, whose destination ``main_for`` routes to another port, that is
+        followed by one of the same flow while ``main`` does GSO (the socket batches
+        those), or whose next hop is unresolved — the caller sends that one by socket.
+        Returns ``(frames placed, their bytes, ring full)``."""
+        now = time.monotonic()
+        if now - self._stamp > self.refresh:
+            self.invalidate()
+        ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
+        prefix, dests, c = self._prefix, self._dests, self.c
+        port, gso, room = main.port, main.gso, self.mtu - 8 - self.iphdr
+        base = DATA + VNET_LEN
+        head = self.head
+        placed = nbytes = 0
+        full = False
+        try:
+            while q:
+                data, addr, meta = q[0]
+                if type(meta) is not TxMeta or meta.entropy == port:
+                    break
+                if gso and len(q) > 1 and q[1][2] is meta:
+                    break
+                ok = dests.get(addr[0])
+                if ok is None:
+                    try:
+                        ok = main_for(addr[0]) is main
+                    except OSError:
+                        ok = False
+                    if len(dests) >= _MAX_CACHE:
+                        dests.clear()
+                    dests[addr[0]] = ok
+                if not ok:
+                    break
+                off = head * fs
+                st = ring[off]
+                if st:
+                    if not st & TP_STATUS_WRONG_FORMAT:  # still the kernel's
+                        full = True
+                        c["ring_full"] += 1
+                        break
+                    c["wrong_format"] += 1  # skipped by the kernel (PACKET_LOSS)
+                g = type(data) is Gather
+                n = data.size if g else len(data)
+                key = (addr, n, meta)
+                pre = prefix.get(key)
+                if pre is None:
+                    if n > room:
+                        break  # the socket path reports EMSGSIZE
+                    pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos))
+                    if pre is None:
+                        c["unresolved"] += 1
+                        break
+                    if len(prefix) >= _MAX_CACHE:
+                        prefix.clear()
+                    prefix[key] = pre
+                o = off + base
+                e = o + len(pre)
+                mv[o:e] = pre
+                if g:
+                    k = len(data.head)
+                    mv[e:e + k] = data.head
+                    e += k
+                    k = len(data.body)
+                    mv[e:e + k] = data.body
+                    e += k
+                    k = len(data.tail)
+                    if k:
+                        mv[e:e + k] = data.tail
+                        e += k
+                else:
+                    mv[e:e + n] = data
+                    e += n
+                _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, e - off - DATA)
+                head = head + 1 if head + 1 < nf else 0
+                q.popleft()
+                placed += 1
+                nbytes += n
+        finally:
+            self.head = head
+            self.pending += placed
+            c["frames"] += placed
+        return placed, nbytes, full
+
+    def kick(self) -> None:
+        """Hand every placed frame to the kernel (non-blocking: a full device queue leaves
+        them in the ring, sent by the next kick). Raises OSError for a send error."""
+        if not self.pending:
+            return
+        self.pending = 0
+        self.c["kicks"] += 1
+        try:
+            self.sock.send(b"", socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.c["send_errors"] += 1
+            self.invalidate()
+            raise
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.c)
