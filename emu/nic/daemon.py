@@ -442,7 +442,7 @@ class NicDaemon:
                                      "engine_options": dict(
                                          self.cfg.engine_options.get(slot.name, {})),
                                      "sockets": [p.describe() for p in slot.tx.sockets()],
-                                     "frame_rings": {m.ifname: fx.counters()
+                                     "frame_rings": {f"{m.ifname} {m.address}": fx.counters()
                                                      for m, fx in slot.tx.rings.items()}}
         try:
             now = trio.current_time()

@@ -38,6 +38,7 @@ flow labels. Headers are cached per (destination, ports, length, TOS).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import mmap
 import socket
@@ -133,6 +134,7 @@ class FrameTx:
             o = i * fs + DATA
             self.mv[o:o + VNET_LEN] = vnet
         self.head = 0  # next slot to fill
+        self.khead = 0  # where the kernel's own head should be (after the last clean kick)
         self.pending = 0  # filled, not yet kicked
         self._prefix: dict[tuple[Any, ...], bytes] = {}
         self._dests: dict[str, bool] = {}  # destination → leaves by this port
@@ -142,7 +144,7 @@ class FrameTx:
         #: pseudo-header sum of the fixed part (source address, protocol)
         self._pseudo = _sum16(self.src) + socket.IPPROTO_UDP
         self.c = {"frames": 0, "kicks": 0, "unresolved": 0, "ring_full": 0, "send_errors": 0,
-                  "resolves": 0, "wrong_format": 0}
+                  "resolves": 0, "wrong_format": 0, "dropped": 0}
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -299,19 +301,52 @@ class FrameTx:
 
     def kick(self) -> None:
         """Hand every placed frame to the kernel (non-blocking: a full device queue leaves
-        them in the ring, sent by the next kick). Raises OSError for a send error."""
-        if not self.pending:
+        them in the ring for the next kick). Raises OSError for a send error.
+
+        A frame dropped on its way out — by the egress hook that emulates loss
+        (``emu.fabric.linkctl``) or by a full qdisc — makes ``send()`` fail
+        with ENOBUFS after the kernel has consumed it, and stop there: that is a
+        loss on the wire (counted as ``dropped``), and the kick goes on with
+        the frames behind it rather than leave them waiting for the next one."""
+        n = self.pending
+        if not n:
             return
         self.pending = 0
         self.c["kicks"] += 1
-        try:
-            self.sock.send(b"", socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            pass
-        except OSError:
-            self.c["send_errors"] += 1
-            self.invalidate()
-            raise
+        for _ in range(n + 1):
+            try:
+                self.sock.send(b"", socket.MSG_DONTWAIT)
+                self.khead = self.head
+                return
+            except BlockingIOError:
+                self.pending = n  # no socket memory now: the next flush kicks again
+                return
+            except OSError as e:
+                if e.errno == errno.ENOBUFS and self._skip_dropped():
+                    self.c["dropped"] += 1
+                    continue
+                self.c["send_errors"] += 1
+                self.invalidate()
+                raise
+
+    def _skip_dropped(self) -> bool:
+        """The kernel hands a frame that was dropped on its way out back to the ring as
+        still to send (it treats the drop as congestion) and would send it again on the
+        next kick — so emulated loss would never lose anything. Make that frame (the
+        first one still marked SEND_REQUEST) malformed, ``tp_len`` 0: the next ``send()``
+        skips it (``PACKET_LOSS``) and the drop stands."""
+        ring, fs, nf = self.ring, self.frame_size, self.frames
+        i = self.khead
+        for _ in range(nf):
+            off = i * fs
+            if ring[off] == TP_STATUS_SEND_REQUEST:
+                _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, 0)
+                self.khead = i + 1 if i + 1 < nf else 0
+                return True
+            if i == self.head:
+                return False
+            i = i + 1 if i + 1 < nf else 0
+        return False
 
     def counters(self) -> dict[str, int]:
         return dict(self.c)

@@ -79,13 +79,16 @@ class UetEngine(Engine):
     ``memory`` is the device's registration table (WRITE targets by rkey);
     ``rng`` supplies Start_PSNs and entropies. ``mtu`` is the SES payload per
     packet; ``mpr`` sets MP_RANGE = mpr × 128 PSNs; ``rto`` (1–5 ms) and
-    ``max_retries`` govern retransmission; ``nack_retx_delay`` is the wait
-    before resending after a non-trim "retransmit" NACK (resource shortage,
-    window) so a busy target is not hammered. ``cc`` (None, ``"nscc"``, ``"rccc"``,
-    with ``cc_params``) limits each PDC's bytes in flight or to granted credit;
-    ``paths`` (``"oblivious"`` default, ``"reps"``, ``"fixed"``, with
-    ``path_params``) picks each data packet's entropy; ``line_rate`` (bits/s) is
-    the port rate the controllers scale to (:mod:`.flowctl`).
+    ``max_retries`` govern retransmission — with ``rto_max`` above ``rto``, a
+    PDC's RTO follows its measured round trip (RFC 6298's SRTT + 4·RTTVAR,
+    Karn's rule) within ``[rto, rto_max]`` instead of staying at ``rto``;
+    ``nack_retx_delay`` is the wait before resending after a non-trim
+    "retransmit" NACK (resource shortage, window) so a busy target is not
+    hammered. ``cc`` (None, ``"nscc"``, ``"rccc"``, with ``cc_params``) limits
+    each PDC's bytes in flight or to granted credit; ``paths`` (``"oblivious"``
+    default, ``"reps"``, ``"fixed"``, with ``path_params``) picks each data
+    packet's entropy; ``line_rate`` (bits/s) is the port rate the controllers
+    scale to (:mod:`.flowctl`).
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -98,13 +101,15 @@ class UetEngine(Engine):
                  cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
                  gather: bool = False, ack_coalesce: bool = False,
-                 idle_timeout: float | None = None) -> None:
+                 idle_timeout: float | None = None, rto_max: float | None = None) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
             raise ValueError("mpr must be 1..32 (MP_RANGE ≤ the 4096-PSN SYN span)")
         if not 1e-3 <= rto <= 5e-3:
             raise ValueError("rto must be 1..5 ms (uet.md: Retransmit)")
+        if rto_max is not None and not rto <= rto_max <= 1.0:
+            raise ValueError("rto_max must lie between rto and 1 s")
         if max_retries < 0 or ack_bytes < 1 or not 0 <= job_id < 1 << 24:
             raise ValueError("max_retries >= 0, ack_bytes >= 1, job_id is 24 bits")
         self.memory = memory
@@ -114,6 +119,7 @@ class UetEngine(Engine):
         #: the 16 KiB ACK rule fires once per PDC per receive batch (Target.flush_due)
         self.ack_coalesce = ack_coalesce
         self.mtu, self.mpr, self.rto, self.max_retries = mtu, mpr, rto, max_retries
+        self.rto_max = rto_max if rto_max is not None else rto
         self.nack_retx_delay = nack_retx_delay
         self.ack_bytes = ack_bytes
         self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))

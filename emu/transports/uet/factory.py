@@ -21,11 +21,16 @@ from emu.transports.uet.verbs import UetVerbs
 #: UetEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("mtu", "mpr", "rto", "max_retries", "nack_retx_delay", "ack_bytes",
                   "entropies", "job_id", "dscp", "ctrl_dscp", "ecn", "cc", "cc_params", "paths",
-                  "path_params", "line_rate", "gather", "ack_coalesce", "idle_timeout")
+                  "path_params", "line_rate", "gather", "ack_coalesce", "idle_timeout", "rto_max")
 #: RTO of engines built for daemons: the spec's upper bound (uet.md: Retransmit, 1–5 ms).
 #: A daemon pair's unloaded round trip is a few hundred µs on a small VM, not the
 #: fabric's ~10 µs, so the shortest RTOs would fire on data that is merely queued.
 DEFAULT_DAEMON_RTO = 5e-3
+#: ceiling of a daemon PDC's adaptive RTO (engine option ``rto_max``): the RTO follows the
+#: measured round trip from ``DEFAULT_DAEMON_RTO`` up to this. Measured (bench-uet pair):
+#: a busy receiving daemon's ACKs took 1–20 ms, and a fixed 5 ms RTO resent whole windows
+#: that had arrived (200–2000 duplicate packets per 128 MiB, each ACKed on its own).
+DEFAULT_DAEMON_RTO_MAX = 0.1
 #: retries before a daemon's PDC closes in error: 200 × 5 ms = a peer silent for 1 s.
 #: Without a congestion window the spec's 5 gave up on every 16 MiB WRITE in a pair
 #: topology (a sender outran the Python receiver; a full MP_RANGE window queued longer
@@ -78,6 +83,7 @@ def build_engine(ctx: Any) -> UetEngine:
         opts["cc_params"] = params
     opts.setdefault("ack_coalesce", True)  # one 16 KiB-rule ACK per PDC per receive batch
     opts.setdefault("rto", DEFAULT_DAEMON_RTO)
+    opts.setdefault("rto_max", max(DEFAULT_DAEMON_RTO_MAX, opts["rto"]))
     opts.setdefault("max_retries", DEFAULT_DAEMON_RETRIES)
     addrs = list(getattr(ctx, "addresses", []) or [])
     port = int(getattr(ctx, "port", UDP_PORT) or UDP_PORT)

@@ -188,6 +188,7 @@ class TxPacket:
     sent_at: float
     retries: int = 0
     ctl_type: int = -1  # >= 0 for a PSN-consuming control packet
+    resent: bool = False  # its ACK is no RTT sample (Karn's rule)
 
 
 @dataclass(eq=False)
@@ -218,6 +219,11 @@ class InitiatorPdc:
     acks: int = 0
     mode: Mode = Mode.RUD  # RUD or ROD (part of the lookup key)
     credit: int | None = None  # last CREDIT the target granted (CP CREDIT; for RCCC)
+    #: smoothed round trip and its variation (s), and the RTO they give; 0.0 = the engine's
+    #: fixed ``rto`` (no sample yet, or the engine's RTO does not adapt)
+    srtt: float = 0.0
+    rttvar: float = 0.0
+    rto: float = 0.0
 
     def __post_init__(self) -> None:
         self.next_psn = self.start_psn
