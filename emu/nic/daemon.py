@@ -334,9 +334,10 @@ class NicDaemon:
             t = eng.get_timer()
             if t is None or t > now:
                 continue
-            # what arrived first (it may make the timeout moot), then the timer; one pump
-            # after both, so whatever they let the engine send leaves now
+            # what arrived first, with what it makes the engine send (an ACK may make the
+            # timeout moot; a NACK's retransmission leaves as the NACK's, not the timer's)
             self._ingest(slot, now)
+            self.pump(slot)
             t = eng.get_timer()
             if t is not None and t <= now:
                 slot.c["timer_fires"] += 1
@@ -345,7 +346,7 @@ class NicDaemon:
                 except Exception as e:  # noqa: BLE001
                     slot.c["engine_errors"] += 1
                     self._log_once(f"{slot.name}: handle_timer raised {e!r}")
-            self.pump(slot)
+                self.pump(slot)
 
     async def _trace_flush_loop(self) -> None:
         """Flush the trace file now and then, so ``tail -f`` / ``jq`` see a live run (the

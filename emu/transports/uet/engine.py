@@ -81,7 +81,8 @@ class UetEngine(Engine):
     packet; ``mpr`` sets MP_RANGE = mpr × 128 PSNs; ``rto`` (1–5 ms) and
     ``max_retries`` govern retransmission — with ``rto_max`` above ``rto``, a
     PDC's RTO follows its measured round trip (RFC 6298's SRTT + 4·RTTVAR,
-    Karn's rule) within ``[rto, rto_max]`` instead of staying at ``rto``;
+    Karn's rule) within ``[rto, rto_max]``, ``rto_max`` until the first sample
+    (a new PDC's first window is all SYNs, slow at the target), instead of ``rto``;
     ``nack_retx_delay`` is the wait before resending after a non-trim
     "retransmit" NACK (resource shortage, window) so a busy target is not
     hammered. ``cc`` (None, ``"nscc"``, ``"rccc"``, with ``cc_params``) limits

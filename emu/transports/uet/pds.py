@@ -164,7 +164,7 @@ class Initiator:
             ent = self.h.flowctl.resent(pdc, pkt, now, reason == "rto")  # path policy
         self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
-        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto))
+        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
         if self.h.trace.enabled:  # packet_sent for every packet on the wire, retx flagged
             self.h.trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=pkt.length,
                                      ent=ent, retx=True, ctl=pkt.ctl_type >= 0)
@@ -205,7 +205,7 @@ class Initiator:
             h.emit(self._request(pdc, pkt, retx=False, ar=eom or last_now), pdc.addr, ent,
                    False)
             h.stats["tx_data_packets"] += 1
-            pdc.timers.set_if_earlier("retx", now + (pdc.rto or h.rto))
+            pdc.timers.set_if_earlier("retx", now + (pdc.rto or h.rto_max))
             if trace.enabled:
                 trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n, ent=ent, retx=False,
                                   msg=msg.message_id, syn=pdc.dpdcid is None)
@@ -220,7 +220,7 @@ class Initiator:
         pdc.unacked[psn] = TxPacket(psn, None, 0, 0, now, ctl_type=D.CP_CLOSE)
         self.h.emit(control_packet(pdc, D.CP_CLOSE, psn), pdc.addr, None, True)
         self.h.stats["tx_close"] += 1
-        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto))
+        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
 
     # -- receiving -------------------------------------------------------------------
 
@@ -313,7 +313,7 @@ class Initiator:
         if msg.response is None:
             if msg.waiting_since is None:  # ACKed, response lost: ask again at the RTO
                 msg.waiting_since = now
-                pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto))
+                pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
             return
         for m in rod.ready_in_order(pdc, msg) if pdc.mode is D.Mode.ROD else (msg,):
             del pdc.msgs[m.message_id]
@@ -399,7 +399,7 @@ class Initiator:
 
     def _rto(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h
-        rto = pdc.rto or h.rto
+        rto = pdc.rto or h.rto_max  # no RTT sample yet: the ceiling (RFC 6298 starts at 1 s)
         nxt: float | None = None
         for pkt in list(pdc.unacked.values()):
             due = pkt.sent_at + rto
