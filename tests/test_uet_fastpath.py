@@ -100,11 +100,13 @@ def test_ack_bytes_equal_the_codec(nh, m, retx, req, off, cack, s, d, mpr, soff,
 
 # -- the target's WRITE fast path (Target.write_middle) ------------------------------------
 
-def _transfer(seed: int, fast: bool, **link_kw):
-    """Five WRITEs A → B through a seeded lossy link; the fast path on or off at B."""
-    p = uet_pair(seed=seed, ekw={"mtu": 1024}, **link_kw)
+def _transfer(seed: int, fast: bool, ekw: dict | None = None, **link_kw):
+    """Five WRITEs A → B through a seeded lossy link; the fast paths (the sender's runs
+    of middles, the target's write_middle) on or off."""
+    p = uet_pair(seed=seed, ekw={"mtu": 1024, **(ekw or {})}, **link_kw)
     if not fast:
         p.eb.target.write_middle = lambda *a: False
+        p.ea.initiator._run = lambda *a: 0
     p.link.tap = []
     bufs = [write(p, i, 37_000 * i + 11, seed=i) for i in range(1, 6)]
     p.link.run()
@@ -114,13 +116,17 @@ def _transfer(seed: int, fast: bool, **link_kw):
 @pytest.mark.parametrize("link", [{}, {"loss": 0.02, "reorder": 0.05, "dup": 0.02},
                                   {"loss": 0.01, "reorder": 0.1, "ce": 0.05}],
                          ids=["clean", "lossy", "reorder-ce"])
-def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link):
+@pytest.mark.parametrize("ekw", [{}, {"gather": True, "cc": "nscc"},
+                                 {"gather": True, "cc": "rccc"}, {"gather": True}],
+                         ids=["plain", "runs-nscc", "runs-rccc", "runs-nocc"])
+def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw):
     """Same seed, fast path on and off: every datagram either engine sent (time, bytes,
     ECN) is the same, so are the target PDC's state and the data — and the fast path
     really carried packets (with a clean link, the bulk of them)."""
-    fast, bufs_f = _transfer(7, True, **link)
-    slow, bufs_s = _transfer(7, False, **link)
-    assert fast.link.tap == slow.link.tap
+    fast, bufs_f = _transfer(7, True, ekw, **link)
+    slow, bufs_s = _transfer(7, False, ekw, **link)
+    assert [(t, side, bytes(d), ecn) for t, side, d, ecn in fast.link.tap] == \
+        [(t, side, bytes(d), ecn) for t, side, d, ecn in slow.link.tap]
     for (_, dst_f, data), (_, dst_s, _) in zip(bufs_f, bufs_s, strict=True):
         assert bytes(dst_f.view[:len(data)]) == bytes(dst_s.view[:len(data)]) == data
     tf, ts = (list(x.eb.target.pdcs.values()) for x in (fast, slow))
@@ -133,8 +139,11 @@ def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link):
     cf, cs = fast.eb.counters(), slow.eb.counters()
     n = cf.pop("rx_write_fast", 0)
     assert cs.get("rx_write_fast", 0) == 0 and cf == cs
-    assert n > (cf["rx_data_packets"] * 3 // 4 if not link else 0)
+    assert n > (cf["rx_data_packets"] // 2 if not link else 0)  # the bulk, on a clean link
     assert cf.get("rx_drop_internal_error", 0) == 0
+    assert fast.ea.counters() == slow.ea.counters()
+    if ekw.get("gather"):  # the runs carried packets (they only run in daemon engines)
+        assert fast.ea.initiator.runs > 0
 
 
 def test_write_middle_fields_and_what_it_declines():

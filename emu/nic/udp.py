@@ -27,6 +27,7 @@ import fcntl
 import os
 import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ _ANC = socket.CMSG_SPACE(4) * 4
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
+#: an IPv6 traffic-class cmsg is an int (4 bytes, native order): its low byte is the TOS
+_TOS_BYTE = 0 if sys.byteorder == "little" else 3
 
 
 @dataclass
@@ -190,6 +193,9 @@ class PortSocket:
         self.sndbuf = sndbuf
         self._buf = bytearray(65536 if self.gro else 16384)
         self.hdr = 28 if fam == socket.AF_INET else 48
+        #: the cmsg (level, type) that carries the TOS / traffic class of a read
+        self._tos_cmsg = ((socket.IPPROTO_IP, socket.IP_TOS) if fam == socket.AF_INET
+                          else (socket.IPPROTO_IPV6, IPV6_TCLASS))
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -228,70 +234,101 @@ class PortSocket:
         mv = memoryview(buf)
         sock = self.sock
         n_reads = 0
-        while n_reads < limit:
-            n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
-            n_reads += 1
-            seg = n
-            tos = 0
-            for level, typ, data in anc:
-                if level == SOL_UDP and typ == UDP_GRO:
-                    seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
-                        _I32.unpack_from(data)[0]
-                elif level == socket.SOL_SOCKET and typ == SO_RXQ_OVFL:
-                    self.kernel_drops = _U32.unpack_from(data)[0]
-                elif (level, typ) in ((socket.IPPROTO_IP, socket.IP_TOS),
-                                      (socket.IPPROTO_IPV6, IPV6_TCLASS)):
-                    tos = data[0] if len(data) == 1 else _I32.unpack_from(data)[0] & 0xFF
-            if flags & socket.MSG_TRUNC:
-                c["rx_truncated"] += 1
-                continue
-            if seg <= 0:
-                seg = n or 1
-            src, sport = addr[0], addr[1]
-            npk = nbytes = bad = dropped = 0
-            room = maxlen - len(out)
-            append = out.append
-            # a big GRO super-packet is lent out as views and the buffer replaced, instead
-            # of copying each datagram (the copy was ~12 % of a receiving daemon); small
-            # reads are copied so a retained view never pins a mostly empty 64 KiB buffer
-            lend = n >= LEND_MIN and seg < n
-            for off in range(0, max(n, 1), seg):
-                end = min(off + seg, n)
-                npk += 1
-                nbytes += end - off
-                if check_buf is not None:
-                    if not check_buf(buf, off, end, src, sport, self.address, self.sport):
-                        bad += 1
+        # the common read — one datagram, only its TOS in the ancillary data, no framing
+        # check — takes a short path; its counts are added up once, at the end
+        plain = check is None and check_buf is None
+        tos_level, tos_type = self._tos_cmsg
+        quick = quick_bytes = quick_dropped = 0
+        try:
+            while n_reads < limit:
+                n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
+                n_reads += 1
+                if plain and not flags and len(anc) == 1:
+                    level, typ, data = anc[0]
+                    if typ == tos_type and level == tos_level:
+                        quick += 1
+                        quick_bytes += n
+                        if len(out) < maxlen:
+                            out.append((bytes(mv[:n]), addr,
+                                        data[_TOS_BYTE] if len(data) == 4 else data[0]))
+                        else:
+                            quick_dropped += 1
                         continue
-                    # one copy (a bytearray slice is two), or none when lending
-                    chunk = mv[off:end] if lend else bytes(mv[off:end])
-                elif lend:
-                    chunk = mv[off:end]
-                    if check is not None and not check(chunk, src, sport, self.address,
-                                                       self.sport):
-                        bad += 1
-                        continue
-                else:
-                    chunk = bytes(mv[off:end])
-                    if check is not None and not check(chunk, src, sport, self.address,
-                                                       self.sport):
-                        bad += 1
-                        continue
-                if room <= 0:
-                    dropped += 1
-                else:
-                    room -= 1
-                    append((chunk, addr, tos))
-            if lend:  # views into it are out there: the next read gets a fresh buffer
-                buf = self._buf = bytearray(len(buf))
+                self._read_general(buf, mv, n, anc, flags, addr, out, maxlen, c, check,
+                                   check_buf)
+                buf = self._buf
                 mv = memoryview(buf)
-            c["rx_packets"] += npk
-            c["rx_bytes"] += nbytes
-            if bad:
-                c["rx_bad_icrc"] += bad
-            if dropped:
-                c["rx_backlog_drops"] += dropped
+        finally:
+            if quick:
+                c["rx_packets"] += quick
+                c["rx_bytes"] += quick_bytes
+            if quick_dropped:
+                c["rx_backlog_drops"] += quick_dropped
         return n_reads
+
+    def _read_general(self, buf: bytearray, mv: memoryview, n: int, anc: Any, flags: int,
+                      addr: Any, out: deque[tuple[bytes | memoryview, Any, int]], maxlen: int,
+                      c: dict[str, int], check: Any, check_buf: Any) -> None:
+        """One read of any kind: GRO super-packets, framing checks, truncation, drops."""
+        seg = n
+        tos = 0
+        for level, typ, data in anc:
+            if level == SOL_UDP and typ == UDP_GRO:
+                seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
+                    _I32.unpack_from(data)[0]
+            elif level == socket.SOL_SOCKET and typ == SO_RXQ_OVFL:
+                self.kernel_drops = _U32.unpack_from(data)[0]
+            elif (level, typ) in ((socket.IPPROTO_IP, socket.IP_TOS),
+                                  (socket.IPPROTO_IPV6, IPV6_TCLASS)):
+                tos = data[0] if len(data) == 1 else _I32.unpack_from(data)[0] & 0xFF
+        if flags & socket.MSG_TRUNC:
+            c["rx_truncated"] += 1
+            return
+        if seg <= 0:
+            seg = n or 1
+        src, sport = addr[0], addr[1]
+        npk = nbytes = bad = dropped = 0
+        room = maxlen - len(out)
+        append = out.append
+        # a big GRO super-packet is lent out as views and the buffer replaced, instead
+        # of copying each datagram (the copy was ~12 % of a receiving daemon); small
+        # reads are copied so a retained view never pins a mostly empty 64 KiB buffer
+        lend = n >= LEND_MIN and seg < n
+        for off in range(0, max(n, 1), seg):
+            end = min(off + seg, n)
+            npk += 1
+            nbytes += end - off
+            if check_buf is not None:
+                if not check_buf(buf, off, end, src, sport, self.address, self.sport):
+                    bad += 1
+                    continue
+                # one copy (a bytearray slice is two), or none when lending
+                chunk = mv[off:end] if lend else bytes(mv[off:end])
+            elif lend:
+                chunk = mv[off:end]
+                if check is not None and not check(chunk, src, sport, self.address,
+                                                   self.sport):
+                    bad += 1
+                    continue
+            else:
+                chunk = bytes(mv[off:end])
+                if check is not None and not check(chunk, src, sport, self.address,
+                                                   self.sport):
+                    bad += 1
+                    continue
+            if room <= 0:
+                dropped += 1
+            else:
+                room -= 1
+                append((chunk, addr, tos))
+        if lend:  # views into it are out there: the next read gets a fresh buffer
+            self._buf = bytearray(len(buf))
+        c["rx_packets"] += npk
+        c["rx_bytes"] += nbytes
+        if bad:
+            c["rx_bad_icrc"] += bad
+        if dropped:
+            c["rx_backlog_drops"] += dropped
 
     # -- send ---------------------------------------------------------------------
 

@@ -140,8 +140,15 @@ class FlowCtl:
         return allow is not None and allow < nbytes
 
     def _ask_credit(self, pdc: InitiatorPdc, f: Flow, now: float) -> None:
-        if f.credit_req_at is not None and now - f.credit_req_at < self.credit_retry:
-            return
+        if f.credit_req_at is not None:
+            due = f.credit_req_at + self.credit_retry
+            if now < due:
+                # asked recently: wake up when it is time to ask again. (It compared
+                # ``now - asked < retry``, which float rounding can make true at the very
+                # wake-up the timer was set for — and nothing re-armed it: a lost CREDIT
+                # or CREDIT_REQ then stalled the PDC for good.)
+                pdc.timers.set_if_earlier("credit", due)
+                return
         f.credit_req_at = now
         self.h.control.request_credit(pdc, now)
         pdc.timers.set_if_earlier("credit", now + self.credit_retry)  # wakes a pull
@@ -155,6 +162,29 @@ class FlowCtl:
         if f.cc is not None:
             f.cc.on_sent(nbytes, now)
         return e
+
+    def allowance(self, pdc: InitiatorPdc) -> int | None:
+        """Bytes of new data the controller lets out now (None: no limit). Ask
+        :meth:`may_send` first: it has the side effects (credit requests, resets)."""
+        f = self.flows.get(pdc.pdcid)
+        if f is None or f.cc is None:
+            return None
+        return f.cc.send_allowance(f.in_flight)
+
+    def sent_run(self, pdc: InitiatorPdc, psn: int, k: int, nbytes: int, now: float
+                 ) -> list[int]:
+        """``k`` data packets of ``nbytes`` each at PSNs ``psn …`` go out at once: what
+        ``k`` calls of :meth:`sent` would do; returns their entropies."""
+        f = self.flow(pdc)
+        choose = f.path.choose
+        ents = [choose(now) for _ in range(k)]
+        sent = f.sent
+        for i, e in enumerate(ents):
+            sent[psn + i] = (e, now)
+        f.in_flight += k * nbytes
+        if f.cc is not None:
+            f.cc.on_sent(k * nbytes, now)
+        return ents
 
     def resent(self, pdc: InitiatorPdc, pkt: TxPacket, now: float, timeout: bool) -> int:
         """A retransmission: a fresh entropy; after an RTO the old path is penalised and
