@@ -141,3 +141,18 @@ def test_tracker_many_messages_and_forget():
     assert tr.place((3, 0), 0, 10).status is PlaceStatus.PLACED
     assert tr.place((3, 0), 0, 10, total=5).status is PlaceStatus.OUT_OF_BOUNDS
     assert tr.place((4, 0), 0, 0).status is PlaceStatus.DUPLICATE and (4, 0) not in tr
+
+
+def test_append_is_place_for_in_order_bytes_and_declines_the_rest():
+    from emu.core.reorder import MessageAssembly
+
+    a, b = MessageAssembly(total=100), MessageAssembly(total=100)
+    for m in (a, b):
+        m.place(0, 10)
+    assert a.append(10, 20) and b.place(10, 20).new_bytes == 20
+    assert (a.placed, a._starts, a._ends) == (b.placed, b._starts, b._ends)
+    assert not a.append(40, 10)  # a gap: place() decides
+    assert not a.append(30, 70)  # would complete the message: place() reports COMPLETED
+    assert not a.append(10, 5)  # behind the end: a duplicate
+    assert not MessageAssembly(total=9).append(0, 4)  # nothing placed yet
+    assert a.placed == 30

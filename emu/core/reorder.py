@@ -222,6 +222,19 @@ class MessageAssembly:
             return Placement(PlaceStatus.PLACED, new)
         return Placement(PlaceStatus.DUPLICATE, 0)
 
+    def append(self, offset: int, length: int) -> bool:
+        """:meth:`place` for the common in-order case — bytes right after the last placed
+        ones that do not complete the message (the outcome would be PLACED with
+        ``length`` new bytes); False, with nothing changed, for anything else."""
+        ends = self._ends
+        end = offset + length
+        if not ends or ends[-1] != offset or length <= 0 or self.done or (
+                self.total is not None and end >= self.total):
+            return False
+        ends[-1] = end
+        self.placed += length
+        return True
+
     def _add(self, x: int, y: int) -> int:
         starts, ends = self._starts, self._ends
         if not starts or x > ends[-1]:  # fast path: beyond everything

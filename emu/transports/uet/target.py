@@ -201,14 +201,19 @@ class Target:
         cp = psn + cpo
         if t.clear_psn < cp <= fm + 1:
             t.clear_psn = cp
-        res = t.placement.place(mid, off, pl, total=total)
-        if res.new_bytes:
-            a = bo + off - mr.va
-            mr.view[a:a + pl] = data[FP.REQ_SIZE:]
         rsp = None
-        if res.status is PlaceStatus.COMPLETED:  # cannot happen in order; kept exact anyway
-            t.remember_response(mid, S.RC_OK, total)
-            rsp = (S.RC_OK, total)
+        if msg.append(off, pl):  # in order within the message: the usual case
+            new = pl
+        else:
+            res = t.placement.place(mid, off, pl, total=total)
+            new = res.new_bytes
+            if res.status is PlaceStatus.COMPLETED:  # cannot happen in order; kept exact
+                t.remember_response(mid, S.RC_OK, total)
+                rsp = (S.RC_OK, total)
+        if new:
+            a = bo + off - mr.va
+            # a view: slicing bytes would copy the payload once more before placing it
+            mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
         self.h.stats["rx_write_fast"] += 1
         self._accepted(t, psn, pl, mid, ent, False, False, retx, rsp)
         return True
