@@ -321,3 +321,45 @@ def test_daemon_and_api_import_no_scapy_or_pyroute2():
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('scapy', 'pyroute2'))\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reads_are_lent_from_chunks_never_overwritten_while_held():
+    """Without a framing check every datagram is a view of a receive chunk: views kept
+    across many chunks' worth of reads keep their bytes; chunks nobody holds are
+    reused; the counts and the TOS are those of the general path."""
+    import collections
+    import os
+
+    from emu.nic import udp
+
+    rx = PortSocket("::1", 0, gro=False, rcvbuf=8 << 20)
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.IPPROTO_IPV6, udp.IPV6_TCLASS, 0x2A << 2 | 2)
+    try:
+        c = collections.Counter()
+        kept = []
+        for rnd in range(6):  # each round fills ~2 chunks
+            sent = [os.urandom(4000 + (i * 37) % 4000) for i in range(100)]
+            for d in sent:
+                tx.sendto(d, ("::1", rx.sport))
+            out: collections.deque = collections.deque()
+            while True:
+                try:
+                    rx.recv_batch(out, 64, 10_000, c)
+                except BlockingIOError:
+                    break
+            got = list(out)
+            assert [bytes(g[0]) for g in got] == sent
+            assert all(type(g[0]) is memoryview and g[2] == 0x2A << 2 | 2 for g in got)
+            if rnd < 2:
+                kept.append((sent, [g[0] for g in got]))  # held across later rounds
+        for sent, views in kept:
+            assert [bytes(v) for v in views] == sent  # never overwritten
+        assert c["rx_packets"] == 600 and c["rx_bytes"] == sum(
+            4000 + (i * 37) % 4000 for i in range(100)) * 6
+        assert len(rx._spare) <= udp.RX_SPARE + 1
+        made = {id(ch) for ch in rx._spare} | {id(rx._chunk)}
+        assert len(made) < 12  # the unheld ones went round again
+    finally:
+        rx.close()
+        tx.close()

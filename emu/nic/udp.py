@@ -49,6 +49,10 @@ SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
 GSO_MAX_SEGS = 64
 #: a GRO read at least this big is handed on as views of its buffer (see recv_batch)
 LEND_MIN = 32768
+#: reads without a framing check land in chunks this big and are lent out (_next_chunk);
+#: at most RX_SPARE chunks wait to be reused
+RX_CHUNK = 256 * 1024
+RX_SPARE = 8
 GSO_MAX_BYTES = 65000
 _ANC = socket.CMSG_SPACE(4) * 4
 _U16 = struct.Struct("=H")
@@ -192,6 +196,10 @@ class PortSocket:
         self.tos = 0
         self.sndbuf = sndbuf
         self._buf = bytearray(65536 if self.gro else 16384)
+        self._chunk: bytearray | None = None  # made on the first read (entropy sockets get none)
+        self._cmv: Any = None
+        self._coff = RX_CHUNK
+        self._spare: list[bytearray] = []
         self.hdr = 28 if fam == socket.AF_INET else 48
         #: the cmsg (level, type) that carries the TOS / traffic class of a read
         self._tos_cmsg = ((socket.IPPROTO_IP, socket.IP_TOS) if fam == socket.AF_INET
@@ -228,37 +236,45 @@ class PortSocket:
         splits it (ECN for congestion notification, DSCP for trimming) only when
         it hands the datagram over, so the read loop does no extra work per packet.
         A datagram is ``bytes``, or a ``memoryview`` of a buffer no later read
-        reuses (a large GRO read is lent out rather than copied).
+        reuses while the view lives: without a framing check every read is lent
+        from a receive chunk (:meth:`_next_chunk`); with one, large GRO reads are
+        lent and the rest copied.
         """
-        buf = self._buf
-        mv = memoryview(buf)
+        if check is not None or check_buf is not None:
+            return self._recv_checked(out, limit, maxlen, c, check, check_buf)
+        # no framing to check (UET): each read lands in a receive chunk and is lent out
+        # as a view of it, never copied; the common read — one datagram, only its TOS in
+        # the ancillary data — takes a short path, its counts added up once at the end
         sock = self.sock
         n_reads = 0
-        # the common read — one datagram, only its TOS in the ancillary data, no framing
-        # check — takes a short path; its counts are added up once, at the end
-        plain = check is None and check_buf is None
         tos_level, tos_type = self._tos_cmsg
         quick = quick_bytes = quick_dropped = 0
+        size = len(self._buf)
+        cmv, off = self._cmv, self._coff
         try:
             while n_reads < limit:
-                n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
+                if off + size > RX_CHUNK:
+                    cmv, off = self._next_chunk(), 0
+                # BlockingIOError ends it
+                n, anc, flags, addr = sock.recvmsg_into([cmv[off:off + size]], _ANC)
                 n_reads += 1
-                if plain and not flags and len(anc) == 1:
+                if not flags and len(anc) == 1:
                     level, typ, data = anc[0]
                     if typ == tos_type and level == tos_level:
                         quick += 1
                         quick_bytes += n
                         if len(out) < maxlen:
-                            out.append((bytes(mv[:n]), addr,
+                            out.append((cmv[off:off + n], addr,
                                         data[_TOS_BYTE] if len(data) == 4 else data[0]))
+                            off += (n + 63) & ~63
                         else:
                             quick_dropped += 1
                         continue
-                self._read_general(buf, mv, n, anc, flags, addr, out, maxlen, c, check,
-                                   check_buf)
-                buf = self._buf
-                mv = memoryview(buf)
+                self._read_general(None, cmv[off:off + n], n, anc, flags, addr, out, maxlen,
+                                   c, None, None, lent=True)
+                off += (n + 63) & ~63
         finally:
+            self._coff = off
             if quick:
                 c["rx_packets"] += quick
                 c["rx_bytes"] += quick_bytes
@@ -266,10 +282,54 @@ class PortSocket:
                 c["rx_backlog_drops"] += quick_dropped
         return n_reads
 
-    def _read_general(self, buf: bytearray, mv: memoryview, n: int, anc: Any, flags: int,
-                      addr: Any, out: deque[tuple[bytes | memoryview, Any, int]], maxlen: int,
-                      c: dict[str, int], check: Any, check_buf: Any) -> None:
-        """One read of any kind: GRO super-packets, framing checks, truncation, drops."""
+    def _next_chunk(self) -> memoryview:
+        """A receive chunk none of whose datagrams is still lent out, else a new one.
+
+        Why chunks: copying each 8 KiB datagram out of one reused buffer was ~15 %
+        of a receiving daemon (py-spy), as much as the ``recvmsg`` itself. Reads
+        now land in a chunk and go to the engine as views of it. A chunk is
+        reused only when no view of it is alive — a bytearray with views cannot
+        be resized, so a trial ``append`` tells — so a datagram an engine keeps
+        is never overwritten; a kept one pins at most its chunk."""
+        spare = self._spare
+        if self._chunk is not None:
+            spare.append(self._chunk)
+        for i, ch in enumerate(spare):
+            try:
+                ch.append(0)  # BufferError while any datagram of it is lent out
+            except BufferError:
+                continue
+            ch.pop()
+            del spare[i]
+            break
+        else:
+            ch = bytearray(RX_CHUNK)
+            if len(spare) > RX_SPARE:
+                del spare[0]  # still lent out: freed when its last view goes
+        self._chunk = ch
+        self._cmv = memoryview(ch)
+        return self._cmv
+
+    def _recv_checked(self, out: deque[tuple[bytes | memoryview, Any, int]], limit: int,
+                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any) -> int:
+        """Reads whose datagrams a framing check must pass (RoCE: the ICRC), into one
+        reused buffer; large GRO reads are lent, the rest copied (see recv_batch)."""
+        n_reads = 0
+        sock = self.sock
+        while n_reads < limit:
+            buf = self._buf
+            n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
+            n_reads += 1
+            self._read_general(buf, memoryview(buf), n, anc, flags, addr, out, maxlen, c,
+                               check, check_buf)
+        return n_reads
+
+    def _read_general(self, buf: bytearray | None, mv: memoryview, n: int, anc: Any,
+                      flags: int, addr: Any, out: deque[tuple[bytes | memoryview, Any, int]],
+                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any,
+                      lent: bool = False) -> None:
+        """One read of any kind: GRO super-packets, framing checks, truncation, drops.
+        ``lent``: ``mv`` is the read's own slice of a receive chunk, lent out as is."""
         seg = n
         tos = 0
         for level, typ, data in anc:
@@ -293,7 +353,7 @@ class PortSocket:
         # a big GRO super-packet is lent out as views and the buffer replaced, instead
         # of copying each datagram (the copy was ~12 % of a receiving daemon); small
         # reads are copied so a retained view never pins a mostly empty 64 KiB buffer
-        lend = n >= LEND_MIN and seg < n
+        lend = lent or (n >= LEND_MIN and seg < n)
         for off in range(0, max(n, 1), seg):
             end = min(off + seg, n)
             npk += 1
@@ -321,8 +381,8 @@ class PortSocket:
             else:
                 room -= 1
                 append((chunk, addr, tos))
-        if lend:  # views into it are out there: the next read gets a fresh buffer
-            self._buf = bytearray(len(buf))
+        if lend and not lent:  # views into it are out there: the next read gets a fresh one
+            self._buf = bytearray(len(self._buf))
         c["rx_packets"] += npk
         c["rx_bytes"] += nbytes
         if bad:
