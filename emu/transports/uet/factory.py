@@ -41,7 +41,9 @@ DEFAULT_DAEMON_RETRIES = 200
 #: base. Measured (bench-uet pair, 8 KiB packets): no CC → 4 RTO retransmissions per data
 #: packet and ~0.2 Gb/s; NSCC with base_rtt 100 µs (a 21-packet window) → no
 #: retransmissions but stop-and-go at ~1.5 Gb/s; 500 µs → ~3.3 Gb/s with 0.3 % RTO
-#: retransmissions; 1 ms → more RTOs and no gain.
+#: retransmissions; 1 ms → more RTOs and no gain. Re-measured with the adaptive RTO
+#: (``rto_max``): 0.5, 1 and 2 ms all gave 3.3–3.5 Gb/s and no retransmissions — the
+#: daemons' CPU, not the window, is the limit there.
 #: seconds a daemon's target PDC may stay silent before it is asked to close: without it,
 #: SYNs from a vanished initiator (or random bytes that parse as one) kept state forever
 DEFAULT_DAEMON_IDLE = 2.0
