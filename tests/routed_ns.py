@@ -8,8 +8,10 @@ exactly the namespaces made.
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+from collections.abc import Callable, Iterator
 
 PORT = 5555
 
@@ -88,3 +90,19 @@ class RoutedTriple:
                 pass
 
 
+
+
+def made_and_removed(make: Callable[[], RoutedTriple]) -> Iterator[RoutedTriple]:
+    """The body of a test fixture: skip without root, yield ``make()``, then remove it and
+    check that none of its namespaces is left (``yield from`` it)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    n = make()
+    try:
+        yield n
+    finally:
+        n.close()
+        left = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+        assert not left & set(n.made), f"namespaces left behind: {left & set(n.made)}"

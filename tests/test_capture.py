@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from emu.wire.pcapio import read_frames
-from tests.routed_ns import RoutedTriple
+from tests.routed_ns import RoutedTriple, made_and_removed
 
 PORT = 5556
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,15 +59,7 @@ class Net(RoutedTriple):
 
 @pytest.fixture
 def net():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    n = Net()
-    try:
-        yield n
-    finally:
-        n.close()
-        left = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-        assert not left & set(n.made), f"namespaces left behind: {left & set(n.made)}"
+    yield from made_and_removed(Net)
 
 
 def _capture_in_thread(net, out, **kw):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 import subprocess
 import time
@@ -24,7 +23,7 @@ import pytest
 import trio
 
 from emu.topology.model import Direction, Endpoint, Event, Link, Node, Topology
-from tests.routed_ns import RoutedTriple
+from tests.routed_ns import RoutedTriple, made_and_removed
 
 PORT = 5555
 
@@ -43,15 +42,7 @@ class Net(RoutedTriple):
 
 @pytest.fixture
 def net(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    n = Net()
-    try:
-        yield n
-    finally:
-        n.close()
-        left = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-        assert not left & set(n.made), f"namespaces left behind: {left & set(n.made)}"
+    yield from made_and_removed(Net)
 
 
 def _drain(s: socket.socket, want_tos: bool = False) -> list[int]:

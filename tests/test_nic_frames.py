@@ -22,7 +22,7 @@ from emu.fabric.capture import in_netns
 from emu.nic.frames import FrameTx
 from emu.nic.udp import PortSocket, TxPath
 from emu.transports.base import Gather, TxMeta
-from tests.routed_ns import RoutedTriple
+from tests.routed_ns import RoutedTriple, made_and_removed
 
 PORT = 5561
 OCTET = 79
@@ -30,15 +30,7 @@ OCTET = 79
 
 @pytest.fixture
 def net():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    n = RoutedTriple("fr", OCTET, PORT)
-    try:
-        yield n
-    finally:
-        n.close()
-        left = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-        assert not left & set(n.made), f"namespaces left behind: {left & set(n.made)}"
+    yield from made_and_removed(lambda: RoutedTriple("fr", OCTET, PORT))
 
 
 def _addrs(fam: int) -> tuple[str, str]:

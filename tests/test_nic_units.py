@@ -4,6 +4,7 @@ the stub engine sans-IO, bounded queues, GSO grouping on ::1, framing."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 
@@ -52,15 +53,22 @@ class TimerEngine:
         pass
 
 
-@pytest.mark.trio
-async def test_one_timer_per_engine_rearmed_after_every_input(autojump_clock, tmp_path):
-    engines.register("timer-test", TimerEngine)
-    cfg = NicConfig(sock_path=str(tmp_path / "c" / "h.sock"), transports=["timer-test"],
-                    ports={"timer-test": 4999}, addresses=[])
+@contextlib.asynccontextmanager
+async def _daemon_with(engine: type, name: str, port: int, tmp_path):  # noqa: ANN202
+    """An in-process daemon with no addresses serving the test engine ``engine``; yields
+    the daemon and its engine slot, and stops it after the body."""
+    engines.register(name, engine)
+    cfg = NicConfig(sock_path=str(tmp_path / "c" / "h.sock"), transports=[name],
+                    ports={name: port}, addresses=[])
     d = NicDaemon(cfg)
     async with trio.open_nursery() as n:
         await n.start(d.run)
-        slot = d.slots["timer-test"]
+        yield d, d.slots[name]
+
+
+@pytest.mark.trio
+async def test_one_timer_per_engine_rearmed_after_every_input(autojump_clock, tmp_path):
+    async with _daemon_with(TimerEngine, "timer-test", 4999, tmp_path) as (d, slot):
         eng = slot.engine
         t0 = trio.current_time()
         eng.deadlines = [t0 + 10.0]
@@ -95,13 +103,7 @@ class AckEngine(TimerEngine):
 async def test_what_has_arrived_goes_in_before_a_due_timer_fires(autojump_clock, tmp_path):
     """The datagram sits in the backlog, its reader not yet scheduled, when the timer comes
     due: the daemon feeds it first, so an ACK cancels the retransmission timeout."""
-    engines.register("ack-test", AckEngine)
-    cfg = NicConfig(sock_path=str(tmp_path / "c" / "h.sock"), transports=["ack-test"],
-                    ports={"ack-test": 4998}, addresses=[])
-    d = NicDaemon(cfg)
-    async with trio.open_nursery() as n:
-        await n.start(d.run)
-        slot = d.slots["ack-test"]
+    async with _daemon_with(AckEngine, "ack-test", 4998, tmp_path) as (d, slot):
         eng = slot.engine
         t0 = trio.current_time()
         eng.deadlines = [t0 + 1.0]
