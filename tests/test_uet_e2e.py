@@ -67,6 +67,15 @@ def test_write_16mib_exact_in_receivers_memory(pcl):
     assert after["msgs_completed"] == before.get("msgs_completed", 0) + 1
     assert after.get("rx_drop_internal_error", 0) == 0
     assert pcl.engine("h2").get("rx_drop_internal_error", 0) == 0
+    # the sprayed packets left through the frame ring (but for the first few, by socket,
+    # while the kernel resolved the neighbour), and `emu nicd stats` says so
+    from emu.nic.cli import render
+    st = pcl.stats("h1")
+    rings = st["transports"]["uet"]["frame_rings"]
+    assert sum(r["frames"] for r in rings.values()) >= 16 * MiB // 8704 * 3 // 4
+    assert st["transports"]["uet"]["counters"]["tx_frames"] == sum(
+        r["frames"] for r in rings.values())
+    assert "frame ring eth0 10.0.0.1: frames " in render(st)
 
 
 def test_send_recv_and_unsupported_ops_through_the_endpoint_api(pcl):

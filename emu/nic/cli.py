@@ -222,6 +222,11 @@ def render(s: dict[str, Any]) -> str:
     for name, tr in s["transports"].items():
         eng = " ".join(f"{k}={v}" for k, v in sorted(tr["engine"].items()) if v)
         lines.append(f"  {name} (udp {tr['udp_port']}): {eng or 'idle'}")
+        for port, fc in (tr.get("frame_rings") or {}).items():
+            lines.append(f"    frame ring {port}: frames {fc['frames']} in {fc['kicks']} "
+                         f"kicks, dropped on the way out {fc['dropped']}, by socket while "
+                         f"unresolved {fc['unresolved']}, ring full {fc['ring_full']}, "
+                         f"errors {fc['send_errors']}")
     return "\n".join(lines)
 
 
