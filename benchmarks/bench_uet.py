@@ -123,6 +123,13 @@ def uet_write(cluster: str, src: str, dst: str, total: int, msg: int, depth: int
             x.close()
 
 
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """(user, kernel) CPU time of a process so far, in clock ticks (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
 def _addr(topo: Any, host: str, fam: int) -> str:
     return str(getattr(topo.links_of(host)[0].end(host), f"ipv{fam}").ip)
 
@@ -149,18 +156,30 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
         # completion preempted the sending daemon (~9 % of it, py-spy)
         pin(os.getpid(), RECV_CPU)
         uet, blast, payload = [], [], 0
+        cpu = {h: [0, 0] for h in ("h1", "h2")}
         for _ in range(a.runs):
+            before = [cpu_ticks(pr.pid) for pr in procs]
             r = uet_write(name, "h1", "h2", a.total * MiB, a.msg * MiB, a.depth)
+            for h, pr, b in zip(("h1", "h2"), procs, before, strict=True):
+                after = cpu_ticks(pr.pid)
+                cpu[h][0] += after[0] - b[0]
+                cpu[h][1] += after[1] - b[1]
             uet.append(r["gbps"])
             payload = r["payload"]
             blast.append(blaster(f, addr["h2"], a.blast_seconds, payload + 56))
         stats = {h: call_once(sock_path(name, h), "stats") for h in ("h1", "h2")}
         eng = stats["h1"]["transports"]["uet"]["engine"]
+        # CPU per data packet of each daemon while UET ran: where the time goes
+        npk = max(1, eng.get("tx_data_packets", 0))
+        hz = os.sysconf("SC_CLK_TCK")
+        per_pkt = {h: {"user_us": u / hz / npk * 1e6, "kernel_us": k / hz / npk * 1e6}
+                   for h, (u, k) in cpu.items()}
         g, bl = statistics.median(uet), statistics.median(blast)
         return {"family": f"IPv{fam}", "payload": payload, "uet_gbps": uet,
                 "blaster_gbps": blast, "uet_gbps_median": g, "blaster_gbps_median": bl,
                 "ratio": g / bl if bl else None,
                 "retransmits": eng.get("tx_retransmits", 0), "goal_ratio": 1.0,
+                "cpu_per_packet": per_pkt,
                 "daemons": {h: {"totals": st.get("totals", {}),
                                 "uet": st["transports"]["uet"]} for h, st in stats.items()}}
     finally:
@@ -222,6 +241,10 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
         ratio = r["ratio"]
         print(f"{'ratio':34}{ratio if ratio is not None else float('nan'):>10.2f}x  "
               f"(goal >= {r['goal_ratio']}x); {r['retransmits']} retransmitted packets")
+        c = r["cpu_per_packet"]
+        print(f"CPU per data packet of {r['payload']} B (µs, user + kernel): sender h1 "
+              f"{c['h1']['user_us']:.1f} + {c['h1']['kernel_us']:.1f}, receiver h2 "
+              f"{c['h2']['user_us']:.1f} + {c['h2']['kernel_us']:.1f}")
     if "spray" in res:
         r = res["spray"]
         sp = r["spines"]

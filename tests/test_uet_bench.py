@@ -32,7 +32,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 def test_bench_uet_script_prints_the_pair_table():
     out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
     assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
-    for row in ("UET WRITE goodput", "Python UDP blaster", "ratio"):
+    for row in ("UET WRITE goodput", "Python UDP blaster", "ratio",
+                "CPU per data packet of 8704 B"):
         assert row in out, out
     assert "leaf-spine" not in out  # --part pair only
 
@@ -47,6 +48,9 @@ def test_bench_uet_json_has_both_parts():
         assert k in pair, k
     assert pair["payload"] == 8704 and pair["uet_gbps_median"] > 0
     assert pair["blaster_gbps_median"] > 0 and len(pair["uet_gbps"]) == 1
+    # per-packet CPU of each daemon (clock ticks: a 1 MiB run may show 0)
+    cpu = pair["cpu_per_packet"]
+    assert all(cpu[h][k] >= 0 for h in ("h1", "h2") for k in ("user_us", "kernel_us"))
     spray = res["spray"]
     assert len(spray["spines"]) == 2 and spray["goal_ratio"] == 0.9 and "ratio" in spray
     for label in ("sprayed", "pinned"):
