@@ -142,3 +142,24 @@ def test_rccc_transfers_complete_byte_exact_when_credits_and_requests_are_lost(s
     for _, dst, data in bufs:
         assert bytes(dst.view[:len(data)]) == data
     assert p.ea.counters()["tx_credit_req"] > p.ea.counters()["rx_credit"]  # some were lost
+
+
+def test_adaptive_rto_follows_a_long_round_trip_instead_of_resending_what_arrived():
+    """A 6 ms round trip against the spec's 2 ms RTO: the fixed timer resends data that
+    was merely in flight; with ``rto_max`` the PDC waits for its first sample, then
+    times out at SRTT + 4·RTTVAR — no spurious retransmission, same bytes."""
+    runs = {}
+    for label, extra in (("fixed", {}), ("adaptive", {"rto_max": 0.05})):
+        p = uet_pair(seed=3, ekw={"mtu": 1024, "rto": 2e-3, "max_retries": 50, **extra},
+                     delay=3e-3)
+        _, dst, data = write(p, 1, 300_000)
+        p.link.run()
+        ok(p.link.completions("a"), 1)
+        assert bytes(dst.view[:len(data)]) == data
+        pdc = next(iter(p.ea.ini.values()))
+        runs[label] = (p.ea.counters().get("rto_retransmits", 0), pdc.rto, pdc.srtt)
+    assert runs["fixed"][0] > 0 and runs["fixed"][1] == 0.0  # fixed: no estimate kept
+    n, rto, srtt = runs["adaptive"]
+    assert n == 0 and 6e-3 <= srtt < 8e-3 and srtt <= rto <= 0.05
+    with pytest.raises(ValueError, match="rto_max"):
+        UetEngine(MemoryTable(random.Random(1)), random.Random(2), rto=2e-3, rto_max=1e-3)

@@ -60,8 +60,7 @@ _SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlo
                   "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
                   "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
                   "tx_entropy_fallback", "tx_frames", "engine_errors", "engine_batches",
-                  "timer_fires",
-                  "rx_trimmed")
+                  "timer_fires", "rx_trimmed")
 
 
 @dataclass(eq=False)
@@ -317,9 +316,13 @@ class NicDaemon:
         RTO retransmissions were duplicates at the target). A NIC's receive
         interrupt is served before its retransmission timer."""
         for ps in slot.tx.mains:
-            with contextlib.suppress(OSError):  # BlockingIOError: nothing (more) there
+            try:
                 ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
                               slot.check, slot.check_buf)
+            except BlockingIOError:
+                pass  # nothing (more) there
+            except OSError:
+                slot.c["rx_errors"] += 1  # as the receive loop counts it (a queued ICMP error)
         while slot.backlog:
             self._feed(slot, now)
 
