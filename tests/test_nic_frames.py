@@ -28,8 +28,10 @@ PORT = 5561
 OCTET = 79
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def net():
+    # one routed triple for the module: tearing namespaces down keeps the kernel busy for
+    # a while, and a timing-sensitive test after this module (PFC) felt six of them
     yield from made_and_removed(lambda: RoutedTriple("fr", OCTET, PORT))
 
 
