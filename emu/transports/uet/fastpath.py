@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 
 from emu.transports.base import Gather
+from emu.transports.uet import ses_shape as SH
 from emu.wire.codec.uet import UetPacket
 from emu.wire.codec.uet_pds import PdsRequest
 from emu.wire.codec.uet_ses import SesStandardRequest, SesStandardRequestSom
@@ -98,9 +99,6 @@ def decode_request(data: bytes | bytearray | memoryview) -> UetPacket | None:
     return UetPacket(pds, ses, None, mv[REQ_SIZE:])
 
 
-_OP_WRITE = 0x01
-
-
 def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None:
     """The fields the target's WRITE fast path needs (``Target.write_middle``) of a RUD or
     ROD request with a standard header, no SYN, no AR and no SOM, opcode WRITE:
@@ -111,7 +109,7 @@ def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None
     b0 = data[0]
     typ = b0 >> 3
     # type RUD/ROD, standard next header, no AR (bit 3) / SYN (bit 2); WRITE; no SOM
-    if (typ != 2 and typ != 3) or data[12] != _OP_WRITE or data[13] & 1:
+    if (typ != 2 and typ != 3) or data[12] != SH.OP_WRITE or data[13] & 1:
         return None
     w0 = (b0 << 8) | data[1]
     if w0 & 0xC or ((w0 >> 7) & 0xF) != _NH_STANDARD:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.core.cq import WcStatus
-from emu.core.memory import Access, MemError, MemoryAccessError
+from emu.core.memory import Access, MemoryAccessError
 from emu.core.timers import TimerSet
 from emu.transports.base import ECN_CE
 from emu.transports.uet import pdc as D
@@ -53,9 +53,6 @@ _STD = (SesStandardRequest, SesStandardRequestSom)
 _NH_RSP = 4
 #: SES opcodes that RUDI may carry (see the module docstring)
 ALLOWED_OPS = frozenset({S.OP_WRITE})
-#: memory-check failure → SES return code (as for RUD, uet.md: Responses)
-_MEM_RC = {MemError.INVALID_KEY: S.RC_BAD_MKEY, MemError.OUT_OF_BOUNDS: S.RC_BAD_ADDR,
-           MemError.MISALIGNED: S.RC_BAD_ADDR}
 
 
 @dataclass(eq=False, slots=True)
@@ -260,5 +257,5 @@ class Rudi:
             mem.check_remote(key, ses.buffer_offset, total, Access.REMOTE_WRITE)
             mem.remote_write(key, ses.buffer_offset + off, payload)
         except MemoryAccessError as e:
-            return _MEM_RC.get(e.kind, S.RC_PERM_VIOLATION), 0
+            return S.MEM_RC.get(e.kind, S.RC_PERM_VIOLATION), 0
         return S.RC_OK, n

@@ -38,7 +38,6 @@ from emu.transports.uet.pdc import NACK_NO_SES_MSG_AVAIL, RecvAssign, TargetPdc,
 from emu.transports.uet.ses_shape import ReqView
 from emu.transports.uet.ses_target_ops import MEM_RC, TargetOps
 from emu.wire.codec.uet import SesResponse, SesStandardRequest, SesStandardRequestSom
-from emu.wire.uet_defs import RETURN_CODE
 
 OP_WRITE = SH.OP_WRITE
 OP_READ = SH.OP_READ
@@ -50,15 +49,10 @@ OP_TAGGED_SEND = SH.OP_TAGGED_SEND
 RSP_OPCODE_RESPONSE = 1
 _SEND_OPS = frozenset({OP_SEND, OP_TAGGED_SEND, OP_RENDEZVOUS_SEND, SH.OP_RENDEZVOUS_TSEND})
 
-RC_OK = RETURN_CODE["OK"]
-RC_BAD_MKEY = RETURN_CODE["BAD_MKEY"]
-RC_BAD_ADDR = RETURN_CODE["BAD_ADDR"]
-RC_PERM_VIOLATION = RETURN_CODE["PERM_VIOLATION"]
-RC_TOO_LONG = RETURN_CODE["TOO_LONG"]
-RC_UNSUPPORTED_OP = RETURN_CODE["UNSUPPORTED_OP"]
-RC_BAD_PID = RETURN_CODE["BAD_PID"]
+RC_OK, RC_BAD_MKEY, RC_BAD_ADDR = SH.RC_OK, SH.RC_BAD_MKEY, SH.RC_BAD_ADDR
+RC_PERM_VIOLATION, RC_TOO_LONG = SH.RC_PERM_VIOLATION, SH.RC_TOO_LONG
+RC_UNSUPPORTED_OP, RC_BAD_PID = SH.RC_UNSUPPORTED_OP, SH.RC_BAD_PID
 
-_MEM_RC = MEM_RC
 _NH_RSP = 4
 _WC_OF_RC = {RC_BAD_MKEY: WcStatus.REM_ACCESS_ERR, RC_BAD_ADDR: WcStatus.REM_ACCESS_ERR,
              RC_PERM_VIOLATION: WcStatus.REM_ACCESS_ERR, RC_TOO_LONG: WcStatus.REM_INV_REQ_ERR,
@@ -183,7 +177,7 @@ class SesTarget:
                 self.memory.check_remote(ses.mem_key_match_bits, ses.buffer_offset, total,
                                          Access.REMOTE_WRITE) if total else None
             except MemoryAccessError as e:
-                return self._fail(t, mid, _MEM_RC[e.kind]), None
+                return self._fail(t, mid, MEM_RC[e.kind]), None
             res = t.placement.place(mid, off, n, total=total)
             if res.new_bytes:
                 self.memory.remote_write(ses.mem_key_match_bits, ses.buffer_offset + off,

@@ -37,11 +37,10 @@ from emu.transports.uet import ses_shape as SH
 from emu.transports.uet.pdc import InitiatorPdc, TxMessage
 from emu.transports.uet.ses_tagged import TaggedRecv
 from emu.wire.codec.uet import SesAtomic, SesCompareSwap, SesResponse, SesResponseData
-from emu.wire.uet_defs import RETURN_CODE
 
 #: packets of READ data one READ request asks for
 READ_PIECE_PKTS = 16
-RC_OK = RETURN_CODE["OK"]
+RC_OK = SH.RC_OK
 
 
 @dataclass(eq=False)

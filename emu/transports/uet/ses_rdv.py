@@ -35,7 +35,7 @@ from emu.wire.codec.uet import SesRendezvous
 from emu.wire.uet_defs import RETURN_CODE
 
 _KEY_BASE = 1 << 40
-RC_OK = RETURN_CODE["OK"]
+RC_OK = SH.RC_OK
 
 
 @dataclass(eq=False)

@@ -38,6 +38,7 @@ from emu.wire.codec.uet import (
     SesStandardRequest,
     SesStandardRequestSom,
 )
+from emu.wire.uet_defs import RETURN_CODE
 
 NH_SMALL, NH_MEDIUM, NH_STANDARD = 1, 2, 3
 MAX_COMPACT = (1 << 14) - 1  # request_length is 14 bits in small/medium
@@ -53,6 +54,15 @@ OP_RENDEZVOUS_SEND = 0x06
 OP_TAGGED_SEND = 0x09
 OP_RENDEZVOUS_TSEND = 0x0A
 TAGGED_OPS = frozenset({OP_TAGGED_SEND, OP_RENDEZVOUS_TSEND})
+# SES return codes the engines answer with (uet.md: Responses), named once here
+RC_OK = RETURN_CODE["OK"]
+RC_BAD_MKEY = RETURN_CODE["BAD_MKEY"]
+RC_BAD_ADDR = RETURN_CODE["BAD_ADDR"]
+RC_PERM_VIOLATION = RETURN_CODE["PERM_VIOLATION"]
+RC_TOO_LONG = RETURN_CODE["TOO_LONG"]
+RC_UNSUPPORTED_OP = RETURN_CODE["UNSUPPORTED_OP"]
+RC_UNSUPPORTED_SIZE = RETURN_CODE["UNSUPPORTED_SIZE"]
+RC_BAD_PID = RETURN_CODE["BAD_PID"]
 RENDEZVOUS_OPS = frozenset({OP_RENDEZVOUS_SEND, OP_RENDEZVOUS_TSEND})
 ATOMIC_OPS = frozenset({OP_ATOMIC, OP_FETCHING_ATOMIC})
 #: opcodes whose request carries no payload bytes for its request_length (a READ asks

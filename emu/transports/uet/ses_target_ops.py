@@ -38,15 +38,16 @@ from emu.core.memory import Access, MemError, MemoryAccessError, MemoryTable
 from emu.transports.uet import ses_amo as AMO
 from emu.transports.uet import ses_shape as SH
 from emu.transports.uet.pdc import TargetPdc
+from emu.transports.uet.ses_shape import (
+    RC_BAD_ADDR,
+    RC_BAD_MKEY,
+    RC_OK,
+    RC_PERM_VIOLATION,
+    RC_UNSUPPORTED_OP,
+    RC_UNSUPPORTED_SIZE,
+)
 from emu.wire.codec.uet import SesResponse, SesResponseData
-from emu.wire.uet_defs import RETURN_CODE
 
-RC_OK = RETURN_CODE["OK"]
-RC_BAD_MKEY = RETURN_CODE["BAD_MKEY"]
-RC_BAD_ADDR = RETURN_CODE["BAD_ADDR"]
-RC_PERM_VIOLATION = RETURN_CODE["PERM_VIOLATION"]
-RC_UNSUPPORTED_OP = RETURN_CODE["UNSUPPORTED_OP"]
-RC_UNSUPPORTED_SIZE = RETURN_CODE["UNSUPPORTED_SIZE"]
 #: memory check failure → SES return code (uet.md: Responses)
 MEM_RC = {MemError.INVALID_KEY: RC_BAD_MKEY, MemError.OUT_OF_BOUNDS: RC_BAD_ADDR,
           MemError.ACCESS_VIOLATION: RC_PERM_VIOLATION, MemError.WRONG_PD: RC_PERM_VIOLATION,
