@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -126,6 +127,24 @@ def blaster(f: Fabric, dst: str, seconds: float, size: int) -> float:
     return int(n) * 8 / float(dt) / 1e9 if float(dt) > 0 else 0.0
 
 
+def pipelined_writes(post: Any, wait: Any, n: int, msg: int, depth: int) -> float:
+    """``n`` WRITEs of ``msg`` bytes, ``depth`` outstanding, cycling through ``depth``
+    slots of the buffers: ``post(i, offset)`` posts one, ``wait()`` returns the next
+    completions. Seconds from the first post to the last completion; raises on an
+    error completion or none within the wait's timeout."""
+    t0 = time.monotonic()
+    posted = done = 0
+    while done < n:
+        while posted < n and posted - done < depth:
+            post(posted, (posted % depth) * msg)
+            posted += 1
+        wcs = wait()
+        if not wcs or not all(w.ok for w in wcs):
+            raise RuntimeError(f"write failed: {wcs or 'no completion in time'}")
+        done += len(wcs)
+    return time.monotonic() - t0
+
+
 def roce(cluster: str, v6: bool, total: int, msg: int, depth: int) -> dict:
     a = Device.open(cluster=cluster, host="h1")
     b = Device.open(cluster=cluster, host="h2")
@@ -138,19 +157,10 @@ def roce(cluster: str, v6: bool, total: int, msg: int, depth: int) -> dict:
         qb.connect(qa.local_info())
         ba.view[:] = os.urandom(msg * depth)
         bb.view[:] = bytes(msg * depth)  # touch the pages before timing
-        n = total // msg
-        t0 = time.monotonic()
-        posted = done = 0
-        while done < n:
-            while posted < n and posted - done < depth:
-                off = (posted % depth) * msg
-                qa.post_write(ma.sge(off, msg), mb.va + off, mb.rkey, wr_id=posted, wait=False)
-                posted += 1
-            wcs = ca.wait(1, timeout=120)
-            if not wcs or not all(w.ok for w in wcs):
-                raise RuntimeError(f"write failed: {wcs}")
-            done += len(wcs)
-        dt = time.monotonic() - t0
+        dt = pipelined_writes(
+            lambda i, off: qa.post_write(ma.sge(off, msg), mb.va + off, mb.rkey, wr_id=i,
+                                         wait=False),
+            lambda: ca.wait(1, timeout=120), total // msg, msg, depth)
         if bytes(bb.view) != bytes(ba.view):
             raise RuntimeError("data differs")
         return {"gbps": total * 8 / dt / 1e9, "seconds": dt, "info": qa.info}

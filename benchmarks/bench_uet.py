@@ -28,7 +28,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_roce  # noqa: E402
-from bench_roce import RECV_CPU, SEND_CPU, blaster, pin  # noqa: E402
+from bench_roce import RECV_CPU, SEND_CPU, blaster, pin, pipelined_writes  # noqa: E402
 
 from emu.api import Device  # noqa: E402
 from emu.api.client import call_once  # noqa: E402
@@ -102,18 +101,10 @@ def uet_write(cluster: str, src: str, dst: str, total: int, msg: int, depth: int
         ba.view[:] = os.urandom(msg * depth)
         bb.view[:] = bytes(msg * depth)  # touch the pages before timing
         n = max(1, total // msg)
-        t0 = time.monotonic()
-        posted = done = 0
-        while done < n:
-            while posted < n and posted - done < depth:
-                off = (posted % depth) * msg
-                ea.write(ma.sge(off, msg), mb.va + off, mb.rkey, context=posted, wait=False)
-                posted += 1
-            wcs = ea.tx_cq.wait(1, timeout=120)
-            if not wcs or not all(w.ok for w in wcs):
-                raise RuntimeError(f"UET write failed: {wcs or 'no completion in 120 s'}")
-            done += len(wcs)
-        dt = time.monotonic() - t0
+        dt = pipelined_writes(
+            lambda i, off: ea.write(ma.sge(off, msg), mb.va + off, mb.rkey, context=i,
+                                    wait=False),
+            lambda: ea.tx_cq.wait(1, timeout=120), n, msg, depth)
         if bytes(bb.view) != bytes(ba.view[:len(bb.view)]):
             raise RuntimeError("data differ in the receiver's memory")
         return {"gbps": n * msg * 8 / dt / 1e9, "seconds": dt,
