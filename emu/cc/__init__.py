@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-_REGISTRY: dict[str, type[CongestionControl]] = {}
+from emu.core.registry import Registry
 
 
 class CongestionControl(ABC):
@@ -90,34 +90,14 @@ class CongestionControl(ABC):
         return {"rate": self.rate}
 
 
-def register(cls: type[CongestionControl]) -> type[CongestionControl]:
-    """Class decorator: make ``cls`` available as :func:`create` ``(cls.name, …)``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"congestion control {cls.name!r} already registered")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def available() -> list[str]:
-    """Registered names (importing the built-in modules first)."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+_PLUGINS: Registry[CongestionControl] = Registry("congestion control", lambda: _load_builtins())
+register = _PLUGINS.register
+available = _PLUGINS.available
 
 
 def create(name: str, line_rate: float, now: float = 0.0, **params: Any) -> CongestionControl:
     """A new controller by name; unknown names and parameters raise ValueError."""
-    _load_builtins()
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown congestion control {name!r}; have {sorted(_REGISTRY)}"
-                         ) from None
-    try:
-        return cls(line_rate, now, **params)
-    except TypeError as e:
-        raise ValueError(f"{name}: {e}") from None
+    return _PLUGINS.build(name, line_rate, now, **params)
 
 
 def _load_builtins() -> None:

@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from emu.core.psn import RandomBits
-
-_REGISTRY: dict[str, type[PathPolicy]] = {}
+from emu.core.registry import Registry
 
 
 class PathPolicy(ABC):
@@ -73,34 +72,15 @@ class PathPolicy(ABC):
         return {"name": self.name, "entropies": len(self.entropies), **self.counts}
 
 
-def register(cls: type[PathPolicy]) -> type[PathPolicy]:
-    """Class decorator: make ``cls`` available as :func:`create` ``(cls.name, …)``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"path policy {cls.name!r} already registered")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def available() -> list[str]:
-    """Registered names (importing the built-in modules first)."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+_PLUGINS: Registry[PathPolicy] = Registry("path policy", lambda: _load_builtins())
+register = _PLUGINS.register
+available = _PLUGINS.available
 
 
 def create(name: str, entropies: Sequence[int], rng: RandomBits, now: float = 0.0,
            **params: Any) -> PathPolicy:
     """A new policy by name; unknown names and parameters raise ValueError."""
-    _load_builtins()
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown path policy {name!r}; have {sorted(_REGISTRY)}") from None
-    try:
-        return cls(entropies, rng, now, **params)
-    except TypeError as e:
-        raise ValueError(f"{name}: {e}") from None
+    return _PLUGINS.build(name, entropies, rng, now, **params)
 
 
 def _load_builtins() -> None:
