@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.memory import Access, MemoryRegion, MemoryTable
-from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged
+from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged, expand
 
 
 class HeapBuffer:
@@ -96,7 +96,7 @@ class LossyLink:
         """Move every engine's output onto the wire; True if anything moved."""
         moved = False
         for side, eng in (("a", self.a), ("b", self.b)):
-            for data, _addr, meta in eng.datagrams_to_send(self.now):
+            for data, _addr, meta in expand(eng.datagrams_to_send(self.now)):
                 moved = True
                 self.sent[side] += 1
                 data = bytes(data)

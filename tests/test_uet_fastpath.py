@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from uet_pair import uet_pair, write
 
-from emu.transports.base import Gather
+from emu.core.cq import WcStatus
+from emu.transports.base import Gather, Run, TxMeta, expand
 from emu.transports.uet import fastpath as F
 from emu.wire.codec.uet import decode_packet, encode_packet
 from emu.wire.codec.uet_pds import PdsAckCcNscc, PdsRequest, PdsRequestSyn
@@ -49,6 +50,37 @@ def fast_request(f: dict, payload: bytes, gather: bool):
                      f["message_id"], f["job_id"], f["pid_on_fep"], f["buffer_offset"],
                      f["initiator"], f["mem_key"], len(payload), f["message_offset"],
                      f["request_length"], memoryview(payload), gather)
+
+
+@given(req_fields, u(1, 40), u(1, 64))
+def test_a_runs_headers_are_the_codecs_packet_by_packet(f, k, seg):
+    """middle_headers(k, …) = the codec's header of each of k consecutive middles (PSN
+    + 1, CLEAR_PSN offset − 1, message offset + seg), and a Run of them opens into exactly
+    those datagrams (expand)."""
+    f = {**f, "retx": 0, "ar": 0, "eom": 0, "som": 0,
+         "psn": min(f["psn"], (1 << 32) - k),  # the caller keeps a run from wrapping
+         "clear_psn_offset": max(f["clear_psn_offset"], -(1 << 15) + k),
+         "message_offset": min(f["message_offset"], (1 << 32) - 1 - k * seg)}
+    heads = F.middle_headers(k, f["typ"], f["clear_psn_offset"], f["psn"], f["spdcid"],
+                             f["dpdcid"], f["opcode"], f["message_id"], f["job_id"],
+                             f["pid_on_fep"], f["buffer_offset"], f["initiator"], f["mem_key"],
+                             seg, f["message_offset"], f["request_length"])
+    payload = bytes(range(256)) * (k * seg // 256 + 1)
+    want = []
+    for i in range(k):
+        g = {**f, "psn": f["psn"] + i, "clear_psn_offset": f["clear_psn_offset"] - i,
+             "message_offset": f["message_offset"] + i * seg}
+        want.append(bytes(codec_request(g, payload[i * seg:(i + 1) * seg])))
+    assert [bytes(heads[i * F.REQ_SIZE:(i + 1) * F.REQ_SIZE]) for i in range(k)] == \
+        [w[:F.REQ_SIZE] for w in want]
+    metas = [TxMeta(49152 + i) for i in range(k)]
+    run = Run(heads, F.REQ_SIZE, memoryview(payload)[:k * seg], seg, metas)
+    assert len(run) == sum(len(w) for w in want) and run.count == k
+    out = expand([(b"before", ("h", 1), metas[0]), (run, ("h", 1), None)])
+    assert [bytes(d) for d, _, _ in out] == [b"before", *want]
+    assert [m for _, _, m in out[1:]] == metas and all(a == ("h", 1) for _, a, _ in out)
+    run.done = k - 1  # a consumer's cursor: only the rest is left
+    assert [bytes(d) for d, _, _ in run.rest(("h", 1))] == want[-1:]
 
 
 @given(req_fields, st.binary(max_size=300), st.booleans())
@@ -108,6 +140,14 @@ def _transfer(seed: int, fast: bool, ekw: dict | None = None, **link_kw):
         p.eb.target.write_middle = lambda *a: False
         p.ea.initiator._run = lambda *a: 0
     p.link.tap = []
+    p.run_objects = 0  # Runs handed out (engine option runs): the link opens them
+    emit_run = p.ea.emit_run
+
+    def counted(*a):
+        p.run_objects += 1
+        emit_run(*a)
+
+    p.ea.emit_run = counted
     bufs = [write(p, i, 37_000 * i + 11, seed=i) for i in range(1, 6)]
     p.link.run()
     return p, bufs
@@ -116,9 +156,10 @@ def _transfer(seed: int, fast: bool, ekw: dict | None = None, **link_kw):
 @pytest.mark.parametrize("link", [{}, {"loss": 0.02, "reorder": 0.05, "dup": 0.02},
                                   {"loss": 0.01, "reorder": 0.1, "ce": 0.05}],
                          ids=["clean", "lossy", "reorder-ce"])
-@pytest.mark.parametrize("ekw", [{}, {"gather": True, "cc": "nscc"},
-                                 {"gather": True, "cc": "rccc"}, {"gather": True}],
-                         ids=["plain", "runs-nscc", "runs-rccc", "runs-nocc"])
+@pytest.mark.parametrize("ekw", [{}, {"gather": True, "runs": True, "cc": "nscc"},
+                                 {"gather": True, "runs": True, "cc": "rccc"},
+                                 {"gather": True, "runs": True}, {"gather": True, "cc": "nscc"}],
+                         ids=["plain", "runs-nscc", "runs-rccc", "runs-nocc", "gather-nscc"])
 def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw):
     """Same seed, fast path on and off: every datagram either engine sent (time, bytes,
     ECN) is the same, so are the target PDC's state and the data — and the fast path
@@ -144,6 +185,7 @@ def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw)
     assert fast.ea.counters() == slow.ea.counters()
     if ekw.get("gather"):  # the runs carried packets (they only run in daemon engines)
         assert fast.ea.initiator.runs > 0
+        assert (fast.run_objects > 0) == bool(ekw.get("runs"))
 
 
 def test_write_middle_fields_and_what_it_declines():
@@ -182,3 +224,24 @@ def test_psn_messages_runs_lookup_and_eviction():
         pm.add(psn, 3)
     assert len(pm) == 10 and pm.get(100) is None and pm.get(101) is None  # oldest forgotten
     assert pm.get(102) == 1 and pm.get(114) == 3
+
+
+def test_a_region_deregistered_mid_write_stops_the_fast_path():
+    """The target's fast path checks a WRITE's region once per message (Target.write_middle
+    keeps it in TargetPdc.stream); deregistering the region mid-message must still stop
+    placement at once: the next packet takes the general path, which NACKs it, and the
+    WRITE completes in error — nothing written through a stale region, no internal error."""
+    p = uet_pair(seed=5, ekw={"mtu": 1024, "gather": True, "runs": True})
+    _, dst, data = write(p, 1, 2_000_000)
+    p.link.run(stop=lambda: p.eb.stats.get("rx_write_fast", 0) >= 20)
+    t = next(iter(p.eb.target.pdcs.values()))
+    assert t.stream is not None and t.stream[4] is dst  # cached for this message
+    placed = t.rcvd_bytes
+    p.mb.deregister(dst)
+    p.link.run()
+    wcs = [e.wc for e in p.link.events["a"] if hasattr(e, "wc")]
+    assert [w.wr_id for w in wcs] == [1] and wcs[0].status is not WcStatus.SUCCESS
+    c = p.eb.counters()
+    assert c.get("rx_drop_internal_error", 0) == 0
+    assert c["rx_write_fast"] <= placed // 1024  # none after the deregistration
+    assert placed < len(data) // 2

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from emu.transports.base import Gather
+from emu.transports.base import Gather, Run
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -577,6 +577,10 @@ class TxPath:
                     continue
                 self._kick()  # frames first: a socket send must not overtake them
             data, addr, meta = q[0]
+            if type(data) is Run:  # not for a frame ring: its datagrams one by one
+                q.popleft()
+                q.extendleft(reversed(data.rest(addr)))
+                continue
             try:
                 ps = self._socket_for(addr[0], meta)
             except OSError:

@@ -44,6 +44,7 @@ from emu.transports.base import (
     Completion,
     Engine,
     Event,
+    Run,
     StateChanged,
     TxMeta,
     VerbsError,
@@ -89,7 +90,11 @@ class UetEngine(Engine):
     each PDC's bytes in flight or to granted credit; ``paths`` (``"oblivious"``
     default, ``"reps"``, ``"fixed"``, with ``path_params``) picks each data
     packet's entropy; ``line_rate`` (bits/s) is the port rate the controllers
-    scale to (:mod:`.flowctl`).
+    scale to (:mod:`.flowctl`). ``gather`` emits data requests as
+    :class:`~emu.transports.base.Gather` pieces over registered memory, and ``runs``
+    (with ``gather``) a message's full-size middles as one
+    :class:`~emu.transports.base.Run` per burst — both for daemons, whose send path
+    takes them without copies; sans-IO callers get plain datagrams by default.
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -101,7 +106,7 @@ class UetEngine(Engine):
                  small_sends: bool = False, cc: str | None = None,
                  cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
-                 gather: bool = False, ack_coalesce: bool = False,
+                 gather: bool = False, runs: bool = False, ack_coalesce: bool = False,
                  idle_timeout: float | None = None, rto_max: float | None = None) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
@@ -117,6 +122,8 @@ class UetEngine(Engine):
         self.rng = rng
         #: data requests as :class:`~emu.transports.base.Gather` pieces (daemons: no copy)
         self.gather = gather
+        #: a message's middles as one :class:`~emu.transports.base.Run` each (with gather)
+        self.runs = runs and gather
         #: the 16 KiB ACK rule fires once per PDC per receive batch (Target.flush_due)
         self.ack_coalesce = ack_coalesce
         self.mtu, self.mpr, self.rto, self.max_retries = mtu, mpr, rto, max_retries
@@ -482,6 +489,14 @@ class UetEngine(Engine):
             meta = self._data_meta[entropy]
         self._out.append((buf, (addr[0], self.port) if ctrl else addr, meta))
 
+    def emit_run(self, heads: bytearray, payload: memoryview, seg: int,
+                 entropies: list[int], addr: Any) -> None:
+        """Queue a run of data packets (:class:`~emu.transports.base.Run`), packet ``i``
+        on ``entropies[i]``."""
+        dm = self._data_meta
+        metas = [dm[e] if e in dm else self._ctrl_meta(e) for e in entropies]
+        self._out.append((Run(heads, FP.REQ_SIZE, payload, seg, metas), addr, None))
+
     def _ctrl_meta(self, entropy: int) -> TxMeta:
         m = self._ctrl_metas.get(entropy)
         if m is None:
@@ -503,7 +518,11 @@ class UetEngine(Engine):
             self.rudi.pull(now)
         out, self._out = self._out, []
         st = self.stats
-        st["tx_packets"] += len(out)
+        n = len(out)
+        for b, _, _ in out:
+            if type(b) is Run:
+                n += b.count - 1
+        st["tx_packets"] += n
         st["tx_bytes"] += sum(len(b) for b, _, _ in out)
         return out  # type: ignore[return-value]
 

@@ -21,7 +21,8 @@ from emu.transports.uet.verbs import UetVerbs
 #: UetEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("mtu", "mpr", "rto", "max_retries", "nack_retx_delay", "ack_bytes",
                   "entropies", "job_id", "dscp", "ctrl_dscp", "ecn", "cc", "cc_params", "paths",
-                  "path_params", "line_rate", "gather", "ack_coalesce", "idle_timeout", "rto_max")
+                  "path_params", "line_rate", "gather", "runs", "ack_coalesce", "idle_timeout",
+                  "rto_max")
 #: RTO of engines built for daemons: the spec's upper bound (uet.md: Retransmit, 1–5 ms).
 #: A daemon pair's unloaded round trip is a few hundred µs on a small VM, not the
 #: fabric's ~10 µs, so the shortest RTOs would fire on data that is merely queued.
@@ -77,6 +78,7 @@ def build_engine(ctx: Any) -> UetEngine:
         opts["cc"] = None
     opts.setdefault("mtu", payload_for(int(getattr(ctx, "mtu", 1500))))
     opts.setdefault("gather", True)  # data requests leave by scatter-gather, no copy
+    opts.setdefault("runs", True)  # a message's middles as one Run for the frame ring
     opts.setdefault("idle_timeout", DEFAULT_DAEMON_IDLE)
     if "cc" not in opts:
         opts["cc"] = DEFAULT_DAEMON_CC

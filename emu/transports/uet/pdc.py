@@ -349,6 +349,9 @@ class TargetPdc:
     mode: Mode = Mode.RUD  # from the request type of the SYN that created it
     last_rx: float = 0.0  # when the initiator was last heard (idle reaping, :mod:`.control`)
     rod_nacked: int | None = None  # ROD: first_missing we already sent ROD_OOO for
+    #: (message id, length, R_Key, buffer offset, region, assembly) of the WRITE the fast
+    #: path placed last (Target.write_middle): its checks hold for the next packet
+    stream: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         self.rcvd = RangeSet(PSN32, self.start_psn)

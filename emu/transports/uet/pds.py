@@ -232,7 +232,9 @@ class Initiator:
             return 0
         oldest = pdc.oldest
         k = min((msg.length - off - 1) // mtu,  # full packets before the last one
-                win - (pdc.next_psn - oldest) - 1, 64)
+                win - (pdc.next_psn - oldest) - 1, 64,
+                # a run's PSN field counts up without wrapping (emu.transports.base.Run)
+                _M + 1 - (pdc.next_psn & _M))
         if k <= 0:
             return 0
         allow = h.flowctl.allowance(pdc)
@@ -251,13 +253,23 @@ class Initiator:
         emit, request, gather, addr = h.emit, FP.request, h.gather, pdc.addr
         mode, spd, dpd, op, mid = pdc.mode, pdc.pdcid, pdc.dpdcid, msg.opcode, msg.message_id
         job, dest, raddr, ep, rkey = h.job_id, msg.dest_ep, msg.remote_addr, msg.ep, msg.rkey
-        for e in ents:
-            unacked[psn] = TxPacket(psn, msg, off, mtu, now)
-            emit(request(mode, 0, 0, s16(oldest - psn), psn & _M, spd, dpd, op, 0, 0, mid, job,
-                         dest, raddr, ep, rkey, mtu, off, rl, data[off:off + mtu], gather),
-                 addr, e, False)
-            psn += 1
-            off += mtu
+        if h.runs:  # one Run for the daemon to write out (emu.transports.base.Run)
+            first, off0 = psn, off
+            for _ in range(k):
+                unacked[psn] = TxPacket(psn, msg, off, mtu, now)
+                psn += 1
+                off += mtu
+            h.emit_run(FP.middle_headers(k, mode, s16(oldest - first), first & _M, spd, dpd, op,
+                                         mid, job, dest, raddr, ep, rkey, mtu, off0, rl),
+                       data[off0:off], mtu, ents, addr)
+        else:
+            for e in ents:
+                unacked[psn] = TxPacket(psn, msg, off, mtu, now)
+                emit(request(mode, 0, 0, s16(oldest - psn), psn & _M, spd, dpd, op, 0, 0, mid,
+                             job, dest, raddr, ep, rkey, mtu, off, rl, data[off:off + mtu],
+                             gather), addr, e, False)
+                psn += 1
+                off += mtu
         pdc.next_psn = psn
         msg.unacked += k
         msg.next_offset = off

@@ -185,37 +185,68 @@ class Target:
         if (t is None or t.ini_pdcid != spdcid or t.mode != typ or t.peer != host
                 or len(data) - FP.REQ_SIZE != pl or off + pl >= total):
             return False
-        psn = t.ext(wpsn)
-        fm = t.rcvd._floor
-        if psn != fm or t.rcvd._starts:
+        rs = t.rcvd
+        psn = rs._floor
+        if wpsn != psn & _M or rs._starts:  # (t.ext(wpsn) == the floor, without the call)
             return False
-        msg = t.placement.get(mid)
-        if msg is None or msg.total != total:
-            return False
-        mem = self.h.memory
-        try:
-            mr = mem.check_remote(mk, bo, total, Access.REMOTE_WRITE)
-        except MemoryAccessError:
-            return False  # on_request fails the message properly
+        # the message and region of the previous packet of this PDC, if this one continues
+        # them: one check per message, not per packet (a deregistered region is invalid)
+        s = t.stream
+        if (s is not None and s[0] == mid and s[1] == total and s[2] == mk and s[3] == bo
+                and s[4].valid and t.placement._msgs.get(mid) is s[5]):
+            mr, msg = s[4], s[5]
+        else:
+            msg = t.placement.get(mid)
+            if msg is None or msg.total != total:
+                return False
+            try:
+                mr = self.h.memory.check_remote(mk, bo, total, Access.REMOTE_WRITE)
+            except MemoryAccessError:
+                return False  # on_request fails the message properly
+            t.stream = (mid, total, mk, bo, mr, msg)
         t.last_rx = now
         cp = psn + cpo
-        if t.clear_psn < cp <= fm + 1:
+        if t.clear_psn < cp <= psn + 1:
             t.clear_psn = cp
-        rsp = None
-        if msg.append(off, pl):  # in order within the message: the usual case
-            new = pl
-        else:
+        st = self.h.stats
+        st["rx_write_fast"] += 1
+        if not msg.append(off, pl):  # not in order within the message: the general way
             res = t.placement.place(mid, off, pl, total=total)
-            new = res.new_bytes
+            rsp = None
             if res.status is PlaceStatus.COMPLETED:  # cannot happen in order; kept exact
                 t.remember_response(mid, S.RC_OK, total)
                 rsp = (S.RC_OK, total)
-        if new:
-            a = bo + off - mr.va
-            # a view: slicing bytes would copy the payload once more before placing it
-            mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-        self.h.stats["rx_write_fast"] += 1
-        self._accepted(t, psn, pl, mid, ent, False, False, retx, rsp)
+            if res.new_bytes:
+                a = bo + off - mr.va
+                mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
+            self._accepted(t, psn, pl, mid, ent, False, False, retx, rsp)
+            return True
+        a = bo + off - mr.va
+        # a view: slicing bytes would copy the payload once more before placing it
+        mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
+        # _accepted for this case (in order, nothing held above, no response, no CE/AR)
+        # inlined: the bulk of a transfer
+        rs._floor = fm = psn + 1
+        t.rcvd_bytes += pl
+        t.bytes_since_ack += pl if pl > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
+        pm = t.psn_msg
+        ends = pm.ends
+        if ends and ends[-1] == psn and pm.mids[-1] == mid and pm.count < pm.keep:
+            ends[-1] = fm
+            pm.count += 1
+        else:
+            pm.add(psn, mid)
+        st["rx_data_packets"] += 1
+        half = t.window // 2
+        if fm - t.clear_psn > half and fm - t.clear_asked > half:
+            t.clear_asked = fm
+            self.due.pop(t.pdcid, None)
+            self.ack(t, psn, ent, False, retx, None, req=D.ACK_REQ_CLEAR)
+        elif t.bytes_since_ack >= self.h.ack_bytes:
+            if self.h.ack_coalesce:
+                self.due[t.pdcid] = (psn, ent, retx)
+            else:
+                self.ack(t, psn, ent, False, retx, None)
         return True
 
     def flush_due(self) -> None:
