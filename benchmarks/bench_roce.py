@@ -40,13 +40,13 @@ from emu.topology import load  # noqa: E402
 MiB = 1 << 20
 
 _BLAST_RX = r"""
-import socket, sys, time
+import resource, socket, sys, time
 fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
 s = socket.socket(fam, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)
 s.bind((sys.argv[1], 9999)); s.settimeout(1.0)
 print("ready", flush=True)
-buf = bytearray(65536); n = 0; t0 = t1 = None
+buf = bytearray(65536); n = pkts = 0; t0 = t1 = None
 while True:
     try:
         k = s.recv_into(buf)
@@ -55,15 +55,17 @@ while True:
             break
         continue
     t1 = time.monotonic()
+    pkts += 1
     if t0 is None:
         t0 = t1
     else:
         n += k
-print(n, t1 - t0 if t0 else 0.0, flush=True)
+r = resource.getrusage(resource.RUSAGE_SELF)
+print(n, t1 - t0 if t0 else 0.0, pkts, r.ru_utime, r.ru_stime, flush=True)
 """
 
 _BLAST_TX = r"""
-import socket, sys, time
+import resource, socket, sys, time
 fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
 s = socket.socket(fam, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)
@@ -76,7 +78,8 @@ while time.monotonic() < end:
             s.sendto(payload, dst); sent += 1
         except BlockingIOError:
             pass
-print(sent, flush=True)
+r = resource.getrusage(resource.RUSAGE_SELF)
+print(sent, r.ru_utime, r.ru_stime, flush=True)
 """
 
 
@@ -106,6 +109,13 @@ PIN = True
 
 def blaster(f: Fabric, dst: str, seconds: float, size: int) -> float:
     """Gb/s received by a Python recv loop in h2 from a Python sendto loop in h1."""
+    return blast(f, dst, seconds, size)["gbps"]
+
+
+def blast(f: Fabric, dst: str, seconds: float, size: int) -> dict[str, float]:
+    """:func:`blaster`'s run with each side's CPU time per packet (µs, user and kernel:
+    ``tx_user_us``/``tx_kernel_us`` per packet sent, ``rx_…`` per packet received) — the
+    budget a NIC daemon's side must fit in to keep up."""
     rx = subprocess.Popen(_in_ns(f.ns("h2"), [sys.executable, "-c", _BLAST_RX, dst]),
                           stdout=subprocess.PIPE, text=True)
     pin(rx.pid, RECV_CPU)
@@ -113,18 +123,23 @@ def blaster(f: Fabric, dst: str, seconds: float, size: int) -> float:
         assert rx.stdout.readline().strip() == "ready"
         tx = subprocess.Popen(_in_ns(f.ns("h1"), [sys.executable, "-c", _BLAST_TX, dst,
                                                   str(seconds), str(size)]),
-                              stdout=subprocess.DEVNULL)
+                              stdout=subprocess.PIPE, text=True)
         pin(tx.pid, SEND_CPU)
-        if tx.wait(seconds + 60) != 0:
+        out, _ = tx.communicate(timeout=seconds + 60)
+        if tx.returncode != 0:
             raise RuntimeError("the UDP blaster's sender failed")
-        n, dt = rx.stdout.readline().split()
+        sent, tu, ts = out.split()
+        n, dt, pkts, ru, rs = rx.stdout.readline().split()
         rx.wait(10)
     finally:
         if rx.poll() is None:
             rx.kill()
             rx.wait()
         rx.stdout.close()
-    return int(n) * 8 / float(dt) / 1e9 if float(dt) > 0 else 0.0
+    ns, nr = max(1, int(sent)), max(1, int(pkts))
+    return {"gbps": int(n) * 8 / float(dt) / 1e9 if float(dt) > 0 else 0.0,
+            "tx_user_us": float(tu) / ns * 1e6, "tx_kernel_us": float(ts) / ns * 1e6,
+            "rx_user_us": float(ru) / nr * 1e6, "rx_kernel_us": float(rs) / nr * 1e6}
 
 
 def pipelined_writes(post: Any, wait: Any, n: int, msg: int, depth: int) -> float:

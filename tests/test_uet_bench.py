@@ -33,7 +33,7 @@ def test_bench_uet_script_prints_the_pair_table():
     out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
     assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
     for row in ("UET WRITE goodput", "Python UDP blaster", "ratio",
-                "CPU per data packet of 8704 B"):
+                "CPU per data packet of 8704 B", "the blaster's (per datagram): sender"):
         assert row in out, out
     assert "leaf-spine" not in out  # --part pair only
 
@@ -51,6 +51,9 @@ def test_bench_uet_json_has_both_parts():
     # per-packet CPU of each daemon (clock ticks: a 1 MiB run may show 0)
     cpu = pair["cpu_per_packet"]
     assert all(cpu[h][k] >= 0 for h in ("h1", "h2") for k in ("user_us", "kernel_us"))
+    # and the blaster's, from its own rusage: a sender busy for seconds used CPU
+    bc = pair["blaster_cpu_per_packet"]
+    assert bc["tx_user_us"] + bc["tx_kernel_us"] > 0 and bc["rx_kernel_us"] >= 0
     spray = res["spray"]
     assert len(spray["spines"]) == 2 and spray["goal_ratio"] == 0.9 and "ratio" in spray
     for label in ("sprayed", "pinned"):
