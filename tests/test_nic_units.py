@@ -19,7 +19,7 @@ from emu.nic.daemon import NicDaemon
 from emu.nic.loopback import LoopbackEngine
 from emu.nic.protocol import LineBuffer, ProtocolError
 from emu.nic.udp import PortSocket, TxPath
-from emu.transports.base import Completion, StateChanged, TxMeta
+from emu.transports.base import Completion, Run, StateChanged, TxMeta
 from emu.transports.roce.verbs import RecvWR, SendWR, Sge
 
 
@@ -203,6 +203,20 @@ def test_tx_queue_is_bounded_and_counts():
     tx.put([(b"x", ("::1", 1), None)] * 3)
     tx.put([(b"y", ("::1", 1), None)] * 4)
     assert len(tx.queue) == 5 and c["tx_backlog_drops"] == 2
+
+
+def test_tx_queue_counts_a_run_as_its_datagrams_and_takes_it_whole():
+    c = {k: 0 for k in ("tx_backlog_drops",)}
+    tx = TxPath([], c, max_queue=10)
+
+    def run(n: int) -> Run:
+        return Run(bytearray(4 * n), 4, memoryview(bytes(8 * n)), 8, [TxMeta(5000)] * n)
+
+    tx.put([(run(4), ("::1", 1), None), (b"x", ("::1", 1), None), (run(6), ("::1", 1), None),
+            (b"y", ("::1", 1), None)])
+    # 4 + 1 fit; the 6-datagram run does not (5 left): it and what follows are dropped
+    assert [type(d) for d, _, _ in tx.queue] == [Run, bytes]
+    assert c["tx_backlog_drops"] == 7
 
 
 def tx_counters_and_receiver() -> tuple[dict[str, int], socket.socket, int]:

@@ -442,12 +442,27 @@ class TxPath:
         return self.mains + list(self._entropy.values())
 
     def put(self, items: list[tuple[bytes, Any, Any]]) -> None:
-        """Queue the engine's output (dropping and counting past ``max_queue``)."""
+        """Queue the engine's output (dropping and counting past ``max_queue``; a
+        :class:`~emu.transports.base.Run` counts as its datagrams and is taken whole or
+        dropped whole)."""
         q = self.queue
         room = self.max_queue - len(q)
-        if len(items) > room:
-            self.c["tx_backlog_drops"] += len(items) - max(room, 0)
-            items = items[:max(room, 0)]
+        n = len(items)
+        for d, _, _ in items:
+            if type(d) is Run:
+                n += d.count - 1
+        if n > room:
+            keep = 0
+            for d, _, _ in items:
+                k = d.count if type(d) is Run else 1
+                if k > room:
+                    break
+                room -= k
+                keep += 1
+            dropped = items[keep:]
+            self.c["tx_backlog_drops"] += sum(d.count if type(d) is Run else 1
+                                              for d, _, _ in dropped)
+            items = items[:keep]
         q.extend(items)
 
     def _main_for(self, ip: str) -> PortSocket:
