@@ -249,6 +249,36 @@ def test_gso_groups_equal_datagrams_to_one_destination():
     rx.close()
 
 
+def test_a_run_without_a_frame_ring_leaves_datagram_by_datagram_on_its_entropies():
+    """No frame ring (``--no-frame-ring``, or a port without one): a Run at the head of the
+    queue is opened into its datagrams, each sent from the socket bound to its entropy."""
+    c, rx, port = tx_counters_and_receiver()
+    ps = PortSocket("::1", 0, mtu=65536, gro=False)
+    tx = TxPath([ps], c, max_queue=100)
+    try:
+        own = ps.port = ps.sock.getsockname()[1]
+        ents = [own, 0, 0]  # the port's own, then two other free source ports
+        for i in (1, 2):
+            probe = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            probe.bind(("::1", 0))
+            ents[i] = probe.getsockname()[1]
+            probe.close()
+        pay = bytes(range(256)) * 12
+        heads = b"".join(b"hd%d" % i for i in range(3))
+        run = Run(bytearray(heads), 3, memoryview(pay), 1000, [TxMeta(e) for e in ents])
+        tx.put([(b"first", ("::1", port), TxMeta(own)), (run, ("::1", port), None)])
+        tx.flush()
+        got = [rx.recvfrom(65536) for _ in range(4)]
+        assert [g[0] for g in got] == [b"first"] + [b"hd%d" % i + pay[i * 1000:(i + 1) * 1000]
+                                                   for i in range(3)]
+        assert [g[1][1] for g in got] == [own, *ents]
+        assert c["tx_packets"] == 4 and not tx.queue
+    finally:
+        tx.close()
+        ps.close()
+        rx.close()
+
+
 @pytest.mark.parametrize("gso", [True, False])
 def test_gather_datagrams_are_sealed_and_sent_whole(gso):
     """Scatter-gather datagrams (header, payload view, pad + ICRC tail) leave as the
