@@ -163,15 +163,7 @@ def test_txpath_interleaves_frames_and_socket_sends_in_order(net):
     rx = _receiver(net, socket.AF_INET6)
     src, dst = _addrs(socket.AF_INET6)
     c: dict[str, int] = {}
-
-    def make():
-        main = PortSocket(src, PORT, ifname="a0", mtu=1500)
-        tx = TxPath([main], _Counts(c), max_queue=1000)
-        assert tx.use_rings(lambda m: FrameTx(m.ifname, m.address, m.mtu)) == 1
-        return main, tx
-
-    main, tx = in_netns(net.a, make)
-    tx.netns_fd = os.open(f"/run/netns/{net.a}", os.O_RDONLY)  # entropy sockets: a's too
+    main, tx = _txpath_with_ring(net, src, c)
     try:
         own = TxMeta(PORT)
         items = []
@@ -194,6 +186,22 @@ def test_txpath_interleaves_frames_and_socket_sends_in_order(net):
         tx.close()
         main.close()
         os.close(tx.netns_fd)
+
+
+def _txpath_with_ring(net: RoutedTriple, src: str, c: dict[str, int]) -> tuple[PortSocket,
+                                                                               TxPath]:
+    """A TxPath on a's port with its frame ring, counters mirrored into ``c``; its entropy
+    sockets are made in a's namespace too (close ``tx.netns_fd`` after)."""
+
+    def make():
+        main = PortSocket(src, PORT, ifname="a0", mtu=1500)
+        tx = TxPath([main], _Counts(c), max_queue=1000)
+        assert tx.use_rings(lambda m: FrameTx(m.ifname, m.address, m.mtu)) == 1
+        return main, tx
+
+    main, tx = in_netns(net.a, make)
+    tx.netns_fd = os.open(f"/run/netns/{net.a}", os.O_RDONLY)
+    return main, tx
 
 
 class _Counts(dict):
@@ -286,15 +294,7 @@ def test_txpath_sends_what_a_run_cannot_put_in_the_ring_by_socket_in_order(net):
     rx = _receiver(net, socket.AF_INET6)
     src, dst = _addrs(socket.AF_INET6)
     c: dict[str, int] = {}
-
-    def make():
-        main = PortSocket(src, PORT, ifname="a0", mtu=1500)
-        tx = TxPath([main], _Counts(c), max_queue=1000)
-        assert tx.use_rings(lambda m: FrameTx(m.ifname, m.address, m.mtu)) == 1
-        return main, tx
-
-    main, tx = in_netns(net.a, make)
-    tx.netns_fd = os.open(f"/run/netns/{net.a}", os.O_RDONLY)
+    main, tx = _txpath_with_ring(net, src, c)
     try:
         ents = [52000 + i for i in range(12)]
         ents[5] = PORT

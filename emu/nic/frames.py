@@ -225,7 +225,7 @@ class FrameTx:
         if now - self._stamp > self.refresh:
             self.invalidate()
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
-        prefix, dests, c = self._prefix, self._dests, self.c
+        prefix, c = self._prefix, self.c
         port, gso, room = main.port, main.gso, self.mtu - 8 - self.iphdr
         base = DATA + VNET_LEN
         head = self.head
@@ -247,39 +247,21 @@ class FrameTx:
                     break
                 if gso and len(q) > 1 and q[1][2] is meta:
                     break
-                ok = dests.get(addr[0])
-                if ok is None:
-                    try:
-                        ok = main_for(addr[0]) is main
-                    except OSError:
-                        ok = False
-                    if len(dests) >= _MAX_CACHE:
-                        dests.clear()
-                    dests[addr[0]] = ok
-                if not ok:
+                if not self._leaves_here(addr, main, main_for):
                     break
                 off = head * fs
-                st = ring[off]
-                if st:
-                    if not st & TP_STATUS_WRONG_FORMAT:  # still the kernel's
-                        full = True
-                        c["ring_full"] += 1
-                        break
-                    c["wrong_format"] += 1  # skipped by the kernel (PACKET_LOSS)
+                if ring[off] and not self._slot_ready(off):
+                    full = True
+                    break
                 g = type(data) is Gather
                 n = data.size if g else len(data)
-                key = (addr, n, meta)
-                pre = prefix.get(key)
+                pre = prefix.get((addr, n, meta))
                 if pre is None:
                     if n > room:
                         break  # the socket path reports EMSGSIZE
-                    pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos))
+                    pre = self._prefix_for(addr, n, meta)
                     if pre is None:
-                        c["unresolved"] += 1
                         break
-                    if len(prefix) >= _MAX_CACHE:
-                        prefix.clear()
-                    prefix[key] = pre
                 o = off + base
                 e = o + len(pre)
                 mv[o:e] = pre
@@ -307,6 +289,31 @@ class FrameTx:
             self.pending += placed
             c["frames"] += placed
         return placed, nbytes, full
+
+    def _slot_ready(self, off: int) -> bool:
+        """Whether the used slot at ``off`` may be written: no while it is still the
+        kernel's (the ring is full: counted), yes when the kernel skipped it as malformed
+        (``PACKET_LOSS``: counted)."""
+        if not self.ring[off] & TP_STATUS_WRONG_FORMAT:
+            self.c["ring_full"] += 1
+            return False
+        self.c["wrong_format"] += 1
+        return True
+
+    def _prefix_for(self, addr: Any, n: int, meta: Any) -> bytes | None:
+        """The Ethernet + IP + UDP headers of a datagram of ``n`` bytes to ``addr`` sent
+        with ``meta`` (cached); None while its next hop is unresolved (counted)."""
+        key = (addr, n, meta)
+        pre = self._prefix.get(key)
+        if pre is None:
+            pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos))
+            if pre is None:
+                self.c["unresolved"] += 1
+                return None
+            if len(self._prefix) >= _MAX_CACHE:
+                self._prefix.clear()
+            self._prefix[key] = pre
+        return pre
 
     def _leaves_here(self, addr: Any, main: Any, main_for: Any) -> bool:
         ok = self._dests.get(addr[0])
@@ -337,37 +344,26 @@ class FrameTx:
         n = hl + seg
         if n > self.mtu - 8 - self.iphdr:
             return 0, 0, False  # the socket path reports EMSGSIZE
-        ring, mv, fs, nf, c = self.ring, self.mv, self.frame_size, self.frames, self.c
+        ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
         heads, pay = memoryview(run.heads), run.payload
-        prefix, port = self._prefix, main.port
+        port = main.port
         pres: dict[Any, bytes] = {}  # meta → frame prefix, for this run
         base = DATA + VNET_LEN
         start = i
         full = False
         while i < count:
             off = head * fs
-            st = ring[off]
-            if st:
-                if not st & TP_STATUS_WRONG_FORMAT:  # still the kernel's
-                    full = True
-                    c["ring_full"] += 1
-                    break
-                c["wrong_format"] += 1  # skipped by the kernel (PACKET_LOSS)
+            if ring[off] and not self._slot_ready(off):
+                full = True
+                break
             meta = metas[i]
             pre = pres.get(meta)
             if pre is None:
                 if meta.entropy == port:
                     break
-                key = (addr, n, meta)
-                pre = prefix.get(key)
+                pre = self._prefix_for(addr, n, meta)
                 if pre is None:
-                    pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos))
-                    if pre is None:
-                        c["unresolved"] += 1
-                        break
-                    if len(prefix) >= _MAX_CACHE:
-                        prefix.clear()
-                    prefix[key] = pre
+                    break
                 pres[meta] = pre
             o = off + base
             e = o + len(pre)
