@@ -132,7 +132,8 @@ def test_ack_bytes_equal_the_codec(nh, m, retx, req, off, cack, s, d, mpr, soff,
 
 # -- the target's WRITE fast path (Target.write_middle) ------------------------------------
 
-def _transfer(seed: int, fast: bool, ekw: dict | None = None, **link_kw):
+def _transfer(seed: int, fast: bool, ekw: dict | None = None, mode: str | None = None,
+              **link_kw):
     """Five WRITEs A → B through a seeded lossy link; the fast paths (the sender's runs
     of middles, the target's write_middle) on or off."""
     p = uet_pair(seed=seed, ekw={"mtu": 1024, **(ekw or {})}, **link_kw)
@@ -148,7 +149,7 @@ def _transfer(seed: int, fast: bool, ekw: dict | None = None, **link_kw):
         emit_run(*a)
 
     p.ea.emit_run = counted
-    bufs = [write(p, i, 37_000 * i + 11, seed=i) for i in range(1, 6)]
+    bufs = [write(p, i, 37_000 * i + 11, seed=i, mode=mode) for i in range(1, 6)]
     p.link.run()
     return p, bufs
 
@@ -186,6 +187,20 @@ def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw)
     if ekw.get("gather"):  # the runs carried packets (they only run in daemon engines)
         assert fast.ea.initiator.runs > 0
         assert (fast.run_objects > 0) == bool(ekw.get("runs"))
+
+
+def test_rod_runs_change_nothing_on_the_wire():
+    """ROD through loss and reordering (go-back-N on ROD_OOO NACKs): the sender's runs
+    leave the same datagrams as packet-by-packet sending, and the data arrive."""
+    kw = {"loss": 0.02, "reorder": 0.05}
+    ekw = {"gather": True, "runs": True, "cc": "nscc"}
+    fast, bufs = _transfer(11, True, ekw, mode="rod", **kw)
+    slow, _ = _transfer(11, False, ekw, mode="rod", **kw)
+    assert [(t, side, bytes(d)) for t, side, d, _ in fast.link.tap] == \
+        [(t, side, bytes(d)) for t, side, d, _ in slow.link.tap]
+    for _, dst, data in bufs:
+        assert bytes(dst.view[:len(data)]) == data
+    assert fast.run_objects > 0
 
 
 def test_write_middle_fields_and_what_it_declines():
