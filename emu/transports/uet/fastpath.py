@@ -76,11 +76,12 @@ def middle_headers(k: int, typ: int, clear_psn_offset: int, psn: int, spdcid: in
     first one's fields, then PSN + 1, CLEAR_PSN offset − 1 (the same oldest PSN seen
     from one PSN later) and message offset + ``seg`` per packet.
 
-    Why slices: patching three fields per packet in Python cost more than the rest of
-    a run; here each field's bytes are packed for all ``k`` packets at once and
-    spread with one extended-slice assignment per byte — a fixed number of C-level
-    operations whatever ``k``. The caller keeps the fields in range (no PSN wrap,
-    the offset within 16 bits)."""
+    Why slices: patching three fields per packet in Python while writing the frames
+    (the first form of runs) made a run slower to write than separate datagrams
+    (~0.4 µs per packet, measured); here each field's bytes are packed for all ``k``
+    packets at once and spread with one extended-slice assignment per byte — a
+    fixed number of C-level operations whatever ``k``. The caller keeps the fields in
+    range (no PSN wrap, the CLEAR_PSN offset within 16 bits)."""
     w0 = (typ << 11) | (_NH_STANDARD << 7)
     one = _REQ_STD.pack(w0, clear_psn_offset, psn, spdcid, dpdcid, opcode, 0, message_id,
                         job_id, pid_on_fep, 0, buffer_offset, initiator, mem_key, seg,
