@@ -207,16 +207,23 @@ class FlowCtl:
 
     def acked(self, pdc: InitiatorPdc, pkt: TxPacket) -> None:
         """One packet released by an ACK (CACK, ACK_PSN or SACK)."""
+        self.acked_many(pdc, (pkt,))
+
+    def acked_many(self, pdc: InitiatorPdc, pkts: Any) -> None:
+        """:meth:`acked` for each of ``pkts`` (an ACK's cumulative release, in one call)."""
         f = self.flows.get(pdc.pdcid)
         if f is None:
             return
-        s = f.sent.pop(pkt.psn, None)
-        if s is None:
-            return
-        f.in_flight -= pkt.length
-        f.acked_bytes += pkt.length
-        if f.newest_sent is None or s[1] > f.newest_sent:
-            f.newest_sent = s[1]
+        sent = f.sent
+        for pkt in pkts:
+            s = sent.pop(pkt.psn, None)
+            if s is None:
+                continue
+            n = pkt.length
+            f.in_flight -= n
+            f.acked_bytes += n
+            if f.newest_sent is None or s[1] > f.newest_sent:
+                f.newest_sent = s[1]
 
     def on_ack(self, pdc: InitiatorPdc, entropy: int | None, ack: Any, now: float) -> None:
         """After an ACK was applied: the path learns from its entropy and M bit, the

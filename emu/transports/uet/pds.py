@@ -316,10 +316,7 @@ class Initiator:
             pkt = pdc.unacked.get(cack + ack.ack_psn_offset)
             if pkt is not None and not pkt.resent:
                 self._rtt_sample(pdc, now - pkt.sent_at)
-        for p in list(pdc.unacked):
-            if p > cack:
-                break
-            self._acked(pdc, p, now)
+        self._acked_through(pdc, cack, now)
         if not ack.p:
             self._acked(pdc, cack + ack.ack_psn_offset, now)
         bm = getattr(ack, "sack_bitmap", 0)
@@ -374,6 +371,35 @@ class Initiator:
         if msg is not None:
             msg.unacked -= 1
             self._check(pdc, msg, now)
+
+    def _acked_through(self, pdc: InitiatorPdc, cack: int, now: float) -> None:
+        """:meth:`_acked` for every outstanding PSN up to ``cack`` — the cumulative part of
+        an ACK — oldest first, with the same effects in the same order.
+
+        Why one loop: an ACK of a daemon's transfer releases ~20 packets, and three
+        method calls per packet (release, flow accounting, message check) were most
+        of the initiator's ~1 µs of ACK processing per data packet."""
+        unacked = pdc.unacked
+        pkts = []
+        for p in list(unacked):  # extended PSNs, oldest first (the order they were sent)
+            if p > cack:
+                break
+            pkts.append(unacked.pop(p))
+        if not pkts:
+            return
+        self.h.flowctl.acked_many(pdc, pkts)
+        later = pdc.retx_later
+        for pkt in pkts:
+            if later:
+                later.pop(pkt.psn, None)
+            if pkt.ctl_type == D.CP_CLOSE:
+                self._end(pdc, PdcState.CLOSED, "closed", None)
+                return
+            msg = pkt.msg
+            if msg is not None:
+                msg.unacked -= 1
+                if not msg.unacked and msg.all_sent:
+                    self._check(pdc, msg, now)
 
     def _check(self, pdc: InitiatorPdc, msg: TxMessage, now: float) -> None:
         if not msg.all_sent or msg.unacked:
