@@ -67,6 +67,18 @@ def test_oblivious_is_the_engines_historic_draw_and_roughly_uniform():
     assert o.state()["chosen"] == 3200
 
 
+@pytest.mark.parametrize("name", ["fixed", "oblivious", "reps"])
+def test_choose_many_is_k_calls_of_choose(name):
+    """A run's entropies (choose_many) are exactly what packet-by-packet choose() would
+    have drawn from the same RNG, and the policy counts them the same."""
+    one = paths.create(name, ENTS, random.Random(9))
+    many = paths.create(name, ENTS, random.Random(9))
+    want = [one.choose(0.0) for _ in range(50)]
+    assert many.choose_many(0.0, 20) + many.choose_many(0.0, 30) == want
+    assert many.state() == one.state()
+    assert many.choose(0.0) == one.choose(0.0)  # and the RNG is at the same place
+
+
 def test_reps_explores_when_nothing_is_recycled():
     r = Reps(ENTS, random.Random(4))
     got = [r.choose(0.0) for _ in range(160)]

@@ -57,6 +57,12 @@ class PathPolicy(ABC):
     def choose(self, now: float) -> int:
         """The entropy for the next data packet."""
 
+    def choose_many(self, now: float, k: int) -> list[int]:
+        """The entropies of the next ``k`` data packets, sent at once (a run): what ``k``
+        calls of :meth:`choose` return; a policy may do it in one go."""
+        choose = self.choose
+        return [choose(now) for _ in range(k)]
+
     def on_ack(self, entropy: int, now: float, *, ecn: bool = False,  # noqa: B027
                rtt: float | None = None) -> None:
         """An ACK for a packet sent on ``entropy`` came back (``ecn``: its M bit)."""

@@ -22,3 +22,10 @@ class Oblivious(PathPolicy):
     def choose(self, now: float) -> int:
         self.counts["chosen"] += 1
         return self._random(self.entropies)
+
+    def choose_many(self, now: float, k: int) -> list[int]:
+        """``k`` draws of :meth:`choose` in one loop (the same random bits, in order)."""
+        self.counts["chosen"] += k
+        ents, bits = self.entropies, self.rng.getrandbits
+        n = len(ents)
+        return [ents[bits(16) % n] for _ in range(k)]

@@ -176,8 +176,7 @@ class FlowCtl:
         """``k`` data packets of ``nbytes`` each at PSNs ``psn …`` go out at once: what
         ``k`` calls of :meth:`sent` would do; returns their entropies."""
         f = self.flow(pdc)
-        choose = f.path.choose
-        ents = [choose(now) for _ in range(k)]
+        ents = f.path.choose_many(now, k)
         sent = f.sent
         for i, e in enumerate(ents):
             sent[psn + i] = (e, now)
