@@ -211,8 +211,10 @@ def test_write_middle_fields_and_what_it_declines():
          "spdcid": 4, "dpdcid": 5, "message_id": 6, "buffer_offset": 7, "mem_key": 8,
          "message_offset": 1024, "request_length": 4096}
     data = bytes(codec_request(f, b"p" * 100))
-    assert F.write_middle(data) == (2, 1, -3, 99, 4, 5, 6, 7, 8, 100, 1024, 4096)
-    for change in ({"som": 1}, {"ar": 1}, {"opcode": 5}):  # first packet, AR, a SEND
+    assert F.write_middle(data) == (2, 1, 0, -3, 99, 4, 5, 6, 7, 8, 100, 1024, 4096)
+    ar = bytes(codec_request({**f, "ar": 1}, b"p" * 100))  # ACK now: still a middle
+    assert F.write_middle(ar) == (2, 1, 1, -3, 99, 4, 5, 6, 7, 8, 100, 1024, 4096)
+    for change in ({"som": 1}, {"opcode": 5}):  # first packet, a SEND
         assert F.write_middle(bytes(codec_request({**f, **change}, b"p" * 100))) is None
     syn = encode_packet(PdsRequestSyn(next_hdr=3, syn=1, psn=5, spdcid=1),
                         SesStandardRequest(opcode=1, som=0, payload_length=1), None, b"x")

@@ -18,6 +18,7 @@ from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import Access
 from emu.transports.base import VerbsError
 from emu.transports.roce.verbs import Sge
+from emu.transports.uet import fastpath as FP
 from emu.transports.uet import ses as S
 from emu.wire.codec.uet import PdsRequest, decode_packet, encode_packet
 
@@ -27,8 +28,10 @@ def post_write(p, wr_id: int, size: int, mode: str, seed: int = 0, dst=None):
     return dst, data
 
 
-def record_writes(mem):
-    """Spy on the target's memory: the (address, length) of every placement, in order."""
+def record_writes(mem, target):
+    """Spy on the target's placements: the (address, length) of every one, in order —
+    through its memory's ``remote_write`` (the general path) or the WRITE fast path
+    (``Target.write_middle``, which writes into the region itself)."""
     log: list[tuple[int, int]] = []
     orig = mem.remote_write
 
@@ -37,6 +40,16 @@ def record_writes(mem):
         return orig(rkey, addr, data, pd)
 
     mem.remote_write = spy
+    fast = target.write_middle
+
+    def spy_fast(data, *a):
+        if not fast(data, *a):
+            return False
+        f = FP.write_middle(data)  # it took a new PSN: its bytes were placed
+        log.append((f[8] + f[11], f[10]))  # buffer_offset + message_offset, payload_length
+        return True
+
+    target.write_middle = spy_fast
     return log
 
 
@@ -52,7 +65,7 @@ def test_rod_places_in_order_under_loss_reorder_dup_and_rud_does_not(mode):
     """The same seeded misbehaving link: ROD's placements are one contiguous ascending
     run; RUD's are not (so the check can fail)."""
     p = uet_pair(seed=21, ekw={"mtu": 1024}, loss=0.05, reorder=0.2, dup=0.05)
-    log = record_writes(p.mb)
+    log = record_writes(p.mb, p.eb.target)
     dst, data = post_write(p, 1, 200 * 1024, mode)
     p.link.run()
     ok(p.link.completions("a"), 1)

@@ -134,22 +134,22 @@ def decode_request(data: bytes | bytearray | memoryview) -> UetPacket | None:
 
 def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None:
     """The fields the target's WRITE fast path needs (``Target.write_middle``) of a RUD or
-    ROD request with a standard header, no SYN, no AR and no SOM, opcode WRITE:
-    ``(type, retx, clear_psn_offset, psn, spdcid, dpdcid, message_id, buffer_offset,
+    ROD request with a standard header, no SYN and no SOM, opcode WRITE:
+    ``(type, retx, ar, clear_psn_offset, psn, spdcid, dpdcid, message_id, buffer_offset,
     mem_key, payload_length, message_offset, request_length)``; None for anything else."""
     if len(data) < REQ_SIZE:
         return None
     b0 = data[0]
     typ = b0 >> 3
-    # type RUD/ROD, standard next header, no AR (bit 3) / SYN (bit 2); WRITE; no SOM
+    # type RUD/ROD, standard next header, no SYN (bit 2); WRITE; no SOM
     if (typ != 2 and typ != 3) or data[12] != SH.OP_WRITE or data[13] & 1:
         return None
     w0 = (b0 << 8) | data[1]
-    if w0 & 0xC or ((w0 >> 7) & 0xF) != _NH_STANDARD:
+    if w0 & 0x4 or ((w0 >> 7) & 0xF) != _NH_STANDARD:
         return None
     (w, off, psn, s, d, _b12, _b13, mid, _w16, _w20, _w22, bo, _ini, mk, pl, mo,
      rl) = _REQ_STD.unpack_from(data, 0)
-    return (typ, (w >> 4) & 1, off, psn, s, d, mid, bo, mk, pl & 0x3FFF, mo, rl)
+    return (typ, (w >> 4) & 1, (w >> 3) & 1, off, psn, s, d, mid, bo, mk, pl & 0x3FFF, mo, rl)
 
 
 def ack_cc_nscc(next_hdr: int, m: int, retx: int, req: int, ack_psn_offset: int,

@@ -180,7 +180,7 @@ class Target:
         f = FP.write_middle(data)
         if f is None:
             return False
-        typ, retx, cpo, wpsn, spdcid, dpdcid, mid, bo, mk, pl, off, total = f
+        typ, retx, ar, cpo, wpsn, spdcid, dpdcid, mid, bo, mk, pl, off, total = f
         t = self.pdcs.get(dpdcid)
         if (t is None or t.ini_pdcid != spdcid or t.mode != typ or t.peer != host
                 or len(data) - FP.REQ_SIZE != pl or off + pl >= total):
@@ -219,12 +219,12 @@ class Target:
             if res.new_bytes:
                 a = bo + off - mr.va
                 mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-            self._accepted(t, psn, pl, mid, ent, False, False, retx, rsp)
+            self._accepted(t, psn, pl, mid, ent, False, bool(ar), retx, rsp)
             return True
         a = bo + off - mr.va
         # a view: slicing bytes would copy the payload once more before placing it
         mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-        # _accepted for this case (in order, nothing held above, no response, no CE/AR)
+        # _accepted for this case (in order, nothing held above, no response, no CE)
         # inlined: the bulk of a transfer
         rs._floor = fm = psn + 1
         t.rcvd_bytes += pl
@@ -238,10 +238,13 @@ class Target:
             pm.add(psn, mid)
         st["rx_data_packets"] += 1
         half = t.window // 2
-        if fm - t.clear_psn > half and fm - t.clear_asked > half:
+        clear_needed = fm - t.clear_psn > half and fm - t.clear_asked > half
+        if clear_needed:
             t.clear_asked = fm
+        if ar or clear_needed:  # at once (this one covers a coalesced ACK's packets too)
             self.due.pop(t.pdcid, None)
-            self.ack(t, psn, ent, False, retx, None, req=D.ACK_REQ_CLEAR)
+            self.ack(t, psn, ent, False, retx, None,
+                     req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
         elif t.bytes_since_ack >= self.h.ack_bytes:
             if self.h.ack_coalesce:
                 self.due[t.pdcid] = (psn, ent, retx)
