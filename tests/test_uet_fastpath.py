@@ -52,11 +52,11 @@ def fast_request(f: dict, payload: bytes, gather: bool):
                      f["request_length"], memoryview(payload), gather)
 
 
-@given(req_fields, u(1, 40), u(1, 64))
-def test_a_runs_headers_are_the_codecs_packet_by_packet(f, k, seg):
+@given(req_fields, u(1, 40), u(1, 64), st.booleans())
+def test_a_runs_headers_are_the_codecs_packet_by_packet(f, k, seg, ar):
     """middle_headers(k, …) = the codec's header of each of k consecutive middles (PSN
-    + 1, CLEAR_PSN offset − 1, message offset + seg), and a Run of them opens into exactly
-    those datagrams (expand)."""
+    + 1, CLEAR_PSN offset − 1, message offset + seg; AR on the last with ar_last), and a
+    Run of them opens into exactly those datagrams (expand)."""
     f = {**f, "retx": 0, "ar": 0, "eom": 0, "som": 0,
          "psn": min(f["psn"], (1 << 32) - k),  # the caller keeps a run from wrapping
          "clear_psn_offset": max(f["clear_psn_offset"], -(1 << 15) + k),
@@ -64,12 +64,12 @@ def test_a_runs_headers_are_the_codecs_packet_by_packet(f, k, seg):
     heads = F.middle_headers(k, f["typ"], f["clear_psn_offset"], f["psn"], f["spdcid"],
                              f["dpdcid"], f["opcode"], f["message_id"], f["job_id"],
                              f["pid_on_fep"], f["buffer_offset"], f["initiator"], f["mem_key"],
-                             seg, f["message_offset"], f["request_length"])
+                             seg, f["message_offset"], f["request_length"], ar)
     payload = bytes(range(256)) * (k * seg // 256 + 1)
     want = []
     for i in range(k):
         g = {**f, "psn": f["psn"] + i, "clear_psn_offset": f["clear_psn_offset"] - i,
-             "message_offset": f["message_offset"] + i * seg}
+             "message_offset": f["message_offset"] + i * seg, "ar": int(ar and i == k - 1)}
         want.append(bytes(codec_request(g, payload[i * seg:(i + 1) * seg])))
     assert [bytes(heads[i * F.REQ_SIZE:(i + 1) * F.REQ_SIZE]) for i in range(k)] == \
         [w[:F.REQ_SIZE] for w in want]

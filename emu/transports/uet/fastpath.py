@@ -70,11 +70,13 @@ def request(typ: int, retx: int, ar: int, clear_psn_offset: int, psn: int, spdci
 def middle_headers(k: int, typ: int, clear_psn_offset: int, psn: int, spdcid: int,
                    dpdcid: int, opcode: int, message_id: int, job_id: int, pid_on_fep: int,
                    buffer_offset: int, initiator: int, mem_key: int, seg: int,
-                   message_offset: int, request_length: int) -> bytearray:
-    """The headers of ``k`` consecutive middle packets (no RETX, AR, SOM or EOM) of
-    ``seg`` payload bytes each, back to back (:class:`~emu.transports.base.Run`): the
-    first one's fields, then PSN + 1, CLEAR_PSN offset − 1 (the same oldest PSN seen
-    from one PSN later) and message offset + ``seg`` per packet.
+                   message_offset: int, request_length: int, ar_last: bool = False
+                   ) -> bytearray:
+    """The headers of ``k`` consecutive middle packets (no RETX, SOM or EOM; AR on the last
+    one with ``ar_last``) of ``seg`` payload bytes each, back to back
+    (:class:`~emu.transports.base.Run`): the first one's fields, then PSN + 1, CLEAR_PSN
+    offset − 1 (the same oldest PSN seen from one PSN later) and message offset + ``seg``
+    per packet.
 
     Why slices: patching three fields per packet in Python while writing the frames
     (the first form of runs) made a run slower to write than separate datagrams
@@ -97,6 +99,8 @@ def middle_headers(k: int, typ: int, clear_psn_offset: int, psn: int, spdcid: in
         for j in range(4):
             hdrs[4 + j::n] = p[j::4]
             hdrs[48 + j::n] = m[j::4]
+    if ar_last:  # the last one asks for an ACK (AR, bit 3 of the first 16-bit word)
+        hdrs[(k - 1) * REQ_SIZE + 1] |= 0x08
     return hdrs
 
 

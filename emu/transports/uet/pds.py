@@ -220,11 +220,12 @@ class Initiator:
         Why: per packet, the general loop asks the window, the controller and the
         path policy separately and re-reads the oldest PSN — ~5 µs of Python per
         8 KiB packet at the sender, most of it not needed between two middles of
-        one message. The run sends what those questions would have allowed and
-        leaves to the general loop the message's last packet and the last one the
-        window or controller allow now, so AR is set exactly as before. Packets,
-        PSNs, entropies and accounting are the same; ``tests/test_uet_fastpath.py``
-        compares the wire with and without."""
+        one message. The run sends what those questions would have allowed — up to
+        the last packet the window or the controller allow now, which carries AR
+        exactly when the general loop would have set it — and leaves the message's
+        last packet to the general loop. Packets, PSNs, entropies, AR and accounting
+        are the same; ``tests/test_uet_fastpath.py`` compares the wire with and
+        without."""
         h = self.h
         mtu = h.mtu
         off = msg.next_offset
@@ -232,45 +233,49 @@ class Initiator:
             return 0
         oldest = pdc.oldest
         k = min((msg.length - off - 1) // mtu,  # full packets before the last one
-                win - (pdc.next_psn - oldest) - 1, 64,
+                win - (pdc.next_psn - oldest), 64,
                 # a run's PSN field counts up without wrapping (emu.transports.base.Run)
                 _M + 1 - (pdc.next_psn & _M))
         if k <= 0:
             return 0
-        allow = h.flowctl.allowance(pdc)
+        fl = h.flowctl
+        allow = fl.allowance(pdc)
         if allow is not None:
-            k = min(k, allow // mtu - 1)  # the last one allowed goes with AR
+            k = min(k, allow // mtu)
             if k <= 0:
                 return 0  # (asked before may_send, whose refusals count and ask for credit)
-        if not h.flowctl.may_send(pdc, mtu, now):
+        if not fl.may_send(pdc, mtu, now):
             return 0
-        psn = pdc.next_psn
-        ents = h.flowctl.sent_run(pdc, psn, k, mtu, now)
+        psn = first = pdc.next_psn
+        off0 = off
+        ents = fl.sent_run(pdc, psn, k, mtu, now)
         unacked = pdc.unacked
+        for _ in range(k):
+            unacked[psn] = TxPacket(psn, msg, off, mtu, now)
+            psn += 1
+            off += mtu
+        pdc.next_psn = psn
+        # AR on the last one if nothing more may follow now (the general loop's rule; the
+        # message itself goes on, its last packet is not in the run)
+        ar = psn - oldest >= win or fl.blocks(pdc, mtu)
         rl = msg.req_length
         rl = msg.length if rl is None else rl
         data = msg.data
-        emit, request, gather, addr = h.emit, FP.request, h.gather, pdc.addr
+        addr = pdc.addr
         mode, spd, dpd, op, mid = pdc.mode, pdc.pdcid, pdc.dpdcid, msg.opcode, msg.message_id
         job, dest, raddr, ep, rkey = h.job_id, msg.dest_ep, msg.remote_addr, msg.ep, msg.rkey
         if h.runs:  # one Run for the daemon to write out (emu.transports.base.Run)
-            first, off0 = psn, off
-            for _ in range(k):
-                unacked[psn] = TxPacket(psn, msg, off, mtu, now)
-                psn += 1
-                off += mtu
             h.emit_run(FP.middle_headers(k, mode, s16(oldest - first), first & _M, spd, dpd, op,
-                                         mid, job, dest, raddr, ep, rkey, mtu, off0, rl),
+                                         mid, job, dest, raddr, ep, rkey, mtu, off0, rl, ar),
                        data[off0:off], mtu, ents, addr)
         else:
-            for e in ents:
-                unacked[psn] = TxPacket(psn, msg, off, mtu, now)
-                emit(request(mode, 0, 0, s16(oldest - psn), psn & _M, spd, dpd, op, 0, 0, mid,
-                             job, dest, raddr, ep, rkey, mtu, off, rl, data[off:off + mtu],
-                             gather), addr, e, False)
-                psn += 1
-                off += mtu
-        pdc.next_psn = psn
+            emit, request, gather = h.emit, FP.request, h.gather
+            o, last = off0, psn - 1
+            for p, e in zip(range(first, psn), ents, strict=True):
+                emit(request(mode, 0, int(ar and p == last), s16(oldest - p), p & _M, spd, dpd,
+                             op, 0, 0, mid, job, dest, raddr, ep, rkey, mtu, o, rl,
+                             data[o:o + mtu], gather), addr, e, False)
+                o += mtu
         msg.unacked += k
         msg.next_offset = off
         h.stats["tx_data_packets"] += k
