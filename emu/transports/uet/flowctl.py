@@ -14,7 +14,7 @@ Hooks (all sans-IO, ``now`` passed in):
 
 * ``may_send`` / ``sent`` / ``resent`` — from :meth:`.pds.Initiator._send_new`
   and ``_retransmit``: the window/credit check and the entropy to use;
-* ``acked`` — per released packet; ``on_ack`` / ``on_nack`` — per ACK/NACK
+* ``acked_many`` — the packets an ACK released; ``on_ack`` / ``on_nack`` — per ACK/NACK
   with the entropy it echoes (its UDP source port) and its ECN M bit;
 * RCCC credit: CREDIT packets (:mod:`.control`) feed ``cc.on_credit``; a
   credit-blocked PDC sends CREDIT_REQ, again every ``credit_retry`` while
@@ -204,12 +204,8 @@ class FlowCtl:
 
     # -- feedback -------------------------------------------------------------------------
 
-    def acked(self, pdc: InitiatorPdc, pkt: TxPacket) -> None:
-        """One packet released by an ACK (CACK, ACK_PSN or SACK)."""
-        self.acked_many(pdc, (pkt,))
-
     def acked_many(self, pdc: InitiatorPdc, pkts: Any) -> None:
-        """:meth:`acked` for each of ``pkts`` (an ACK's cumulative release, in one call)."""
+        """Packets released by an ACK (CACK, ACK_PSN or SACK), oldest first, in one call."""
         f = self.flows.get(pdc.pdcid)
         if f is None:
             return

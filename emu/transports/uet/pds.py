@@ -365,17 +365,8 @@ class Initiator:
 
     def _acked(self, pdc: InitiatorPdc, psn: int, now: float) -> None:
         pkt = pdc.unacked.pop(psn, None)
-        if pkt is None:
-            return
-        self.h.flowctl.acked(pdc, pkt)
-        pdc.retx_later.pop(psn, None)
-        if pkt.ctl_type == D.CP_CLOSE:
-            self._end(pdc, PdcState.CLOSED, "closed", None)
-            return
-        msg = pkt.msg
-        if msg is not None:
-            msg.unacked -= 1
-            self._check(pdc, msg, now)
+        if pkt is not None:
+            self._released(pdc, (pkt,), now)
 
     def _acked_through(self, pdc: InitiatorPdc, cack: int, now: float) -> None:
         """:meth:`_acked` for every outstanding PSN up to ``cack`` — the cumulative part of
@@ -390,8 +381,13 @@ class Initiator:
             if p > cack:
                 break
             pkts.append(unacked.pop(p))
-        if not pkts:
-            return
+        if pkts:
+            self._released(pdc, pkts, now)
+
+    def _released(self, pdc: InitiatorPdc, pkts: Any, now: float) -> None:
+        """Packets an ACK took out of the outstanding set, oldest first: the controller's
+        accounting, no delayed resend, and each message's count (complete at zero); a
+        released CLOSE ends the PDC."""
         self.h.flowctl.acked_many(pdc, pkts)
         later = pdc.retx_later
         for pkt in pkts:
