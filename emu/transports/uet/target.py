@@ -208,48 +208,21 @@ class Target:
         cp = psn + cpo
         if t.clear_psn < cp <= psn + 1:
             t.clear_psn = cp
-        st = self.h.stats
-        st["rx_write_fast"] += 1
-        if not msg.append(off, pl):  # not in order within the message: the general way
+        self.h.stats["rx_write_fast"] += 1
+        rsp = None
+        if msg.append(off, pl):  # in order within the message: the usual case
+            new = pl
+        else:
             res = t.placement.place(mid, off, pl, total=total)
-            rsp = None
+            new = res.new_bytes
             if res.status is PlaceStatus.COMPLETED:  # cannot happen in order; kept exact
                 t.remember_response(mid, S.RC_OK, total)
                 rsp = (S.RC_OK, total)
-            if res.new_bytes:
-                a = bo + off - mr.va
-                mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-            self._accepted(t, psn, pl, mid, ent, False, bool(ar), retx, rsp)
-            return True
-        a = bo + off - mr.va
-        # a view: slicing bytes would copy the payload once more before placing it
-        mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-        # _accepted for this case (in order, nothing held above, no response, no CE)
-        # inlined: the bulk of a transfer
-        rs._floor = fm = psn + 1
-        t.rcvd_bytes += pl
-        t.bytes_since_ack += pl if pl > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
-        pm = t.psn_msg
-        ends = pm.ends
-        if ends and ends[-1] == psn and pm.mids[-1] == mid and pm.count < pm.keep:
-            ends[-1] = fm
-            pm.count += 1
-        else:
-            pm.add(psn, mid)
-        st["rx_data_packets"] += 1
-        half = t.window // 2
-        clear_needed = fm - t.clear_psn > half and fm - t.clear_asked > half
-        if clear_needed:
-            t.clear_asked = fm
-        if ar or clear_needed:  # at once (this one covers a coalesced ACK's packets too)
-            self.due.pop(t.pdcid, None)
-            self.ack(t, psn, ent, False, retx, None,
-                     req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
-        elif t.bytes_since_ack >= self.h.ack_bytes:
-            if self.h.ack_coalesce:
-                self.due[t.pdcid] = (psn, ent, retx)
-            else:
-                self.ack(t, psn, ent, False, retx, None)
+        if new:
+            a = bo + off - mr.va
+            # a view: slicing bytes would copy the payload once more before placing it
+            mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
+        self._accepted(t, psn, pl, mid, ent, False, bool(ar), retx, rsp)
         return True
 
     def flush_due(self) -> None:
