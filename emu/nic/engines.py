@@ -14,7 +14,8 @@ The datagram side is :class:`emu.transports.base.Engine`, driven exactly so
     #  … with trimmed=True instead when the DSCP is a trimmed one (--trimmed-dscp) and
     #  the engine's receive_datagram has that keyword (UET); decided once per engine
     engine.handle_timer(now)                                # when get_timer() is due
-    engine.datagrams_to_send(now) -> [(data, addr, TxMeta)]  # after every input
+    engine.datagrams_to_send(now) -> [(data, addr, TxMeta)]  # after every input; data may
+    #  be a Gather, or a Run (meta None: several datagrams, emu.transports.base) → TxPath
     engine.next_event() -> Completion | StateChanged | None  # after every input
     engine.get_timer()                                      # re-arm the one timer
     engine.counters(); engine.pause(cls, until)

@@ -230,9 +230,12 @@ class Engine(ABC):
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         """Everything that may leave now, in order, as ``(payload, addr, meta)``.
 
-        Payloads are fresh buffers the daemon owns. Call after every input
-        (datagram, timer, verbs call); an empty list with a ``get_timer()``
-        means "paced: come back then".
+        Payloads are fresh buffers the daemon owns (or, from engines built for a
+        daemon, :class:`Gather` pieces over registered memory). An engine asked for
+        runs (UET ``runs=True``) may also return ``(Run, addr, None)``: several
+        datagrams in one entry, each with its own meta; :func:`expand` opens them.
+        Call after every input (datagram, timer, verbs call); an empty list with a
+        ``get_timer()`` means "paced: come back then".
         """
 
     @abstractmethod
