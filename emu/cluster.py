@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from emu.fabric import Fabric, state
 from emu.fabric import down as fabric_down
@@ -87,9 +88,16 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         if daemons and topology.hosts():
             from emu.nic.topology import daemon_args
 
+            per_host, credible = nic_rates(topology)
+            with state.locked():
+                st = state.load(name)
+                assert st is not None
+                st["credible"] = credible
+                state.save(st)
+            progress(credible["line"])
             started = start_nic_daemons(name, [h.name for h in topology.hosts()],
                                         extra_args=extra + daemon_args(topology.nic),
-                                        trace=trace)
+                                        trace=trace, per_host=per_host)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
@@ -342,9 +350,33 @@ def trace_path(cluster: str, host: str) -> str:
     return os.path.join(state.STATE_DIR, "logs", f"{cluster}.nicd-{host}.trace.jsonl")
 
 
+def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str, Any]]:
+    """Each host's ``emu nicd`` arguments for its ports' line rates and the fabric's base
+    round trip (:mod:`emu.credible`), and what ``emu up`` records and prints about them."""
+    from emu.credible import capacity, rates
+
+    costs = capacity.load()
+    res = capacity.fit(topology, costs)
+    ports = rates.host_ports(topology, res["proposed"])
+    rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology), costs.nic_turnaround,
+                         costs.switch_turnaround)
+    uet = topology.nic.get("uet") if isinstance(topology.nic.get("uet"), dict) else {}
+    per_host: dict[str, tuple[str, ...]] = {}
+    for p in ports:
+        per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
+    common: tuple[str, ...] = ()
+    if "base_rtt" not in (uet or {}):
+        common = ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+    per_host = {h: a + common for h, a in per_host.items()}
+    res["base_rtt"] = rtt
+    res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"
+    return per_host, res
+
+
 def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
                       extra_args: tuple[str, ...] = ("--optional-transports",),
-                      trace: bool = False) -> dict[str, float]:
+                      trace: bool = False,
+                      per_host: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
     """Start ``emu nicd`` in every host; return each one's time to ready (seconds).
 
     Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
@@ -359,6 +391,7 @@ def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
     transports = [a for t in NIC_TRANSPORTS for a in ("-t", t)]
     logdir = os.path.join(state.STATE_DIR, "logs")
     jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *transports, *extra_args,
+                 *(per_host or {}).get(h, ()),
                  *(("--trace", trace_path(cluster, h)) if trace else ())],
                 os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
     return spawn_ready(cluster, jobs, timeout, "NIC daemon")

@@ -56,9 +56,28 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="skip (with a warning) transports whose engine is not installed")
     p.add_argument("--trace", metavar="FILE",
                    help="write every engine's event trace (JSON lines, emu.core.trace) to FILE")
+    p.add_argument("--line-rate", action="append", default=[], metavar="[IFNAME=]RATE",
+                   help="pace everything sent on a port (or every port) to this line rate, "
+                        "e.g. 1gbit or eth0=10gbit (repeatable; default: unpaced)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
                    help="a DSCP the switches write on trimmed packets (repeatable; default "
                         "30 and 31, switchd's trimmed_dscp and trimmed_lasthop)")
+
+
+def _line_rates(specs: list[str]) -> dict[str, float]:
+    """``--line-rate [IFNAME=]RATE`` (repeatable) → {ifname or "*": bits/s}."""
+    from emu.topology.units import UnitError, parse_rate
+
+    out: dict[str, float] = {}
+    for spec in specs:
+        name, eq, val = spec.rpartition("=")
+        try:
+            bps = parse_rate(val)
+        except UnitError as e:
+            raise SystemExit(f"emu nicd: --line-rate {spec}: {e}") from None
+        if bps is not None:
+            out[name if eq else "*"] = float(bps)
+    return out
 
 
 def config_from(a: argparse.Namespace) -> Any:
@@ -93,7 +112,8 @@ def config_from(a: argparse.Namespace) -> Any:
                      gso=a.gso, gro=a.gro, frame_ring=a.frame_ring, seed=a.seed,
                      engine_options=opts,
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
-                     trace=a.trace, **({"trimmed_dscps": tuple(a.trimmed_dscp)}
+                     trace=a.trace, line_rates=_line_rates(a.line_rate),
+                     **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 
 

@@ -56,6 +56,10 @@ class NicConfig:
     #: DSCPs meaning "a switch trimmed this packet" (the switch's trimmed_dscp and
     #: trimmed_lasthop): such datagrams reach engines that take it with ``trimmed=True``
     trimmed_dscps: tuple[int, ...] = (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP)
+    #: each port's line rate in bits/s (ifname → rate; key ``"*"``: every other port):
+    #: the daemon paces all it sends on a port to it, all transports together
+    #: (``emu.nic.pacer``). No entry: the port is unpaced (the engines' own pacing only).
+    line_rates: dict[str, float] = field(default_factory=dict)
     #: JSON-lines event trace of every engine (``emu.core.trace``), None = off
     trace: str | None = None
     trace_flush: float = 0.5  # seconds between flushes of the trace file

@@ -47,7 +47,9 @@ from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.frames import FrameTx
 from emu.nic.framing import framer_for
+from emu.nic.pacer import PortPacer
 from emu.nic.pause import PortPause
+from emu.nic.timerfd import TimerFd
 from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
 
 
@@ -80,6 +82,8 @@ class EngineSlot:
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: the transmit task's precise sleep while the queue waits for a port's serializer
+    tx_timer: TimerFd | None = None
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
     check_buf: Any = None  # its in-place form over the receive buffer, or None
 
@@ -101,6 +105,8 @@ class NicDaemon:
         self._ns_fd: int | None = None
         self.pause_ports: list[PortPause] = []
         self.pause_errors = 0
+        #: ifname → the port's line-rate serializer, shared by every transport on it
+        self.pacers: dict[str, PortPacer] = {}
         self.trace: Trace = NULL_TRACE
         self._trace_file: Any = None
 
@@ -121,6 +127,7 @@ class NicDaemon:
         mtu = min((i.mtu for _, i in addrs), default=1500)
         used: dict[int, str] = {}
         trimmed = trimmed_table(self.cfg.trimmed_dscps)
+        rates = self._make_pacers(addrs)
         try:
             if self.cfg.trace:
                 self._open_trace(self.cfg.trace)
@@ -139,9 +146,12 @@ class NicDaemon:
                                                 rcvbuf=self.cfg.rcvbuf, sndbuf=self.cfg.sndbuf))
                         port = port or socks[0].sock.getsockname()[1]
                         socks[-1].port = port
+                        socks[-1].pacer = self.pacers.get(i.name)
+                    opts = dict(self.cfg.engine_options.get(name, {}))
+                    if rates:  # the engine's controller starts from the port's real speed
+                        opts.setdefault("line_rate", min(rates))
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
-                                                port, mtu,
-                                                dict(self.cfg.engine_options.get(name, {})),
+                                                port, mtu, opts,
                                                 self.trace.child(f"{self.cfg.host}/{name}"))
                     engine = engines.create(name, ctx)
                 except BaseException as e:
@@ -175,6 +185,16 @@ class NicDaemon:
         except BaseException:
             self.close()
             raise
+
+    def _make_pacers(self, addrs: list[tuple[str, Iface]]) -> list[float]:
+        """One :class:`PortPacer` per port that has a line rate (``cfg.line_rates``: by
+        ifname, ``"*"`` for the rest); returns the rates in force."""
+        lr = self.cfg.line_rates
+        for _, i in addrs:
+            rate = lr.get(i.name, lr.get("*")) if i.name else None
+            if rate and i.name not in self.pacers:
+                self.pacers[i.name] = PortPacer(i.name, rate, mtu=i.mtu)
+        return [p.rate for p in self.pacers.values()]
 
     def _open_pause(self, ifnames: set[str]) -> None:
         """One PFC listener per NIC port (``emu.nic.pause``); a port without one is a
@@ -210,6 +230,8 @@ class NicDaemon:
             for ps in slot.tx.mains:
                 ps.close()
             slot.tx.close()
+            if slot.tx_timer is not None:
+                slot.tx_timer.close()
         if self._ns_fd is not None:
             os.close(self._ns_fd)
             self._ns_fd = None
@@ -360,14 +382,24 @@ class NicDaemon:
                 self.trace.flush()
 
     async def _tx_loop(self, slot: EngineSlot) -> None:
+        """Waits for socket space (EAGAIN) or for a port's serializer (the queue's head
+        is paced); once a paced queue has drained, asks the engine for more (:meth:`pump`
+        holds the engine back while its output waits for the port)."""
         tx = slot.tx
         while True:
-            if tx.blocked is None:
+            if tx.blocked is not None:
+                await trio.lowlevel.wait_writable(tx.blocked.sock)
+            elif tx.paced_until is not None:
+                if slot.tx_timer is None:
+                    slot.tx_timer = TimerFd()
+                await slot.tx_timer.sleep_until(tx.paced_until)
+            else:
                 await slot.tx_lot.park()
                 continue
-            await trio.lowlevel.wait_writable(tx.blocked.sock)
             with contextlib.suppress(BlockingIOError):
                 tx.flush()
+            if tx.blocked is None and tx.paced_until is None:
+                self.pump(slot)
 
     async def _pause_loop(self, pp: PortPause) -> None:
         """PFC frames from one port → ``engine.pause(priority, until)`` on every engine, then
@@ -394,22 +426,34 @@ class NicDaemon:
                 self.pump(slot)
 
     def pump(self, slot: EngineSlot) -> None:
-        """Drain the engine after an input: datagrams out, events to clients, re-arm the timer."""
+        """Drain the engine after an input: datagrams out, events to clients, re-arm the timer.
+
+        While the transmit queue waits for its port's serializer the engine is not
+        asked for more (back-pressure, as a NIC's doorbell stalls on a full ring):
+        what it would send waits in the engine, where its pacing and window
+        see it, not in an unbounded queue here; the transmit task pumps again
+        once the port has taken the queue."""
         eng = slot.engine
-        out = eng.datagrams_to_send(trio.current_time())
-        if out:
-            tx = slot.tx
-            tx.put(out)
-            if tx.blocked is None:
+        tx = slot.tx
+        held = tx.paced_until is not None or tx.blocked is not None
+        if not held:
+            out = eng.datagrams_to_send(trio.current_time())
+            if out:
+                tx.put(out)
                 try:
                     tx.flush()
                 except BlockingIOError:
+                    pass
+                if tx.blocked is not None or tx.paced_until is not None:
                     slot.tx_lot.unpark_all()
         ev = eng.next_event()
         while ev is not None:
             self.control.on_event(slot, ev)
             ev = eng.next_event()
         t = eng.get_timer()
+        if t is not None and held:
+            # a due pacing timer would spin while held: the transmit task pumps instead
+            t = max(t, trio.current_time() + 50e-6)
         slot.timer_scope.deadline = math.inf if t is None else t
 
     async def _drain(self) -> None:
@@ -424,6 +468,9 @@ class NicDaemon:
                     except BlockingIOError:
                         assert slot.tx.blocked is not None
                         await trio.lowlevel.wait_writable(slot.tx.blocked.sock)
+                    if slot.tx.paced_until is not None:
+                        await trio.sleep_until(trio.current_time() + max(
+                            0.0, slot.tx.paced_until - time.monotonic()))
             await self.control.shutdown()
 
     # -- counters -------------------------------------------------------------------
@@ -455,10 +502,12 @@ class NicDaemon:
         pause = {pp.ifname: pp.counters(now) for pp in self.pause_ports}
         totals["pause_frames"] = sum(p["frames"] for p in pause.values())
         totals["paused_s"] = round(sum(p["paused_s"] for p in pause.values()), 6)
+        ports = {n: p.counters() for n, p in self.pacers.items()}
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
                 "uptime_s": round(time.monotonic() - self._t0, 3),
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
-                "totals": totals, "transports": transports, "control": self.control.counters(),
+                "totals": totals, "ports": ports, "overload": overload(totals, ports),
+                "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,
                 "memory": {"regions": len(self.memory)}, "warnings": self.warnings}
 
@@ -488,6 +537,28 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
             yield d
         finally:
             d.stop()
+
+
+#: what the daemon counts as its own overload, by cause → the totals key behind it
+OVERLOAD_CAUSES = {
+    "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
+    "rx_backlog": "rx_backlog_drops",  # the daemon's receive backlog was full
+    "tx_backlog": "tx_backlog_drops",  # the engine's output found the transmit queue full
+}
+
+
+def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Losses and delays the emulated NIC would not have caused, by cause.
+
+    Drops at the daemon's own queues (socket buffers, backlogs) and sends
+    later than the port's serializer schedule (``tx_late``: the daemon was
+    behind; ``tx_late_s`` link time lost). ``total`` > 0 makes any result
+    measured through this daemon not credible."""
+    out: dict[str, Any] = {k: int(totals.get(v, 0)) for k, v in OVERLOAD_CAUSES.items()}
+    out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
+    out["total"] = sum(out.values())
+    out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
+    return out
 
 
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:

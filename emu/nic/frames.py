@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import math
 import mmap
 import socket
 import struct
@@ -212,7 +213,8 @@ class FrameTx:
 
     # -- the ring ---------------------------------------------------------------------
 
-    def drain(self, q: Any, main: Any, main_for: Any) -> tuple[int, int, bool]:
+    def drain(self, q: Any, main: Any, main_for: Any, budget: float = math.inf
+              ) -> tuple[int, int, bool]:
         """Place datagrams from the head of ``q`` (a TX queue of ``(data, addr, meta)``)
         while each is sprayed out of port ``main`` and the ring has room.
 
@@ -232,10 +234,11 @@ class FrameTx:
         placed = nbytes = 0
         full = False
         try:
-            while q:
+            while q and nbytes < budget:
                 data, addr, meta = q[0]
                 if type(data) is Run:
-                    k, nb, full = self._place_run(data, addr, main, main_for, head)
+                    k, nb, full = self._place_run(data, addr, main, main_for, head,
+                                                  budget - nbytes)
                     head = (head + k) % nf
                     placed += k
                     nbytes += nb
@@ -327,13 +330,14 @@ class FrameTx:
             self._dests[addr[0]] = ok
         return ok
 
-    def _place_run(self, run: Run, addr: Any, main: Any, main_for: Any, head: int
-                   ) -> tuple[int, int, bool]:
+    def _place_run(self, run: Run, addr: Any, main: Any, main_for: Any, head: int,
+                   budget: float = math.inf) -> tuple[int, int, bool]:
         """Write the frames of ``run`` from its cursor on, starting at slot ``head``: the
         prefix for the packet's entropy, its header, its payload slice. Stops when the
         ring is full, or for good (the rest goes by socket) at an entropy that is the
         port's own or has no next hop, or when the socket could send the whole run as
-        one GSO batch (one entropy). Returns ``(placed, bytes, full)``."""
+        one GSO batch (one entropy), or (for now) once ``budget`` bytes are placed.
+        Returns ``(placed, bytes, full)``."""
         i, count = run.done, run.count
         metas = run.metas
         if not self._leaves_here(addr, main, main_for) or (
@@ -351,7 +355,8 @@ class FrameTx:
         base = DATA + VNET_LEN
         start = i
         full = False
-        while i < count:
+        stop = count if budget == math.inf else min(count, i + max(1, math.ceil(budget / n)))
+        while i < stop:
             off = head * fs
             if ring[off] and not self._slot_ready(off):
                 full = True

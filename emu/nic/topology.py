@@ -52,6 +52,14 @@ def check_section(raw: dict[str, Any]) -> tuple[str, str] | None:
     """``(key path, reason)`` of the first problem in a ``[nic]`` table, or None."""
     for transport, opts in raw.items():
         where = f"nic.{transport}"
+        if transport == "line_rate":  # every NIC port's rate unless its link/switch says
+            from emu.topology.units import UnitError, parse_rate
+
+            try:
+                parse_rate(opts)
+            except UnitError as e:
+                return where, str(e)
+            continue
         if transport not in NIC_TRANSPORTS:
             return where, (f"unknown transport {transport!r} (the daemons run "
                            f"{', '.join(NIC_TRANSPORTS)})")
@@ -90,5 +98,5 @@ def _refused(create: Any, opts: dict[str, Any]) -> str | None:
 
 def daemon_args(nic: dict[str, dict[str, Any]]) -> tuple[str, ...]:
     """The ``emu nicd`` arguments that carry a checked ``[nic]`` section."""
-    return tuple(a for t, opts in nic.items() for k, v in opts.items()
+    return tuple(a for t, opts in nic.items() if isinstance(opts, dict) for k, v in opts.items()
                  for a in ("--engine-opt", f"{t}.{k}={json.dumps(v)}"))

@@ -24,10 +24,12 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import math
 import os
 import socket
 import struct
 import sys
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -201,6 +203,9 @@ class PortSocket:
         self._coff = RX_CHUNK
         self._spare: list[bytearray] = []
         self.hdr = 28 if fam == socket.AF_INET else 48
+        #: the port's line-rate serializer (:mod:`emu.nic.pacer`), shared by every socket
+        #: and transport on the port; None: unpaced
+        self.pacer: Any = None
         #: the cmsg (level, type) that carries the TOS / traffic class of a read
         self._tos_cmsg = ((socket.IPPROTO_IP, socket.IP_TOS) if fam == socket.AF_INET
                           else (socket.IPPROTO_IPV6, IPV6_TCLASS))
@@ -437,6 +442,10 @@ class TxPath:
         self._entropy: dict[tuple[str, int], PortSocket] = {}
         #: main socket → its port's frame ring (:mod:`emu.nic.frames`), see :meth:`use_rings`
         self.rings: dict[PortSocket, Any] = {}
+        #: the head of the queue waits for its port's serializer until this time
+        #: (``time.monotonic()``); None: not waiting for a port
+        self.paced_until: float | None = None
+        self._waited = False  # the next send had waited for its port (lateness counts)
 
     def sockets(self) -> list[PortSocket]:
         return self.mains + list(self._entropy.values())
@@ -503,6 +512,7 @@ class TxPath:
         except OSError:
             self.c["tx_entropy_fallback"] += 1
             return None
+        ps.pacer = main.pacer
         self._entropy[(main.address, sport)] = ps
         return ps
 
@@ -564,14 +574,25 @@ class TxPath:
         fx = self.rings.get(main)
         if fx is None:
             return False
-        k, nb, full = fx.drain(q, main, self._main_for)
+        pacer = main.pacer
+        budget = math.inf
+        if pacer is not None:
+            now = time.monotonic()
+            budget = pacer.room(now)
+            if budget <= 0:
+                self._wait_for(pacer)
+                return True
+        k, nb, full = fx.drain(q, main, self._main_for, budget)
         if not k and full:
             self._kick()
-            k, nb, full = fx.drain(q, main, self._main_for)
+            k, nb, full = fx.drain(q, main, self._main_for, budget)
             if not k and full:
                 self.blocked = fx
                 raise BlockingIOError
         if k:
+            if pacer is not None:
+                pacer.charge(now, nb + k * (main.hdr + 14), k, self._waited)
+                self._waited = False
             c = self.c
             c["tx_packets"] += k
             c["tx_bytes"] += nb
@@ -586,9 +607,12 @@ class TxPath:
         seal_many = self.seal_many
         rings = self.rings
         self.blocked = None
+        self.paced_until = None
         while q:
             if rings:
                 if self._drain_ring():
+                    if self.paced_until is not None:
+                        return
                     continue
                 self._kick()  # frames first: a socket send must not overtake them
             data, addr, meta = q[0]
@@ -605,12 +629,20 @@ class TxPath:
             if seal is not None and type(data) is not bytearray and type(data) is not Gather:
                 data = bytearray(data)
                 q[0] = (data, addr, meta)
+            pacer = ps.pacer
+            budget = math.inf
+            if pacer is not None:
+                now = time.monotonic()
+                budget = pacer.room(now)
+                if budget <= 0:
+                    self._wait_for(pacer)
+                    return
             tos = getattr(meta, "tos", None)
             if tos is not None and tos != ps.tos:
                 ps.set_tos(tos)
             seg = total = len(data)
             batch = [data]
-            if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1:
+            if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1 and seg < budget:
                 for i in range(1, min(len(q), GSO_MAX_SEGS)):
                     nxt, naddr, nmeta = q[i]
                     if nmeta is not meta or (naddr is not addr and naddr != addr):
@@ -624,7 +656,7 @@ class TxPath:
                         q[i] = (nxt, naddr, nmeta)
                     batch.append(nxt)
                     total += n
-                    if n < seg:
+                    if n < seg or total >= budget:
                         break
             k = len(batch)
             if seal_many is not None:
@@ -657,8 +689,18 @@ class TxPath:
                 continue
             c["tx_packets"] += k
             c["tx_bytes"] += total
+            if pacer is not None:
+                pacer.charge(now, total + k * (ps.hdr + 14), k, self._waited)
+                self._waited = False
             for _ in range(k):
                 q.popleft()
+
+    def _wait_for(self, pacer: Any) -> None:
+        """The head of the queue waits for ``pacer``'s port (the daemon sleeps until
+        :attr:`paced_until`, then flushes again)."""
+        self.paced_until = pacer.due()
+        self._waited = True
+        pacer.c["waits"] += 1
 
     def close(self) -> None:
         for ps in self._entropy.values():

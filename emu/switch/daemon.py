@@ -123,6 +123,22 @@ def remove_rules(queue_num: int) -> None:
     _run(["nft", "delete", "table", "inet", _nft_table(queue_num)], check=False)
 
 
+def kernel_queue_drops(queue_num: int) -> dict[str, int]:
+    """What the kernel dropped on the way to this daemon: ``queue_dropped`` (the NFQUEUE
+    was full) and ``user_dropped`` (its netlink socket buffer was), from
+    ``/proc/self/net/netfilter/nfnetlink_queue`` of the switch's namespace. Both are
+    the daemon behind the traffic — emulator overload, never switch behaviour."""
+    try:
+        with open("/proc/self/net/netfilter/nfnetlink_queue") as f:
+            for line in f:
+                v = line.split()
+                if len(v) >= 7 and int(v[0]) == queue_num:
+                    return {"queue_dropped": int(v[5]), "user_dropped": int(v[6])}
+    except (OSError, ValueError):
+        pass
+    return {"queue_dropped": 0, "user_dropped": 0}
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
@@ -212,9 +228,14 @@ class SwitchDaemon:
 
     def counters(self, now: float) -> dict[str, Any]:
         self.g["verdicts"] = self.nfq.sent_verdicts
+        ports = self.pipe.counters(now)
+        kq = kernel_queue_drops(self.cfg.queue_num)
+        over = {"late": int(sum(p["late"] for p in ports.values())),
+                "late_s": round(sum(p["late_s"] for p in ports.values()), 6), **kq}
+        over["total"] = over["late"] + kq["queue_dropped"] + kq["user_dropped"]
         return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
                 "netlink_errors": {os.strerror(k): v for k, v in self.nfq.errors.items()},
-                "ports": self.pipe.counters(now)}
+                "overload": over, "ports": ports}
 
     def write_counters(self, now: float) -> None:
         c = self.counters(now)

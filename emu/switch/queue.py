@@ -88,7 +88,10 @@ class PauseEvent:
 
 COUNTER_NAMES = ("enqueued", "bytes", "released", "marked", "trimmed", "dropped_tail",
                  "dropped_random", "dropped_trim", "xoff", "xon", "paused_time", "depth",
-                 "max_depth")
+                 "max_depth", "late", "late_s")
+#: a release this much later than its departure time, or a full frame's time at the port's
+#: rate if that is longer, is the daemon behind its schedule (overload, not queueing)
+LATE_FRAME = 9014
 
 
 @dataclass
@@ -263,9 +266,13 @@ class Pipeline:
         out: list[Pkt] = []
         for name in list(self._busy):
             st = self.ports[name]
+            slack = LATE_FRAME * 8 / st.cfg.rate if st.cfg.rate else 0.0
             while st.busy is not None and st.busy_until <= now:
                 pkt, t = st.busy, st.busy_until
                 st.busy = None
+                if now - t > slack:  # the daemon came back late: the link lost that time
+                    st.counters["late"] += 1
+                    st.counters["late_s"] += now - t
                 if pkt.trimmed:
                     st.prio_bytes -= pkt.length
                 else:

@@ -203,7 +203,11 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topo
         problem = check_nic(nic)
         if problem:
             raise loc.error(*problem)
-        topo.nic = {t: dict(o) for t, o in nic.items()}
+        topo.nic = {t: (dict(o) if isinstance(o, dict) else o) for t, o in nic.items()}
+        if "line_rate" in topo.nic:
+            from emu.topology.units import parse_rate
+
+            topo.nic["line_rate"] = parse_rate(topo.nic["line_rate"])  # type: ignore[assignment]
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))

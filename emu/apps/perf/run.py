@@ -29,6 +29,7 @@ from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_
 from emu.apps.perf.options import TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
 from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
+from emu.credible import overload
 
 WAITING = ("*" * 36, "* Waiting for client to connect... *", "*" * 36)
 
@@ -49,6 +50,8 @@ class _Side:
         self.chan: Channel | None = None
         self.params: dict[str, Any] = opts.params()
         self.test: Test = opts.test
+        #: the cluster's emulator overload during the run (:mod:`emu.credible.overload`)
+        self.overload: dict[str, Any] | None = None
 
     def say(self, line: str = "") -> None:
         """Human output: stdout, or stderr when stdout carries the JSON document."""
@@ -99,6 +102,9 @@ class _Side:
                 device=ep.device if ep else "", mtu=ep.mtu if ep else 0,
                 local=ep.local if ep else [], remote=ep.remote if ep else [],
                 results=self.results, errors=self.errors, min_bw=self.opts.min_bw)
+            if self.overload is not None:  # the cluster's daemons during the run
+                doc["overload"] = self.overload
+                doc["credible"] = self.overload["credible"]
             print(json.dumps(doc, indent=1), file=self.out, flush=True)
 
     def _banner(self, ep: Endpoint) -> None:
@@ -153,11 +159,18 @@ class Client(_Side):
                 dev.close()
         self._banner(ep)
         pattern = Pattern(max(o.sizes)) if o.verify else None
+        cluster = str(dev.attrs.get("cluster") or "")
+        before = overload.snapshot(cluster) if cluster else None
         for size in o.sizes:
             r = self._round(ep, chan, size, pattern)
             self.results.append(r)
             self.say(report.row(r, o.report_gbits))
         self.say(report.RESULT_LINE)
+        if before is not None:
+            self.overload = overload.delta(before, overload.snapshot(cluster))
+            line = overload.warning(self.overload)
+            if line:
+                print(f"emu perf: {line}", file=self.err, flush=True)
         chan.send("bye")
         self._check_min_bw()
         if o.plot:

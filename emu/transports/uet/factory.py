@@ -22,7 +22,7 @@ from emu.transports.uet.verbs import UetVerbs
 ENGINE_OPTIONS = ("mtu", "mpr", "rto", "max_retries", "nack_retx_delay", "ack_bytes",
                   "entropies", "job_id", "dscp", "ctrl_dscp", "ecn", "cc", "cc_params", "paths",
                   "path_params", "line_rate", "gather", "runs", "ack_coalesce", "idle_timeout",
-                  "rto_max")
+                  "rto_max", "base_rtt")
 #: RTO of engines built for daemons: the spec's upper bound (uet.md: Retransmit, 1–5 ms).
 #: A daemon pair's unloaded round trip is a few hundred µs on a small VM, not the
 #: fabric's ~10 µs, so the shortest RTOs would fire on data that is merely queued.
@@ -80,10 +80,15 @@ def build_engine(ctx: Any) -> UetEngine:
     opts.setdefault("gather", True)  # data requests leave by scatter-gather, no copy
     opts.setdefault("runs", True)  # a message's middles as one Run for the frame ring
     opts.setdefault("idle_timeout", DEFAULT_DAEMON_IDLE)
+    # the emulated fabric's unloaded round trip (``emu up`` computes it: emu.credible.rates)
+    base = opts.pop("base_rtt", None)
+    if base is not None and not (isinstance(base, int | float) and base > 0):
+        raise ValueError(f"base_rtt must be > 0 seconds, got {base!r}")
     if "cc" not in opts:
         opts["cc"] = DEFAULT_DAEMON_CC
+    if opts["cc"] == "nscc":
         params = dict(opts.get("cc_params") or {})
-        params.setdefault("base_rtt", DEFAULT_DAEMON_BASE_RTT)
+        params.setdefault("base_rtt", base or DEFAULT_DAEMON_BASE_RTT)
         opts["cc_params"] = params
     opts.setdefault("ack_coalesce", True)  # one 16 KiB-rule ACK per PDC per receive batch
     opts.setdefault("rto", DEFAULT_DAEMON_RTO)

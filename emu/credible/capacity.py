@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""What this machine can emulate credibly: per-packet costs → rates that fit.
+
+Every emulated packet costs real CPU in the daemons that stand in for the
+hardware: the sending NIC daemon, the receiving one and, with the switch
+pipeline, one switch daemon per switch on the path. A rate "fits" when a
+flow at that line rate over the fabric's longest path keeps
+
+* every daemon under :data:`DAEMON_SHARE` of a core, and
+* all of them together under :data:`MACHINE_SHARE` of the machine's cores,
+
+so that queues and timers are the emulated ones, not the CPU's. The costs
+come from ``emu doctor`` (measured on this machine, saved in
+:data:`COSTS_FILE`) or, until it has run, from :data:`REFERENCE` (the 2-core
+VM the project is developed on). The model is for **one flow at line rate**
+on the longest path; N concurrent flows through the same daemons need N
+times the budget — the overload counters say when a run exceeded it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from emu.topology.model import Topology
+
+#: where ``emu doctor`` keeps what it measured (tmpfs: a machine's figures, until reboot)
+COSTS_FILE = "/run/emu/doctor.json"
+DAEMON_SHARE = 0.6
+MACHINE_SHARE = 0.6
+#: rates proposed are 1, 2 or 5 × 10^k bits/s, never below this
+MIN_RATE = 10e6
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-packet CPU (seconds, user + kernel) and the emulator's own delays."""
+
+    nic_tx: float  # a sending NIC daemon, per full-size data packet
+    nic_rx: float  # a receiving NIC daemon, per full-size data packet
+    switch: float  # one switch daemon hop (NFQUEUE in, queue model, verdict), per packet
+    nic_turnaround: float  # round trip two NIC daemons add to the wire's (s)
+    switch_turnaround: float  # delay one switch daemon adds per pass, unloaded (s)
+    cores: int
+    source: str = "reference"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Costs:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: the 2-core development VM (measured with ``emu doctor``; see docs/credibility.md)
+REFERENCE = Costs(nic_tx=16e-6, nic_rx=14e-6, switch=40e-6, nic_turnaround=500e-6,
+                  switch_turnaround=80e-6, cores=2)
+
+
+def load(path: str = COSTS_FILE) -> Costs:
+    """This machine's measured costs, else :data:`REFERENCE` scaled to its core count."""
+    try:
+        with open(path) as f:
+            return Costs.from_dict(json.load(f)["costs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+        return Costs(**{**REFERENCE.to_dict(), "cores": cores})
+
+
+def save(costs: Costs, extra: dict[str, Any], path: str = COSTS_FILE) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"costs": costs.to_dict(), **extra}, f, indent=1)
+    os.replace(tmp, path)
+
+
+def frame_bytes(mtu: int) -> int:
+    """The smallest full-size data frame any transport sends at this IP MTU (RoCE's: its
+    PMTU payload + headers), the one that costs most per bit."""
+    from emu.transports.roce.factory import pmtu_for
+
+    return pmtu_for(mtu) + 12 + 16 + 4 + 8 + 40 + 14
+
+
+def switches_on_path(topo: Topology) -> int:
+    """Switch daemons a packet passes on the longest path (0 without the pipeline)."""
+    from emu.credible.rates import longest_path
+    from emu.switch import topology as sw
+
+    if not sw.enabled(topo):
+        return 0
+    return sum(1 for node, _ in longest_path(topo) if topo.nodes[node].kind == "switch")
+
+
+def max_rate(costs: Costs, hops: int, mtu: int) -> float:
+    """The highest line rate (bits/s) at which one flow over ``hops`` switch daemons fits."""
+    pps_daemon = DAEMON_SHARE / max(costs.nic_tx, costs.nic_rx,
+                                    costs.switch if hops else 0.0)
+    pps_machine = MACHINE_SHARE * costs.cores / (costs.nic_tx + costs.nic_rx
+                                                 + hops * costs.switch)
+    return min(pps_daemon, pps_machine) * frame_bytes(mtu) * 8
+
+
+def nice_floor(rate: float) -> float:
+    """The largest 1, 2 or 5 × 10^k at or below ``rate`` (never below :data:`MIN_RATE`)."""
+    if rate <= MIN_RATE:
+        return MIN_RATE
+    k = math.floor(math.log10(rate))
+    for m in (5, 2, 1):
+        if m * 10 ** k <= rate * (1 + 1e-9):
+            return float(m * 10 ** k)
+    return float(10 ** k)
+
+
+def mtu_of(topo: Topology) -> int:
+    return min((lk.mtu for lk in topo.links), default=1500)
+
+
+def propose(topo: Topology, costs: Costs | None = None) -> float:
+    """The line rate to use on every port of ``topo`` on this machine (bits/s)."""
+    costs = costs or load()
+    return nice_floor(max_rate(costs, switches_on_path(topo), mtu_of(topo)))
+
+
+def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
+    """Whether the topology's rates fit this machine: ``{"fits", "proposed", "max_rate",
+    "ports": [...], "advice"}``; ``advice`` is the ``--set`` that would make them fit."""
+    from emu.credible.rates import host_ports
+    from emu.switch import topology as sw
+
+    costs = costs or load()
+    hops = switches_on_path(topo)
+    mtu = mtu_of(topo)
+    limit = max_rate(costs, hops, mtu)
+    proposed = nice_floor(limit)
+    ports = host_ports(topo, proposed)
+    too_fast = [p for p in ports if p.rate > limit * 1.001]
+    advice = []
+    if too_fast:
+        from emu.topology.units import format_rate
+
+        r = format_rate(int(proposed))
+        if sw.enabled(topo):
+            advice.append(f"--set switch.port.rate={r}")
+        if any(p.source == "link" for p in too_fast):
+            advice.append(f"--set link.rate={r}")
+        if any(p.source == "nic.line_rate" for p in too_fast):
+            advice.append(f"--set nic.line_rate={r}")
+    return {"fits": not too_fast, "proposed": proposed,
+            "max_rate": limit, "switch_hops": hops, "frame_bytes": frame_bytes(mtu),
+            "costs": costs.to_dict(),
+            "ports": [{"host": p.host, "ifname": p.ifname, "rate": p.rate, "source": p.source}
+                      for p in ports],
+            "too_fast": [f"{p.host}:{p.ifname}" for p in too_fast], "advice": advice}
+
+
+def describe(res: dict[str, Any]) -> str:
+    """One line for ``emu up``: the rates in force, and a warning when they do not fit."""
+    from emu.topology.units import format_rate
+
+    rates = sorted({p["rate"] for p in res["ports"]})
+    srcs = sorted({p["source"] for p in res["ports"]})
+    shown = ", ".join(format_rate(int(r)) for r in rates)
+    if res["fits"]:
+        return (f"NIC line rate {shown} ({'/'.join(srcs)}); this machine sustains up to "
+                f"{format_rate(int(res['max_rate']))} per flow here "
+                f"({res['costs']['source']} costs)")
+    return (f"warning: line rate {shown} exceeds what this machine emulates credibly "
+            f"({format_rate(int(res['max_rate']))} per flow over {res['switch_hops']} switch "
+            f"daemon(s), {res['costs']['source']} costs): results will show overload and "
+            f"be marked not credible; {' '.join(res['advice']) or 'lower the rates'} fits")

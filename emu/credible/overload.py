@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Emulator overload across a cluster: every daemon's own losses and lateness, as deltas.
+
+A result is **credible** when no daemon on the way lost or delayed anything
+the emulated hardware would not have: NIC daemons count socket-buffer and
+backlog drops and sends behind their port's schedule (``emu.nic.daemon``
+``overload``); switch daemons count releases behind their departure times
+and packets the kernel dropped before they reached the queue model
+(``emu.switch.daemon`` ``overload``). Tools take a :func:`snapshot` before
+and after a run and report :func:`delta`, so a run is judged by what
+happened during it, not by an earlier run's damage.
+
+Also collected: each NIC engine's transmitted and retransmitted packets, so a
+result can state its retransmitted fraction beside its overload.
+
+Control sockets are files, so this works from inside any host namespace
+(the perf client runs in one) as well as from the root namespace.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+from typing import Any
+
+NIC_RUN_DIR = "/run/emu/nic"
+SWITCH_RUN_DIR = "/run/emu/switch"
+#: engine counters that count retransmitted packets (RoCE go-back-N; UET RTO/NACK; RUDI)
+RETX_KEYS = ("tx_retransmits", "rto_retransmits", "tx_rudi_retransmits")
+
+
+def _switch_counters(path: str, timeout: float) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(b'{"cmd": "counters"}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            data = s.recv(1 << 16)
+            if not data:
+                break
+            buf += data
+    return json.loads(buf)
+
+
+def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Every daemon's overload counters and packet counts now: ``{"nic": {host: …},
+    "switch": {node: …}, "unreachable": [...]}``."""
+    from emu.api.client import call_once
+
+    out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": []}
+    for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
+        host = os.path.basename(path)[:-5]
+        try:
+            st = call_once(path, "stats", timeout=timeout)
+        except (OSError, ValueError) as e:
+            out["unreachable"].append(f"nicd {host}: {e}")
+            continue
+        tx = retx = 0
+        for tr in (st.get("transports") or {}).values():
+            eng = tr.get("engine") or {}
+            tx += int(eng.get("tx_packets", 0) or 0)
+            retx += sum(int(eng.get(k, 0) or 0) for k in RETX_KEYS)
+        out["nic"][host] = {"overload": st.get("overload") or {}, "tx_packets": tx,
+                            "retransmits": retx}
+    for path in sorted(glob.glob(os.path.join(SWITCH_RUN_DIR, cluster, "*", "control.sock"))):
+        node = os.path.basename(os.path.dirname(path))
+        try:
+            c = _switch_counters(path, timeout)
+        except (OSError, ValueError) as e:
+            out["unreachable"].append(f"switchd {node}: {e}")
+            continue
+        out["switch"][node] = {"overload": c.get("overload") or {}}
+    return out
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    d = {}
+    for k, v in b.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            x = v - (a.get(k, 0) or 0)
+            d[k] = round(x, 6) if isinstance(x, float) else x
+    return d
+
+
+def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What happened between two snapshots: per daemon and cause, the total, the packets
+    sent and retransmitted, and ``credible`` (no overload, every daemon reachable)."""
+    causes: dict[str, float] = {}
+    daemons: dict[str, Any] = {}
+    tx = retx = 0
+    for kind in ("nic", "switch"):
+        for name, b in after[kind].items():
+            a = before[kind].get(name, {})
+            d = _diff(a.get("overload", {}), b.get("overload", {}))
+            if kind == "nic":
+                tx += b["tx_packets"] - a.get("tx_packets", 0)
+                retx += b["retransmits"] - a.get("retransmits", 0)
+            if d.get("total"):
+                daemons[f"{'nicd' if kind == 'nic' else 'switchd'} {name}"] = {
+                    k: v for k, v in d.items() if v}
+            for k, v in d.items():
+                if k != "total" and not k.endswith("_s") and v:
+                    causes[k] = causes.get(k, 0) + v
+    total = int(sum(causes.values()))
+    unreachable = sorted(set(before.get("unreachable", []) + after.get("unreachable", [])))
+    return {"total": total, "causes": causes, "daemons": daemons, "tx_packets": tx,
+            "retransmits": retx, "retransmitted_fraction": retx / tx if tx else 0.0,
+            "unreachable": unreachable, "credible": total == 0 and not unreachable}
+
+
+def warning(d: dict[str, Any]) -> str | None:
+    """The one line a tool prints when a result is not credible (None when it is)."""
+    if d["credible"]:
+        return None
+    parts = [f"{k} {v:g}" for k, v in sorted(d["causes"].items())]
+    where = ", ".join(sorted(d["daemons"]))
+    msg = (f"warning: emulator overload during this run ({', '.join(parts)}"
+           f"{' in ' + where if where else ''}): the result measures this machine, not the "
+           "emulated network — NOT CREDIBLE; lower the rates (emu doctor proposes some)")
+    if d["unreachable"]:
+        msg += f"; could not read {', '.join(d['unreachable'])}"
+    return msg

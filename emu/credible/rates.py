@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""What the emulated fabric says each NIC port runs at, and its round trip.
+
+A host port's **line rate**, first that applies:
+
+1. its link's ``rate`` in the direction host → peer (``[defaults.link]`` /
+   ``[[link]]``, the ``tbf`` on the wire);
+2. the switch pipeline's ``rate`` on the switch port that faces the host
+   (``[switch.port]`` / overrides): a NIC and its switch port run at one
+   speed, as cables do;
+3. ``[nic] line_rate`` (``--set nic.line_rate=1gbit``);
+4. the default rate this machine sustains for this topology
+   (:func:`emu.credible.capacity.propose`: measured by ``emu doctor``, or
+   the built-in costs of the 2-core reference VM).
+
+The **base round trip** of a host pair is what the emulated hardware would
+take unloaded: per hop, a full frame's serialization at that hop's rate and
+the configured delay, there and back with a small ACK, plus the emulator's
+own turnaround (two NIC daemons and each switch daemon on the path — the
+software that stands in for the NICs' and switches' pipelines, measured by
+``emu doctor``). NSCC, RCCC and DCQCN take their constants from it and from
+the line rate instead of fixed numbers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from emu.topology.model import Topology
+
+#: bytes of a small control packet (ACK) on the wire, for the return half of a round trip
+ACK_FRAME = 14 + 40 + 8 + 32
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """One NIC port: its host, interface, line rate (bits/s) and where that came from."""
+
+    host: str
+    ifname: str
+    rate: float
+    source: str  # "link", "switch", "nic.line_rate", "default"
+
+
+def _switch_port_rates(topo: Topology) -> dict[tuple[str, str], float]:
+    """(host, host ifname) → the pipeline rate of the switch port facing it."""
+    from emu.switch import topology as sw
+
+    if not sw.enabled(topo):
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    cfgs = sw.configs(topo)
+    for lk in topo.links:
+        for here, there in ((lk.a, lk.b), (lk.b, lk.a)):
+            if topo.nodes[here.node].kind == "host" and there.node in cfgs:
+                r = cfgs[there.node].port(there.ifname).rate
+                if r:
+                    out[(here.node, here.ifname)] = float(r)
+    return out
+
+
+def host_ports(topo: Topology, default: float) -> list[HostPort]:
+    """Every host port with its line rate (rules in the module docstring)."""
+    sw = _switch_port_rates(topo)
+    nic_rate = topo.nic.get("line_rate") if isinstance(topo.nic.get("line_rate"), int | float) \
+        else None
+    out = []
+    for lk in topo.links:
+        for here, dirn in ((lk.a, lk.a_to_b), (lk.b, lk.b_to_a)):
+            if topo.nodes[here.node].kind != "host":
+                continue
+            if dirn.rate_bps:
+                rate, src = float(dirn.rate_bps), "link"
+            elif (here.node, here.ifname) in sw:
+                rate, src = sw[(here.node, here.ifname)], "switch"
+            elif nic_rate:
+                rate, src = float(nic_rate), "nic.line_rate"
+            else:
+                rate, src = float(default), "default"
+            out.append(HostPort(here.node, here.ifname, rate, src))
+    return out
+
+
+def longest_path(topo: Topology) -> list[tuple[str, str]]:
+    """The host-to-host shortest path with the most hops (the fabric's diameter), as
+    ``(node, ifname it leaves by)`` per hop; empty with fewer than two hosts. One BFS
+    per host-facing attachment point, so big fabrics stay cheap."""
+    adj: dict[str, list[tuple[str, str]]] = {n: [] for n in topo.nodes}
+    for lk in topo.links:
+        if lk.up:
+            adj[lk.a.node].append((lk.b.node, lk.a.ifname))
+            adj[lk.b.node].append((lk.a.node, lk.b.ifname))
+    starts: dict[frozenset[str], str] = {}
+    for h in topo.hosts():
+        starts.setdefault(frozenset(n for n, _ in adj[h.name]), h.name)
+    best: list[tuple[str, str]] = []
+    for src in starts.values():
+        prev: dict[str, tuple[str, str]] = {}
+        seen = {src}
+        q = deque([src])
+        far = src
+        while q:
+            n = q.popleft()
+            if topo.nodes[n].kind == "host" and n != src:
+                far = n  # BFS order: the last host reached is the farthest
+                continue  # hosts do not forward
+            for m, ifname in adj[n]:
+                if m not in seen:
+                    seen.add(m)
+                    prev[m] = (n, ifname)
+                    q.append(m)
+        path: list[tuple[str, str]] = []
+        n = far
+        while n != src:
+            p, ifname = prev[n]
+            path.append((p, ifname))
+            n = p
+        if len(path) > len(best):
+            best = path[::-1]
+    return best
+
+
+def _hop_rate(topo: Topology, node: str, ifname: str, ports: dict[tuple[str, str], float],
+              sw_rates: dict[tuple[str, str], float]) -> tuple[float, float]:
+    """(rate bits/s, one-way delay s) of the hop leaving ``node`` by ``ifname``."""
+    for lk in topo.links:
+        for here, dirn in ((lk.a, lk.a_to_b), (lk.b, lk.b_to_a)):
+            if here.node == node and here.ifname == ifname:
+                rate = dirn.rate_bps or ports.get((node, ifname)) or sw_rates.get((node, ifname))
+                return float(rate or 0.0), dirn.delay_s
+    return 0.0, 0.0
+
+
+def base_rtt(topo: Topology, ports: list[HostPort], mtu: int, nic_turnaround: float,
+             switch_turnaround: float) -> float:
+    """The unloaded round trip (seconds) of the longest host-to-host path: a full frame
+    there, an ACK back, serialization and delay per hop, plus the emulator's turnaround
+    (``nic_turnaround`` for the two NIC daemons together, ``switch_turnaround`` per
+    switch daemon on the path, there and back)."""
+    from emu.switch import topology as sw
+
+    path = longest_path(topo)
+    by_port = {(p.host, p.ifname): p.rate for p in ports}
+    sw_rates: dict[tuple[str, str], float] = {}
+    pipeline = sw.enabled(topo)
+    if pipeline:
+        for name, cfg in sw.configs(topo).items():
+            for ifname, pc in cfg.ports.items():
+                if pc.rate:
+                    sw_rates[(name, ifname)] = float(pc.rate)
+    t = nic_turnaround
+    frame = mtu + 14
+    for node, ifname in path:
+        rate, delay = _hop_rate(topo, node, ifname, by_port, sw_rates)
+        if rate:
+            t += (frame + ACK_FRAME) * 8 / rate
+        t += 2 * delay
+        if pipeline and topo.nodes[node].kind == "switch":
+            t += 2 * switch_turnaround
+    return t
