@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from emu import cluster_cli, wireshark
     from emu.apps.perf import cli as perf_cli
+    from emu.credible import doctor
     from emu.wire import dissect, sample
 
     cluster_cli.add_cli(sub)
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     dissect.add_cli(sub)
     sample.add_cli(sub)
     wireshark.add_cli(sub)
+    doctor.add_cli(sub)
     return parser
 
 

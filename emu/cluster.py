@@ -365,8 +365,10 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
     common: tuple[str, ...] = ()
+    if topology.nic.get("family") in (4, 6):
+        common += ("--family", str(topology.nic["family"]))
     if "base_rtt" not in (uet or {}):
-        common = ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+        common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
     per_host = {h: a + common for h, a in per_host.items()}
     res["base_rtt"] = rtt
     res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"

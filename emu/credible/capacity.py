@@ -159,6 +159,14 @@ def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
             "too_fast": [f"{p.host}:{p.ifname}" for p in too_fast], "advice": advice}
 
 
+def show_rate(bps: float) -> str:
+    """A rate for people: ``1.51 Gb/s``, ``122 Mb/s``."""
+    for unit, m in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= m:
+            return f"{bps / m:.3g} {unit}"
+    return f"{bps:.0f} b/s"
+
+
 def describe(res: dict[str, Any]) -> str:
     """One line for ``emu up``: the rates in force, and a warning when they do not fit."""
     from emu.topology.units import format_rate
@@ -168,9 +176,9 @@ def describe(res: dict[str, Any]) -> str:
     shown = ", ".join(format_rate(int(r)) for r in rates)
     if res["fits"]:
         return (f"NIC line rate {shown} ({'/'.join(srcs)}); this machine sustains up to "
-                f"{format_rate(int(res['max_rate']))} per flow here "
+                f"{show_rate(res['max_rate'])} per flow here "
                 f"({res['costs']['source']} costs)")
     return (f"warning: line rate {shown} exceeds what this machine emulates credibly "
-            f"({format_rate(int(res['max_rate']))} per flow over {res['switch_hops']} switch "
+            f"({show_rate(res['max_rate'])} per flow over {res['switch_hops']} switch "
             f"daemon(s), {res['costs']['source']} costs): results will show overload and "
             f"be marked not credible; {' '.join(res['advice']) or 'lower the rates'} fits")

@@ -59,6 +59,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--line-rate", action="append", default=[], metavar="[IFNAME=]RATE",
                    help="pace everything sent on a port (or every port) to this line rate, "
                         "e.g. 1gbit or eth0=10gbit (repeatable; default: unpaced)")
+    p.add_argument("--family", type=int, choices=(4, 6),
+                   help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
                    help="a DSCP the switches write on trimmed packets (repeatable; default "
                         "30 and 31, switchd's trimmed_dscp and trimmed_lasthop)")
@@ -112,7 +114,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      gso=a.gso, gro=a.gro, frame_ring=a.frame_ring, seed=a.seed,
                      engine_options=opts,
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
-                     trace=a.trace, line_rates=_line_rates(a.line_rate),
+                     trace=a.trace, line_rates=_line_rates(a.line_rate), family=a.family,
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 

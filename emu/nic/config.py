@@ -60,6 +60,9 @@ class NicConfig:
     #: the daemon paces all it sends on a port to it, all transports together
     #: (``emu.nic.pacer``). No entry: the port is unpaced (the engines' own pacing only).
     line_rates: dict[str, float] = field(default_factory=dict)
+    #: 6: the engines' own address (QP GIDs, UET endpoint addresses) is the port's IPv6
+    #: one, so transfers run over IPv6; None/4: IPv4 first (the kernel's order)
+    family: int | None = None
     #: JSON-lines event trace of every engine (``emu.core.trace``), None = off
     trace: str | None = None
     trace_flush: float = 0.5  # seconds between flushes of the trace file

@@ -117,6 +117,8 @@ class NicDaemon:
         by_addr = {a: i for i in self.ifaces for a in i.ipv4 + i.ipv6}
         if self.cfg.addresses is not None:
             return [(a, by_addr.get(a) or Iface("", 1500)) for a in self.cfg.addresses]
+        if self.cfg.family == 6:  # engines take the first address as their own
+            return [(a, i) for i in self.ifaces for a in i.ipv6 + i.ipv4]
         return [(a, i) for i in self.ifaces for a in i.ipv4 + i.ipv6]
 
     def open(self) -> None:

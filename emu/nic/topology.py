@@ -60,6 +60,10 @@ def check_section(raw: dict[str, Any]) -> tuple[str, str] | None:
             except UnitError as e:
                 return where, str(e)
             continue
+        if transport == "family":  # 6: transfers run over the ports' IPv6 addresses
+            if opts not in (4, 6):
+                return where, f"expected 4 or 6, got {opts!r}"
+            continue
         if transport not in NIC_TRANSPORTS:
             return where, (f"unknown transport {transport!r} (the daemons run "
                            f"{', '.join(NIC_TRANSPORTS)})")

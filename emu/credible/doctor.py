@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu doctor``: what this machine sustains, and whether a topology's rates fit it.
+
+``emu doctor [TOPOLOGY] [--set K=V …] [--json]`` shows the per-packet costs in
+force (measured here, or the reference VM's) and, for a topology file, each
+host port's line rate, the highest rate one flow over its longest path can
+run at without overloading the emulator, and the ``--set`` that fits.
+
+``emu doctor --measure`` measures the costs on this machine, with the
+README's own commands on throw-away clusters (names ``dr<pid>…``, removed
+afterwards, also on failure):
+
+1. a pair, ports at 10 Gb/s so the daemons are the limit: ``emu perf
+   write-bw`` over RoCEv2 and UET for ``--seconds`` each; each daemon's CPU
+   time (user + kernel, ``/proc/<pid>/stat``) per data packet is the NIC
+   cost, sending and receiving;
+2. the pair again: ``write-lat`` (2 B) against the kernel's ping round trip
+   of the same cable — the round trip the two NIC daemons add;
+3. a leaf-spine with the switch pipeline at a rate it surely sustains
+   (50 Mb/s per port): write-bw h1 → h4, each switch daemon's CPU per packet
+   it handled, and write-lat again: the extra round trip over the pair's,
+   per switch pass, is a switch daemon's turnaround.
+
+The result goes to :data:`emu.credible.capacity.COSTS_FILE`; ``emu up`` and
+``emu doctor`` use it from then on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from emu.credible import capacity
+
+NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "namespaces")
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _perf(cluster: str, test: str, src: str, dst: str, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "emu", "perf", test, "--cluster", cluster, "--from", src,
+           "--to", dst, "--json", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed: {r.stderr.strip()[-300:]}")
+    return json.loads(r.stdout)
+
+
+def _nic_stats(cluster: str) -> dict[str, dict[str, Any]]:
+    from emu.api.client import call_once
+    from emu.nic.protocol import sock_path
+
+    out = {}
+    d = os.path.join(overload_dir(), cluster)
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".sock"):
+            out[f[:-5]] = call_once(sock_path(cluster, f[:-5]), "stats")
+    return out
+
+
+def overload_dir() -> str:
+    from emu.credible.overload import NIC_RUN_DIR
+
+    return NIC_RUN_DIR
+
+
+def _switch_pids(cluster: str) -> dict[str, int]:
+    from emu.fabric import state
+
+    st = state.load(cluster) or {}
+    out = {}
+    for rec in st.get("pids", []):
+        what = str(rec.get("what", "")) if isinstance(rec, dict) else ""
+        m = re.match(r"switchd? (\S+)", what)
+        if m:
+            out[m.group(1)] = int(rec["pid"])
+    return out
+
+
+def _ping_rtt(cluster: str, src: str, dst_addr: str, n: int = 50) -> float:
+    from emu.fabric.status import exec_argv
+
+    r = subprocess.run(exec_argv(cluster, src, ["ping", "-q", "-c", str(n), "-i", "0.01",
+                                                 dst_addr]),
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"= [\d.]+/([\d.]+)/", r.stdout)
+    if not m:
+        raise RuntimeError(f"ping {dst_addr} from {src}: {r.stdout.strip()} {r.stderr.strip()}")
+    return float(m.group(1)) * 1e-3
+
+
+def _lat_rtt(doc: dict[str, Any]) -> float:
+    """perftest reports half a round trip: t_typical × 2, in seconds."""
+    return 2 * float(doc["results"][0]["t_typical"]) * 1e-6
+
+
+class _Cluster:
+    """A throw-away cluster, always torn down."""
+
+    def __init__(self, path: str, name: str, sets: list[str], say: Callable[[str], None]):
+        self.path, self.name, self.sets, self.say = path, name, sets, say
+
+    def __enter__(self) -> str:
+        from emu import cluster as C
+        from emu.topology.loader import load
+
+        C.up(load(self.path, self.sets), cluster=self.name, progress=lambda _m: None)
+        return self.name
+
+    def __exit__(self, *exc: object) -> None:
+        from emu import cluster as C
+
+        C.down(self.name)
+        C.remove_logs(self.name)
+
+
+def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacity.Costs:
+    """Run the three measurements of the module docstring; returns the costs."""
+    from emu.apps.perf.cluster import server_address as server_address_of
+
+    pid = os.getpid()
+    tx_costs, rx_costs = [], []
+    pair = os.path.join(NAMESPACES, "pair.toml")
+    say(f"doctor: NIC daemons, pair at 10 Gb/s, write-bw {seconds:g} s per transport …")
+    with _Cluster(pair, f"dr{pid}p", ["nic.line_rate=10gbit"], say) as cl:
+        for transport in ("roce", "uet"):
+            before = _nic_stats(cl)
+            cpu0 = {h: _cpu_s(s["pid"]) for h, s in before.items()}
+            _perf(cl, "write-bw", "h1", "h2", "-s", "1M", "-D", f"{seconds:g}",
+                  "--transport", transport)
+            after = _nic_stats(cl)
+            eng = {h: after[h]["transports"][transport]["engine"] for h in after}
+            eng0 = {h: before[h]["transports"][transport]["engine"] for h in before}
+            sent = eng["h1"].get("tx_packets", 0) - eng0["h1"].get("tx_packets", 0)
+            got = eng["h2"].get("rx_packets", 0) - eng0["h2"].get("rx_packets", 0)
+            tx = (_cpu_s(after["h1"]["pid"]) - cpu0["h1"]) / max(1, sent)
+            rx = (_cpu_s(after["h2"]["pid"]) - cpu0["h2"]) / max(1, got)
+            say(f"  {transport}: {sent} packets; sender {tx * 1e6:.1f} us, receiver "
+                f"{rx * 1e6:.1f} us of CPU per packet")
+            tx_costs.append(tx)
+            rx_costs.append(rx)
+        say("doctor: the round trip NIC daemons add (write-lat vs ping) …")
+        addr = server_address_of(cl, "h2")
+        ping = _ping_rtt(cl, "h1", addr)
+        lat = _lat_rtt(_perf(cl, "write-lat", "h1", "h2", "-n", "500"))
+        nic_turn = max(0.0, lat - ping)
+        say(f"  ping {ping * 1e6:.0f} us, write-lat round trip {lat * 1e6:.0f} us: emu adds "
+            f"{nic_turn * 1e6:.0f} us")
+    ls = os.path.join(NAMESPACES, "leaf-spine.toml")
+    say(f"doctor: switch daemons, leaf-spine with the pipeline at 50mbit, {seconds:g} s …")
+    with _Cluster(ls, f"dr{pid}s", ["switch.port.rate=50mbit"], say) as cl:
+        pids = _switch_pids(cl)
+        from emu.credible.overload import snapshot
+
+        def handled() -> dict[str, int]:
+            out = {}
+            for node in pids:
+                path = os.path.join("/run/emu/switch", cl, node, "control.sock")
+                try:
+                    from emu.credible.overload import _switch_counters
+
+                    out[node] = int(_switch_counters(path, 5.0)["switch"]["received"])
+                except (OSError, ValueError, KeyError):
+                    out[node] = 0
+            return out
+
+        snapshot(cl)
+        n0, c0 = handled(), {n: _cpu_s(p) for n, p in pids.items()}
+        _perf(cl, "write-bw", "h1", "h4", "-s", "1M", "-D", f"{seconds:g}")
+        n1, c1 = handled(), {n: _cpu_s(p) for n, p in pids.items()}
+        per = [(c1[n] - c0[n]) / (n1[n] - n0[n]) for n in pids if n1[n] - n0[n] > 100]
+        sw = max(per) if per else capacity.REFERENCE.switch
+        say(f"  {len(per)} switch daemon(s) on the path: up to {sw * 1e6:.1f} us of CPU per "
+            "packet")
+        addr = server_address_of(cl, "h4")
+        lat_ls = _lat_rtt(_perf(cl, "write-lat", "h1", "h4", "-n", "300"))
+        ping_ls = _ping_rtt(cl, "h1", addr)
+        # three switch passes each way; the kernel's own forwarding is in ping's figure
+        sw_turn = max(0.0, (lat_ls - ping_ls - nic_turn) / 6)
+        say(f"  write-lat round trip {lat_ls * 1e6:.0f} us (ping {ping_ls * 1e6:.0f} us): "
+            f"{sw_turn * 1e6:.0f} us per switch pass")
+    cores = len(os.sched_getaffinity(0))
+    return capacity.Costs(nic_tx=max(tx_costs), nic_rx=max(rx_costs), switch=sw,
+                          nic_turnaround=nic_turn, switch_turnaround=sw_turn, cores=cores,
+                          source="measured")
+
+
+def report(res: dict[str, Any]) -> list[str]:
+    from emu.topology.units import format_rate
+
+    lines = [capacity.describe(res)]
+    for p in res["ports"]:
+        lines.append(f"  {p['host']}:{p['ifname']:6} {format_rate(int(p['rate'])):>10}  "
+                     f"({p['source']})")
+    return lines
+
+
+def costs_lines(c: capacity.Costs) -> list[str]:
+    return [f"costs ({c.source}, {c.cores} cores): NIC daemon {c.nic_tx * 1e6:.1f} us per packet "
+            f"sent, {c.nic_rx * 1e6:.1f} us received; switch daemon {c.switch * 1e6:.1f} us per "
+            f"packet; emu's own round trip {c.nic_turnaround * 1e6:.0f} us + "
+            f"{c.switch_turnaround * 1e6:.0f} us per switch pass"]
+
+
+def main(a: argparse.Namespace) -> int:
+    from emu.topology.model import TopologyError
+
+    out: dict[str, Any] = {}
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if a.json else print
+    if a.measure:
+        if os.geteuid() != 0:
+            print("emu doctor --measure: needs root (it brings up clusters)", file=sys.stderr)
+            return 2
+        c = measure(a.seconds, say)
+        capacity.save(c, {"measured_with": "emu doctor --measure"})
+        say(f"saved to {capacity.COSTS_FILE}")
+    costs = capacity.load()
+    out["costs"] = costs.to_dict()
+    for line in costs_lines(costs):
+        say(line)
+    if a.topology:
+        from emu.topology.loader import load
+
+        try:
+            topo = load(a.topology, a.set)
+        except (TopologyError, OSError) as e:
+            print(f"emu doctor: {e}", file=sys.stderr)
+            return 2
+        res = capacity.fit(topo, costs)
+        out["topology"] = res
+        for line in report(res):
+            say(line)
+    if a.json:
+        print(json.dumps(out, indent=1))
+    return 0 if not a.topology or out["topology"]["fits"] else 1
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="what rates this machine emulates credibly "
+                                      "(--measure to measure them)")
+    p.add_argument("topology", nargs="?", help="a topology file: do its rates fit?")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
+                   help="override a topology setting, as emu up does")
+    p.add_argument("--measure", action="store_true",
+                   help="measure this machine (a minute; brings up throw-away clusters)")
+    p.add_argument("--seconds", type=float, default=2.0, help="per measured transfer")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=main)
