@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Are the README's commands credible? write-bw 1 MiB as a user runs it, judged by overload.
+
+For RoCEv2 and UET, with the README's commands and their defaults (``emu up``,
+``emu perf write-bw --from … --to … -s 1M``, ``emu down``), unpinned:
+
+* ``pair`` over IPv4 and over IPv6 (``--set nic.family=6``), ``--runs`` runs each;
+* h1 → h4 on the leaf-spine with the switch pipeline, at the rate ``emu doctor``
+  proposes for it and at 10gbit (where it must report overload and warn);
+
+and, in the pair, ``write-lat`` and ``send-lat`` against the kernel's ping round
+trip of the same cable, measured in the same run.
+
+Per case: the median goodput as a fraction of the bottleneck (the line rate
+in force), the retransmitted fraction of the packets the daemons sent, the
+overload count (every daemon, :mod:`emu.credible.overload`), whether ``emu
+perf`` printed its not-credible warning. ``--json`` prints one document;
+progress goes to stderr. Goals (issue #12) are printed beside, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EMU = [sys.executable, "-m", "emu"]
+NS = ROOT / "namespaces"
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emu(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"emu {' '.join(args)}: rc {r.returncode}: {r.stderr.strip()[-400:]}")
+    return r
+
+
+def up(topology: str, name: str, sets: list[str]) -> str:
+    args = ["up", str(NS / topology), "--name", name]
+    for s in sets:
+        args += ["--set", s]
+    r = emu(*args)
+    line = next((ln for ln in r.stdout.splitlines() if "line rate" in ln), "")
+    return line
+
+
+def line_rate(name: str, host: str) -> float:
+    r = emu("exec", f"{name}:{host}", "--", *EMU, "nicd", "stats", "--json")
+    d = json.loads(r.stdout)
+    return min(p["line_rate"] for p in d["ports"].values())
+
+
+def perf(name: str, test: str, src: str, dst: str, *extra: str) -> dict[str, Any]:
+    r = emu("perf", test, "--cluster", name, "--from", src, "--to", dst, "--json", *extra,
+            check=False)
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        doc = {"passed": False, "errors": [r.stderr.strip()[-300:]]}
+    doc["warned"] = "NOT CREDIBLE" in r.stderr
+    doc["rc"] = r.returncode
+    return doc
+
+
+def ping_rtt(name: str, src: str, dst: str) -> float:
+    r = emu("exec", f"{name}:{src}", "--", "ping", "-q", "-c", "100", "-i", "0.01", dst)
+    m = re.search(r"= [\d.]+/([\d.]+)/", r.stdout)
+    return float(m.group(1)) if m else float("nan")  # ms
+
+
+def bw_case(label: str, name: str, src: str, dst: str, transport: str, runs: int,
+            extra: list[str]) -> dict[str, Any]:
+    rate = line_rate(name, src)
+    res = []
+    for i in range(runs):
+        d = perf(name, "write-bw", src, dst, "-s", "1M", "--transport", transport,
+                 "--report_gbits", *extra)
+        gbps = d["results"][0]["bw_average"] if d.get("results") else 0.0
+        o = d.get("overload") or {}
+        res.append({"gbps": gbps, "fraction": gbps * 1e9 / rate, "overload": o.get("total"),
+                    "retx": o.get("retransmitted_fraction"), "warned": d["warned"],
+                    "passed": d.get("passed", False)})
+        say(f"  {label} {transport} run {i + 1}/{runs}: {gbps:.3f} Gb/s "
+            f"({res[-1]['fraction']:.2f} of {rate / 1e9:g} Gb/s), overload {o.get('total')}, "
+            f"retransmitted {100 * (o.get('retransmitted_fraction') or 0):.3f} %"
+            f"{'  WARNED' if d['warned'] else ''}")
+    return {"case": label, "transport": transport, "line_rate": rate, "runs": res,
+            "median_fraction": statistics.median(r["fraction"] for r in res),
+            "median_gbps": statistics.median(r["gbps"] for r in res),
+            "median_retx": statistics.median(r["retx"] or 0.0 for r in res),
+            "overload": sum(r["overload"] or 0 for r in res),
+            "warned": sum(1 for r in res if r["warned"]),
+            "passed": all(r["passed"] for r in res)}
+
+
+def lat_case(name: str, transport: str) -> list[dict[str, Any]]:
+    out = []
+    size = "2" if transport == "roce" else "64"
+    for test in ("write-lat", "send-lat"):
+        ping = ping_rtt(name, "h1", "10.0.1.12") * 1e3  # µs
+        d = perf(name, test, "h1", "h2", "-n", "1000", "-s", size, "--transport", transport)
+        t = d["results"][0]["t_typical"] if d.get("results") else float("nan")
+        out.append({"case": f"pair {test}", "transport": transport, "t_typical_us": t,
+                    "ping_rtt_us": ping, "ratio": t / ping if ping else float("nan"),
+                    "overload": (d.get("overload") or {}).get("total")})
+        say(f"  {test} {transport}: t_typical {t:.0f} us, ping RTT {ping:.0f} us, "
+            f"ratio {out[-1]['ratio']:.2f} (goal <= 2.5)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="runs per pair case")
+    ap.add_argument("--iters", type=int, default=200, help="1 MiB WRITEs per run (-n)")
+    ap.add_argument("--transports", default="roce,uet")
+    ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat"), default="all")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        say("bench-credible needs root (namespaces)")
+        return 2
+    transports = a.transports.split(",")
+    name = f"bc{os.getpid() % 100000}"
+    extra = ["-n", str(a.iters)]
+    doc: dict[str, Any] = {"started": time.time(), "bandwidth": [], "latency": []}
+    r = emu("doctor", str(NS / "leaf-spine.toml"), "--json", check=False)
+    proposed = json.loads(r.stdout)["topology"]["proposed"]
+    prop = f"{proposed / 1e6:.0f}mbit"
+    doc["proposed_leaf_spine"] = proposed
+    cases = []
+    if a.part in ("all", "pair", "lat"):
+        cases += [("pair IPv4", "pair.toml", []), ("pair IPv6", "pair.toml", ["nic.family=6"])]
+    if a.part in ("all", "leaf-spine"):
+        cases += [(f"leaf-spine {prop}", "leaf-spine.toml", [f"switch.port.rate={prop}"]),
+                  ("leaf-spine 10gbit", "leaf-spine.toml", ["switch.port.rate=10gbit"])]
+    for label, topo, sets in cases:
+        say(f"bench-credible: {label}: emu up {topo} {' '.join('--set ' + s for s in sets)}")
+        doc.setdefault("up_lines", {})[label] = up(topo, name, sets)
+        try:
+            pair = topo == "pair.toml"
+            if a.part != "lat":
+                for t in transports:
+                    doc["bandwidth"].append(bw_case(
+                        label, name, "h1", "h2" if pair else "h4", t,
+                        a.runs if pair else max(1, a.runs // 2), extra))
+            if pair and label.endswith("IPv4") and a.part in ("all", "lat"):
+                for t in transports:
+                    doc["latency"] += lat_case(name, t)
+        finally:
+            emu("down", name, check=False)
+    doc["ended"] = time.time()
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"{'case':24} {'transport':9} {'rate':>8} {'goodput':>8} {'of rate':>8} "
+          f"{'retx %':>7} {'overload':>8} {'warned':>6}")
+    for c in doc["bandwidth"]:
+        print(f"{c['case']:24} {c['transport']:9} {c['line_rate'] / 1e9:7.3g}G "
+              f"{c['median_gbps']:7.3f}G {c['median_fraction']:8.2f} "
+              f"{100 * c['median_retx']:7.3f} {c['overload']:8d} "
+              f"{c['warned']:>3}/{len(c['runs'])}")
+    print("goals: at the proposed rate >= 0.90 of the rate, < 0.1 % retransmitted, 0 overload;"
+          " at 10gbit overload > 0 and the warning")
+    if doc["latency"]:
+        print(f"\n{'latency':24} {'transport':9} {'t_typical':>10} {'ping RTT':>9} {'ratio':>6}")
+        for c in doc["latency"]:
+            print(f"{c['case']:24} {c['transport']:9} {c['t_typical_us']:9.0f}u "
+                  f"{c['ping_rtt_us']:8.0f}u {c['ratio']:6.2f}")
+        print("goal: t_typical <= 2.5 x the ping round trip")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
