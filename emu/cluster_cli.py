@@ -173,8 +173,24 @@ def _status(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
     else:
-        print("\n\n".join(render(s) + _impairment_table(s) for s in out))
+        print("\n\n".join(render(s) + _impairment_table(s) + _credible_lines(s) for s in out))
     return 0
+
+
+def _credible_lines(s: dict) -> str:
+    """The line rates in force and every daemon's overload since the cluster came up."""
+    lines = []
+    cr = s.get("credible") or {}
+    if cr.get("line"):
+        lines.append(cr["line"])
+    ov = s.get("overload") or {}
+    bad = {k: v for k, v in ov.items() if v.get("total")}
+    if ov and not bad:
+        lines.append(f"overload: none in {len(ov)} daemon(s) since up")
+    for k, v in sorted(bad.items()):
+        lines.append(f"overload in {k}: " + ", ".join(f"{c} {n}" for c, n in v.items() if n)
+                     + " — results through it are NOT CREDIBLE")
+    return ("\n" + "\n".join(lines)) if lines else ""
 
 
 def _with_links(s: dict, name: str) -> dict:
@@ -187,6 +203,16 @@ def _with_links(s: dict, name: str) -> dict:
     except C.ClusterError:
         return s
     s["event_log"] = C.event_log(name)
+    from emu.credible.overload import snapshot
+    from emu.fabric import state
+
+    st = state.load(name) or {}
+    if st.get("credible"):
+        s["credible"] = {k: st["credible"][k] for k in ("line", "fits", "proposed", "max_rate",
+                                                       "base_rtt") if k in st["credible"]}
+    snap = snapshot(name, timeout=2.0)
+    s["overload"] = {**{f"nicd {h}": v["overload"] for h, v in snap["nic"].items()},
+                     **{f"switchd {n}": v["overload"] for n, v in snap["switch"].items()}}
     switches = C.switch_counters(name)
     if switches:
         s["switches"] = switches
@@ -408,7 +434,7 @@ def add_switch_cli(sub: argparse._SubParsersAction) -> None:
 
 
 _PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_random", "depth",
-                 "max_depth", "paused_time")
+                 "max_depth", "paused_time", "late")
 
 
 def _switch(a: argparse.Namespace) -> int:
@@ -455,6 +481,12 @@ def _switch(a: argparse.Namespace) -> int:
         cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
                  for k in _PORT_COLUMNS]
         print(f"{port:<10} " + " ".join(cells))
+    ov = reply.get("overload") or {}
+    if ov:
+        bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
+        print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "
+              f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
+              f"netlink drops {ov.get('user_dropped', 0)}{bad}")
     return 0
 
 

@@ -237,6 +237,17 @@ def render(s: dict[str, Any]) -> str:
              f"  clients {ctl['clients']} (total {ctl['clients_total']}, refused "
              f"{ctl['refused']})  QPs {ctl['qps']}  CQs {ctl['cqs']}  MRs {ctl['mrs']}  freed "
              f"qps/mrs/cqs {ctl['freed_qps']}/{ctl['freed_mrs']}/{ctl['freed_cqs']}"]
+    for ifname, pc in (s.get("ports") or {}).items():
+        rate = pc.get("line_rate")
+        lines.append(f"  port {ifname}: line rate {rate / 1e9:g} Gb/s, {pc['frames']} frames "
+                     f"{pc['bytes']} B, waited for the wire {pc['waits']} times, late "
+                     f"{pc['late']} ({pc['late_s']:.3f} s)" if rate else
+                     f"  port {ifname}: unpaced")
+    ov = s.get("overload") or {}
+    if ov:
+        causes = "  ".join(f"{k} {v}" for k, v in ov.items() if k not in ("total",))
+        bad = " (NOT CREDIBLE: the emulator lost or delayed packets)" if ov.get("total") else ""
+        lines.append(f"  overload {ov.get('total', 0)}{bad}: {causes}")
     for ifname, pc in (s.get("pause") or {}).items():
         lines.append(f"  pause {ifname}: frames {pc['frames']} (xoff {pc['xoff']}, xon "
                      f"{pc['xon']})  paused {pc['paused_s']:.3f} s"
