@@ -17,7 +17,10 @@ Impairments (each a probability per datagram, applied independently):
 * ``ce`` — ECN-CE marked if the sender set ECT (as a switch queue would);
 * ``drop`` — a callable ``(data, src, dst) -> bool`` for targeted drops;
 * ``mark`` — a callable ``(data, meta, side) -> bool``: CE-mark this ECT datagram
-  (targeted marking, e.g. every packet on one entropy's path).
+  (targeted marking, e.g. every packet on one entropy's path);
+* ``trim`` — a callable ``(data, src, dst) -> bool``: cut this RoCEv2 datagram as
+  the switch pipeline does (:func:`trim_roce`, the real ``emu.switch.trim``) and
+  deliver it with ``trimmed=True``, as the NIC daemon does when the DSCP says so.
 
 With ``src_ports`` the receiver sees the sender's entropy (``meta.entropy``,
 the UDP source port a daemon would send from) as the source port, so replies
@@ -71,25 +74,27 @@ class LossyLink:
     ce: float = 0.0
     drop: Callable[[bytes, tuple, tuple], bool] | None = None
     mark: Callable[[bytes, Any, str], bool] | None = None
+    trim: Callable[[bytes, tuple, tuple], bool] | None = None
     src_ports: bool = False
     now: float = 0.0
     events: dict[str, list[Event]] = field(default_factory=lambda: {"a": [], "b": []})
     sent: dict[str, int] = field(default_factory=lambda: {"a": 0, "b": 0})
     dropped: int = 0
     marked: int = 0
+    trimmed: int = 0
     tap: list[tuple[float, str, bytes, int]] | None = None  # (time, from, data, ecn) if set
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self._q: list[tuple[float, int, str, bytes, int]] = []
+        self._q: list[tuple[float, int, str, bytes, int, bool]] = []
         self._seq = 0
 
     def _peer(self, side: str) -> tuple[Engine, tuple[str, int], tuple[str, int]]:
         return (self.b, self.addr_a, self.addr_b) if side == "a" else (self.a, self.addr_b,
                                                                         self.addr_a)
 
-    def _push(self, t: float, to: str, data: bytes, ecn: int) -> None:
-        heapq.heappush(self._q, (t, self._seq, to, data, ecn))
+    def _push(self, t: float, to: str, data: bytes, ecn: int, trimmed: bool = False) -> None:
+        heapq.heappush(self._q, (t, self._seq, to, data, ecn, trimmed))
         self._seq += 1
 
     def _pump(self) -> bool:
@@ -109,6 +114,12 @@ class LossyLink:
                         self.loss and r.random() < self.loss):
                     self.dropped += 1
                     continue
+                cut = False
+                if self.trim is not None and self.trim(data, src, dst):
+                    t_data = trim_roce(data)
+                    if t_data is not None:
+                        data, cut = t_data, True
+                        self.trimmed += 1
                 ecn = meta.ecn
                 if ecn in (1, 2) and ((self.ce and r.random() < self.ce) or (
                         self.mark is not None and self.mark(data, meta, side))):
@@ -119,9 +130,9 @@ class LossyLink:
                 t = self.now + self.delay
                 if self.reorder and r.random() < self.reorder:
                     t += self.reorder_delay * r.random()
-                self._push(t, to, data, ecn)
+                self._push(t, to, data, ecn, cut)
                 if self.dup and r.random() < self.dup:
-                    self._push(t + self.dup_delay, to, data, ecn)
+                    self._push(t + self.dup_delay, to, data, ecn, cut)
         return moved
 
     def _collect(self) -> None:
@@ -140,13 +151,16 @@ class LossyLink:
             return False
         self.now = max(self.now, min(cand))
         while self._q and self._q[0][0] <= self.now:
-            _, _, to, data, ecn = heapq.heappop(self._q)
+            _, _, to, data, ecn, cut = heapq.heappop(self._q)
             eng = self.a if to == "a" else self.b
             src = self.addr_b if to == "a" else self.addr_a
             if self.src_ports:
                 data, port = data  # type: ignore[misc]
                 src = (src[0], port)
-            eng.receive_datagram(data, src, self.now, ecn=ecn)
+            if cut:
+                eng.receive_datagram(data, src, self.now, ecn=ecn, trimmed=True)  # type: ignore[call-arg]
+            else:
+                eng.receive_datagram(data, src, self.now, ecn=ecn)
         for eng in (self.a, self.b):
             t = eng.get_timer()
             if t is not None and t <= self.now:
@@ -188,6 +202,24 @@ class LossyLink:
 
     def state_changes(self, side: str) -> list[StateChanged]:
         return [e for e in self.events[side] if isinstance(e, StateChanged)]
+
+
+def trim_roce(data: bytes) -> bytes | None:
+    """``data`` (a RoCEv2 UDP payload) as the switch pipeline trims it, or None if it
+    has nothing to cut. It goes through :func:`emu.switch.trim.trim` inside the fixed
+    IPv6/UDP header that :func:`~emu.transports.roce.packets.pseudo_header_icrc`
+    assumes, so the ICRC the switch recomputes is the one sans-IO engines check."""
+    import struct
+
+    from emu.switch.trim import trim
+    from emu.wire.uet_defs import DSCP_TRIMMED
+
+    udp_len = 8 + len(data)
+    ip = (struct.pack("!IHBB", 6 << 28, udp_len, 17, 64) + bytes(15) + b"\x01"
+          + bytes(15) + b"\x02")
+    udp = struct.pack("!HHHH", 0xC000, 4791, udp_len, 0)
+    out = trim(ip + udp + bytes(data), DSCP_TRIMMED)
+    return None if out is None else bytes(out[48:])
 
 
 @dataclass

@@ -163,6 +163,7 @@ async def test_trace_file_has_header_clock_and_engine_events(tmp_path):
 
 
 def test_engine_factories_take_the_daemon_trace_and_trimmed_flag():
+    """Both UET and RoCE take ``trimmed=`` (UET NACKs a trimmed request, RoCE counts a loss)."""
     from emu.core.trace import Trace
 
     tr = Trace.memory("h")
@@ -173,7 +174,7 @@ def test_engine_factories_take_the_daemon_trace_and_trimmed_flag():
     assert takes_trimmed(uet)
     ctx.port, ctx.trace = 4791, tr.child("h/roce")
     roce = engines.create("roce", ctx)
-    assert roce.trace.endpoint == "h/roce" and not takes_trimmed(roce)
+    assert roce.trace.endpoint == "h/roce" and takes_trimmed(roce)  # it discards them
     ctx.trace = Trace.disabled()
     assert not engines.create("uet", ctx).engine.trace.enabled
 

@@ -574,8 +574,8 @@ def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
 
 
 def takes_trimmed(engine: Any) -> bool:
-    """Whether ``engine.receive_datagram`` accepts ``trimmed=`` (UET does; RoCE, whose
-    trimmed packets are recognised by their BTH, keeps the plain Engine signature).
+    """Whether ``engine.receive_datagram`` accepts ``trimmed=`` (UET and RoCE do; an
+    engine that does not gets trimmed datagrams as plain ones).
     Decided once per engine from the signature, so the hot path tests a local bool."""
     try:
         params = inspect.signature(engine.receive_datagram).parameters

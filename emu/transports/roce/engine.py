@@ -20,6 +20,19 @@ responder control packets (ACK/NAK/atomic ACK) in PSN order, then paced data
 ``burst_bytes`` ahead of its rate. QPs take turns in the order they became
 active.
 
+Trimmed packets (a switch cut the payload, kept BTH + extension headers,
+rewrote the DSCP and recomputed the ICRC; the daemon says so with
+``trimmed=True``): RoCEv2 has no use for them, so one that carries a payload
+(SEND, WRITE, READ response) is discarded and counted (``trimmed_discarded``)
+— a loss like any other, repaired by go-back-N (the PSN-sequence NAK when the
+next packet arrives, an implied NAK for READ responses, or the ACK timeout).
+Why the flag and not the length: a cut FIRST/MIDDLE is shorter than the
+PMTU, but a cut SEND_ONLY/SEND_LAST of 0 B looks well-formed, and without
+the flag IBTA makes a wrong length on a live QP an invalid request (NAK, QP
+to ERR), which is what a packet without the trimmed DSCP still gets. Packets
+without a payload lose nothing when trimmed and are processed; a CE mark on a
+discarded packet still owes the sender a CNP (it is congestion).
+
 ICRC: ``icrc`` is a function of the UDP payload; when given, every packet
 is sealed with it and every received one checked (bad ones are counted
 drops). Pass :func:`emu.transports.roce.packets.pseudo_header_icrc` in
@@ -58,6 +71,10 @@ from emu.transports.roce.responder import RecvWqe, Responder
 from emu.transports.roce.verbs import RecvWR, SendWR, WrOpcode
 
 _RESPONSES = frozenset(range(P.READ_RESP_FIRST, P.ATOMIC_ACK + 1))
+#: opcodes that carry a payload a switch can cut (their trimmed copies are discarded)
+_WITH_PAYLOAD = frozenset({*range(P.SEND_FIRST, P.WRITE_ONLY_IMM + 1), P.READ_RESP_FIRST,
+                           P.READ_RESP_MIDDLE, P.READ_RESP_LAST, P.READ_RESP_ONLY,
+                           P.SEND_LAST_INV, P.SEND_ONLY_INV})
 _MAX_MSG = 1 << 31
 
 
@@ -302,13 +319,15 @@ class RoceEngine(Engine):
     # -- the Engine contract --------------------------------------------------
 
     def receive_datagram(self, data: bytes | bytearray | memoryview, addr: Addr, now: float,
-                         *, ecn: int = ECN_NOT_ECT) -> None:
+                         *, ecn: int = ECN_NOT_ECT, trimmed: bool = False) -> None:
+        """One UDP payload; ``trimmed``: its DSCP says a switch cut it (module docstring)."""
         self._now = now
         st = self.stats
         st["rx_packets"] += 1
         n = len(data)
         st["rx_bytes"] += n
-        if n > 16 and data[0] == P.WRITE_MIDDLE and ecn != ECN_CE and self._fast_rx:
+        if (n > 16 and data[0] == P.WRITE_MIDDLE and ecn != ECN_CE and self._fast_rx
+                and not trimmed):
             # the bulk of a WRITE: placed without building a Pkt (falls back on anything odd)
             qp = self._qps.get(_DQPN.unpack_from(data, 4)[0] & 0xFFFFFF)
             if qp is not None:
@@ -334,7 +353,7 @@ class RoceEngine(Engine):
             st["rx_drop_wrong_source"] += 1
             return
         try:
-            self._dispatch(qp, p, now, ecn)
+            self._dispatch(qp, p, now, ecn, trimmed)
         except Exception as e:  # a bug must not take the NIC down; tests assert this stays 0
             st["rx_drop_internal_error"] += 1
             if self.trace.enabled:
@@ -357,7 +376,8 @@ class RoceEngine(Engine):
             self._addr_cache[a] = h
         return h
 
-    def _dispatch(self, qp: QueuePair, p: P.Pkt, now: float, ecn: int) -> None:
+    def _dispatch(self, qp: QueuePair, p: P.Pkt, now: float, ecn: int,
+                  trimmed: bool = False) -> None:
         op = p.opcode
         if op == P.CNP:
             self.stats["rx_cnps"] += 1
@@ -372,6 +392,11 @@ class RoceEngine(Engine):
             if now - qp.last_cnp_sent >= self.cnp_interval and qp.state is not QpState.ERR:
                 qp.last_cnp_sent = now
                 qp.cnp_pending = True
+        if trimmed and op in _WITH_PAYLOAD:
+            self.stats["trimmed_discarded"] += 1  # a loss; go-back-N repairs it
+            if self.trace.enabled:
+                self.trace.packet_dropped(now, qp=qp.qpn, reason="trimmed", op=op, psn=p.psn)
+            return
         if self.trace.enabled:
             self.trace.packet_received(now, qp=qp.qpn, op=op, psn=p.psn, len=len(p.payload))
         if op in _RESPONSES:

@@ -25,6 +25,18 @@ the oldest unacknowledged PSN) so ordinary comparisons work across the
   progress; on expiry the retry counter drops and the requester rewinds to the
   oldest unacked PSN; the counter (``retry_cnt``) refills on progress, and a
   sequence-error NAK that acks nothing new also spends a retry.
+
+The transmit pointer (``tx``, ``tx_pkt``) is never behind ``una`` (so never
+behind the oldest outstanding WQE, ``head``): whenever ``una`` moves forward
+— an ACK, a READ response, an atomic ACK — :meth:`Requester._catch_up` moves
+the pointer with it. A rewind puts it *at* ``una``; the ACKs of the
+original packets can still arrive afterwards (the timeout was spurious, the
+NAK raced them) and complete WQEs the pointer had gone back into. Without
+the rule the pointer lagged behind ``head``, and compacting the send queue
+(``del sq[:head]; tx -= head``) made it negative: packets were then built
+from another WQE at another offset (issue #12: WRITE_MIDDLEs of 0 or 16
+bytes, ``REM_INV_REQ_ERR`` at the peer). ``rd_out`` counts the READ/atomics
+in ``sq[head:tx]``, so a completing head WQE leaves it only if it was there.
 """
 
 from __future__ import annotations
@@ -90,6 +102,10 @@ class SendWqe:
 
 class Requester:
     """The send half of one QP (see the module docstring)."""
+
+    #: completed WQEs are dropped from the front of ``sq`` once there are more than this
+    #: many and they are the larger part (a class attribute: tests lower it to reach it)
+    compact_after = 256
 
     def __init__(self, qp: QueuePair, eng: EngineCtx) -> None:
         self.qp = qp
@@ -363,22 +379,36 @@ class Requester:
             self._complete_head(w.length)
 
     def _complete_head(self, byte_len: int) -> None:
+        """The oldest WQE is done: complete it, keep the transmit-pointer rule, compact."""
         w = self.sq[self.head]
+        if w.op.is_read_or_atomic and self.tx > self.head:
+            self.rd_out -= 1  # counted only while in sq[head:tx] (not since a rewind to it)
         self.head += 1
-        if w.op.is_read_or_atomic:
-            self.rd_out -= 1
+        self._catch_up()
         if w.signaled:
             qp = self.qp
             self.eng.complete(qp.send_cq, WorkCompletion(w.wr_id, WcStatus.SUCCESS,
                                                          w.op.wc_opcode, qp.qpn, byte_len))
-        if self.head > 256 and self.head * 2 > len(self.sq):
+        if self.head > self.compact_after and self.head * 2 > len(self.sq):
             del self.sq[:self.head]
-            self.tx -= self.head
+            self.tx -= self.head  # >= 0: _catch_up keeps tx >= head
             self.head = 0
+
+    def _catch_up(self) -> None:
+        """The rule of the module docstring: move the transmit pointer up to ``una`` if a
+        rewind left it behind (what is acknowledged is never sent again)."""
+        h = self.head
+        if self.tx < h:
+            self.tx, self.tx_pkt = h, 0
+        if self.tx == h < len(self.sq):
+            w = self.sq[h]
+            if w.psn is not None and w.psn + self.tx_pkt < self.una < w.psn + w.npkts:
+                self.tx_pkt = self.una - w.psn
 
     def _progress(self, una: int, now: float) -> None:
         """The oldest unacked PSN moved forward to ``una``: refill retries, restart the timer."""
         self.una = una
+        self._catch_up()
         a = self.qp.attr
         self.retry_left = a.retry_cnt
         self.rnr_left = a.rnr_retry
