@@ -33,8 +33,11 @@ Rules every engine keeps:
   daemon passes ``time.monotonic()``, tests a hand-stepped float); engines
   never read a clock and draw randomness only from an injected RNG.
 * **Pacing through the timer.** A rate-limited engine returns only what it
-  may send *now* and reports the next send time through ``get_timer()``; the
-  daemon never pads or delays datagrams itself.
+  may send *now* and reports the next send time through ``get_timer()``. The
+  daemon adds one thing a NIC has and an engine cannot see: each port's
+  serializer (``emu.nic.pacer``), which lets datagrams onto the wire at the
+  port's line rate, all engines together, and holds an engine's further
+  output back while its queue waits for the port.
 * **PFC pause is honoured.** :meth:`Engine.pause` ``(cls, until)`` stops
   every datagram of traffic class ``cls`` until ``until`` (``until <= now``
   resumes at once — XON); paused output waits, it is not dropped.
