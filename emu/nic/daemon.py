@@ -409,6 +409,7 @@ class NicDaemon:
         while ev is not None:
             self.control.on_event(slot, ev)
             ev = eng.next_event()
+        self.control.flush()  # completions out now, not on the writer task's turn
         t = eng.get_timer()
         slot.timer_scope.deadline = math.inf if t is None else t
 
