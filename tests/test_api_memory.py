@@ -212,3 +212,50 @@ async def test_client_hanging_up_mid_reply_does_not_kill_the_daemon(tmp_path):
                 return dev.create_cq(8) is not None
 
         assert await trio.to_thread.run_sync(polite_client)
+
+
+async def test_quiet_requests_reply_only_when_they_fail(tmp_path):
+    """``quiet`` (what ``wait=False`` sends): no reply on success, the error reply (with
+    the request's id, in order) on failure; replies to other requests are unaffected."""
+    async with running(_cfg(tmp_path)) as d:
+        def client() -> list[dict]:
+            from emu.nic.protocol import LineBuffer, decode, encode
+
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(d.cfg.sock_path)
+                s.sendall(b"".join(encode(m) for m in (
+                    {"id": 1, "op": "ping", "quiet": True},
+                    {"id": 2, "op": "no_such_op", "quiet": True},
+                    {"id": 3, "op": "create_cq", "cqe": 8, "quiet": True},
+                    {"id": 4, "op": "ping"})))
+                s.settimeout(10)
+                lb, got = LineBuffer(), []
+                while not any(m.get("id") == 4 for m in got):
+                    got += [decode(line) for line in lb.feed(s.recv(65536))]
+                return got
+
+        got = await trio.to_thread.run_sync(client)
+        assert [(m["id"], m["ok"]) for m in got] == [(2, False), (4, True)]
+        assert got[0]["code"] == "ENOSYS"
+        assert d.control.counters()["requests"] == 4
+
+
+async def test_replies_larger_than_the_socket_buffer_arrive_whole_and_in_order(tmp_path):
+    """A client that pipelines many requests before reading: what the socket cannot take
+    at once waits (the writer task) and nothing is lost or reordered."""
+    async with running(_cfg(tmp_path)) as d:
+        def client() -> list[int]:
+            from emu.nic.protocol import LineBuffer, decode, encode
+
+            n = 3000
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(d.cfg.sock_path)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.sendall(b"".join(encode({"id": i, "op": "query_device"}) for i in range(n)))
+                s.settimeout(10)
+                lb, ids = LineBuffer(), []
+                while len(ids) < n:
+                    ids += [decode(line)["id"] for line in lb.feed(s.recv(65536))]
+                return ids
+
+        assert await trio.to_thread.run_sync(client) == list(range(3000))

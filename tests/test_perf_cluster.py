@@ -92,6 +92,32 @@ def test_latency_fields_are_present_and_ordered(cluster):
         assert r["t_typical"] <= r["p99"] <= r["p99_9"]
 
 
+def test_latency_json_carries_the_kernel_rtt_and_what_emu_adds(cluster):
+    """The kernel's ICMP round trip over the same path, measured in the same run, beside
+    each latency row; only consistency is checked (no thresholds on times)."""
+    for test in ("write-lat", "send-lat"):
+        p, doc = perf(cluster, test, "-n", "50", "--ping-count", "5")
+        k = doc["kernel_rtt"]
+        assert k["address"] == H2 and k["sent"] == 5 and 0 < k["received"] <= 5
+        assert 0 < k["min_us"] <= k["avg_us"] <= k["max_us"]
+        [r] = doc["results"]
+        assert r["emu_rtt_us"] == pytest.approx(2 * r["t_typical"])
+        assert r["kernel_rtt_us"] == k["avg_us"]
+        assert r["added_rtt_us"] == pytest.approx(r["emu_rtt_us"] - k["avg_us"])
+        assert r["rtt_ratio"] == pytest.approx(r["emu_rtt_us"] / k["avg_us"])
+        assert "kernel RTT (ICMP echo, same path): avg" in p.stderr  # --json: text on stderr
+    p, doc = perf(cluster, "write-lat", "-n", "20", "--ping-count", "0")
+    assert doc["kernel_rtt"] is None and doc["results"][0]["added_rtt_us"] is None
+    assert "kernel RTT" not in p.stderr
+
+
+def test_kernel_rtt_function_measures_a_cluster_path(cluster):
+    from emu.apps.perf.kernel_rtt import kernel_rtt
+
+    r = kernel_rtt(cluster, "h1", "h2", count=3, interval=0.01)
+    assert r.address == H2 and r.sent == 3 and r.received > 0 and r.avg_us > 0
+
+
 def test_text_output_has_perftests_table(cluster):
     p = emu("perf", "write-lat", "--from", "h1", "--to", "h2", "-c", cluster, "-n", "20")
     lines = p.stdout.splitlines()

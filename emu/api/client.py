@@ -8,8 +8,9 @@ completions, so something must read the socket while the application is busy
 a local operation (no round trip, like ``ibv_poll_cq``); ``cq.wait(n)``
 blocks on a condition; ``await cq.wait_async(n)`` does the same from trio
 (in a worker thread, cancellable). Requests are synchronous by default;
-``wait=False`` pipelines posts (the reply's error, if any, is kept in
-:attr:`Connection.async_errors`) — what a bandwidth test needs.
+``wait=False`` pipelines posts: the request is sent ``quiet`` (the daemon
+replies only if it fails; the error is kept in :attr:`Connection.async_errors`)
+— what a bandwidth test needs, and a latency test's post costs no reply.
 
 Data never crosses the socket: buffers come from :meth:`Device.alloc_buffer`
 (shared memory), the daemon maps them at ``reg_mr``, and a remote WRITE
@@ -81,11 +82,15 @@ class Connection:
         if self.closed_reason is not None:
             raise NicError("ECONNRESET", self.closed_reason)
         p = _Pending() if wait else None
+        req = {"id": 0, "op": op, **args}
+        if p is None:
+            req["quiet"] = True  # no reply unless it fails: nobody waits for one
         with self._lock:
-            rid = next(self._ids)
-            self._pending[rid] = p
+            req["id"] = rid = next(self._ids)
+            if p is not None:
+                self._pending[rid] = p
             try:
-                self.sock.sendall(encode({"id": rid, "op": op, **args}))
+                self.sock.sendall(encode(req))
             except OSError as e:
                 self._pending.pop(rid, None)
                 raise NicError("ECONNRESET", self.closed_reason or str(e)) from None

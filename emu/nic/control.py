@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from emu.nic.daemon import EngineSlot, NicDaemon
 
 OUT_MAX = 1024  # replies waiting for the writer before we stop reading requests
+READ_STREAK = 16  # request reads in a row before the reader lets other tasks run
 _UCRED = struct.Struct("3i")
 
 
@@ -58,6 +59,7 @@ class ControlServer:
         self._listener: Any = None
         self._inode = 0
         self._scope: trio.CancelScope | None = None
+        self._unsent: dict[Session, None] = {}  # clients with completions for flush()
         self.c = dict.fromkeys(("clients_total", "refused", "protocol_errors", "requests",
                                 "request_errors", "events_dropped", "events_orphaned",
                                 "cq_overflows", "freed_qps", "freed_mrs", "freed_cqs"), 0)
@@ -129,7 +131,9 @@ class ControlServer:
                     self.c["refused"] += 1
                     n.start_soon(self._refuse, sock, why)
                     continue
-                s = Session(next(self._handles), sock, uid, pid, self.d.memory.alloc_pd())
+                raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=sock.detach())
+                raw.setblocking(False)
+                s = Session(next(self._handles), raw, uid, pid, self.d.memory.alloc_pd())
                 self.sessions[s.id] = s
                 self.c["clients_total"] += 1
                 n.start_soon(self._session, s)
@@ -161,9 +165,23 @@ class ControlServer:
             s.sock.close()
 
     async def _reader(self, s: Session) -> None:
+        """Requests in, replies out in the same turn.
+
+        Why raw non-blocking calls and an inline send: trio's socket wrappers
+        yield once after every successful call, and a reply left to the writer
+        task waits for another scheduler turn — each turn ~10 µs here, and a
+        latency test pays a request and a completion per message (measured:
+        ``docs/architecture.md``, "Latency"). The writer task only takes over
+        what the socket cannot take at once (:meth:`_send_now`)."""
         lb = LineBuffer()
+        sock, streak = s.sock, 0
         while not s.closing:
-            data = await s.sock.recv(65536)
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                streak = 0
+                await trio.lowlevel.wait_readable(sock)
+                continue
             if not data:
                 return
             try:
@@ -175,41 +193,87 @@ class ControlServer:
                 return
             touched: dict[EngineSlot, None] = {}
             for line in lines:
-                s.out.append(self._handle(s, line, touched))
+                reply = self._handle(s, line, touched)
+                if reply is not None:
+                    s.out.append(reply)
             for slot in touched:
                 self.d.pump(slot)
-            s.wake()
+            self._send_now(s)
             while len(s.out) > OUT_MAX and not s.closing:
                 await s.drained.park()
+            streak += 1
+            if streak >= READ_STREAK:  # a client that never pauses must not starve the rest
+                streak = 0
+                await trio.lowlevel.checkpoint()
         await self._flush_then_close(s)
 
     async def _flush_then_close(self, s: Session) -> None:
         s.closing = True
         s.wake()
         with trio.move_on_after(1.0):
-            while s.out or s.events:
+            while s.out or s.events or s.pending is not None:
                 await s.drained.park()
 
+    def _collect(self, s: Session) -> bytes:
+        """Everything queued for ``s`` as one write: replies, events, then completions."""
+        chunks = list(s.out)
+        s.out.clear()
+        if s.events:
+            chunks.extend(encode(ev) for ev in s.events)
+            s.events.clear()
+        for h in s.dirty:
+            rec = self.cqs.get(h)
+            if rec is not None and len(rec.cq):
+                wcs = [wc.to_dict() for wc in rec.cq.poll(len(rec.cq))]
+                chunks.append(encode({"event": "wc", "cq": h, "wcs": wcs}))
+        s.dirty.clear()
+        return b"".join(chunks)
+
+    def _send_now(self, s: Session) -> None:
+        """Write what is queued for ``s`` without waiting; leave any rest to the writer.
+
+        Never reorders: while an earlier write waits for room (``pending``),
+        new output queues behind it for the writer task. A failed send is
+        left to the writer too, whose retry raises and ends the session."""
+        if s.pending is not None or not (s.out or s.events or s.dirty):
+            return
+        data = self._collect(s)
+        try:
+            sent = s.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = 0  # the writer's retry raises and ends the session
+        if sent < len(data):
+            s.pending = memoryview(data)[sent:]
+            s.wake()
+
+    def flush(self) -> None:
+        """Send the completions the last engine turn made (``NicDaemon.pump`` calls this):
+        one write per client per turn, without waiting for the writer task's turn."""
+        waiting, self._unsent = self._unsent, {}
+        for s in waiting:
+            if s.id in self.sessions:
+                self._send_now(s)
+
     async def _writer(self, s: Session) -> None:
+        """What :meth:`_send_now` could not finish, and events queued outside a turn."""
+        sock = s.sock
         while True:
+            if s.pending is not None:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    sent = sock.send(s.pending)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                rest = s.pending[sent:]
+                s.pending = rest if len(rest) else None
+                continue
             if not (s.out or s.events or s.dirty):
                 s.drained.unpark_all()
                 await s.lot.park()
                 continue
-            chunks = list(s.out)
-            s.out.clear()
-            chunks.extend(encode(ev) for ev in s.events)
-            s.events.clear()
-            for h in s.dirty:
-                rec = self.cqs.get(h)
-                if rec is not None and len(rec.cq):
-                    wcs = [wc.to_dict() for wc in rec.cq.poll(len(rec.cq))]
-                    chunks.append(encode({"event": "wc", "cq": h, "wcs": wcs}))
-            s.dirty.clear()
-            view = memoryview(b"".join(chunks))
-            while view:
-                sent = await s.sock.send(view)
-                view = view[sent:]
+            self._send_now(s)
 
     def push_event(self, s: Session, ev: dict[str, Any]) -> None:
         if len(s.events) >= self.d.cfg.event_queue:
@@ -235,6 +299,7 @@ class ControlServer:
                                                 "overflows": rec.cq.overflows})
                 return
             rec.owner.dirty[rec.handle] = None
+            self._unsent[rec.owner] = None
             rec.owner.wake()
         elif isinstance(ev, StateChanged):
             qrec = self.by_qpn.get((slot.name, ev.endpoint))
@@ -250,7 +315,11 @@ class ControlServer:
 
     # -- requests -------------------------------------------------------------------
 
-    def _handle(self, s: Session, line: bytes, touched: dict[EngineSlot, None]) -> bytes:
+    def _handle(self, s: Session, line: bytes, touched: dict[EngineSlot, None]
+                ) -> bytes | None:
+        """The reply to one request line; None for a ``quiet`` request that succeeded
+        (a pipelined post whose client would only throw the reply away: not writing it
+        saves a write here and a wake-up of the client's reader thread)."""
         rid = None
         self.c["requests"] += 1
         try:
@@ -260,7 +329,10 @@ class ControlServer:
             fn = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
             if fn is None:
                 raise OpError("ENOSYS", f"unknown op {op!r}")
-            return encode({"id": rid, "ok": True, "result": fn(s, msg, touched)})
+            result = fn(s, msg, touched)
+            if msg.get("quiet") is True:
+                return None
+            return encode({"id": rid, "ok": True, "result": result})
         except ProtocolError as e:
             err: tuple[str, str] = ("EPROTO", str(e))
         except OpError as e:
@@ -441,6 +513,7 @@ class ControlServer:
     def _cleanup(self, s: Session) -> None:
         """Free everything the client owned (its connection is gone)."""
         self.sessions.pop(s.id, None)
+        self._unsent.pop(s, None)
         slots = {}
         for h in list(s.qps):
             rec = self.qps[h]
@@ -468,7 +541,7 @@ class ControlServer:
             s.closing = True
             s.wake()
         for s in list(self.sessions.values()):
-            while s.out or s.events or s.dirty:
+            while s.out or s.events or s.dirty or s.pending is not None:
                 await s.drained.park()
 
     def close_all(self) -> None:

@@ -452,6 +452,7 @@ class NicDaemon:
         while ev is not None:
             self.control.on_event(slot, ev)
             ev = eng.next_event()
+        self.control.flush()  # completions out now, not on the writer task's turn
         t = eng.get_timer()
         if t is not None and held:
             # a due pacing timer would spin while held: the transmit task pumps instead

@@ -48,6 +48,7 @@ class Session:
     cqs: set[int] = field(default_factory=set)
     qps: set[int] = field(default_factory=set)
     closing: bool = False
+    pending: memoryview | None = None  # the unsent rest of a write (the writer task owns it)
     events_dropped: int = 0
 
     def wake(self) -> None:

@@ -75,6 +75,7 @@ class Options:
     timeout: float = 60.0
     plot: str | None = None
     transport: str = "roce"
+    ping_count: int = 50  # latency tests: ICMP echoes for the kernel RTT beside the result
     # --from/--to mode
     src: str | None = None
     dst: str | None = None
@@ -160,6 +161,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--plot", metavar="OUT.svg", help="chart of bandwidth over time (BW tests)")
     e.add_argument("--transport", choices=TRANSPORTS,
                    help="RDMA transport (default roce; uet = UET endpoints, RUD, sprayed)")
+    e.add_argument("--ping-count", dest="ping_count", type=int, metavar="N",
+                   help="latency tests: ICMP echoes to the server before the test, whose "
+                        "average round trip is printed beside the result with what emu adds "
+                        "to it (default 50; 0 = none)")
     c = p.add_argument_group("one command across a running cluster")
     c.add_argument("--from", dest="src", metavar="NODE", help="the client's host (e.g. h1)")
     c.add_argument("--to", dest="dst", metavar="NODE", help="the server's host (e.g. h2)")
@@ -193,6 +198,7 @@ def from_args(a: argparse.Namespace) -> Options:
     o.timeout = a.timeout if a.timeout is not None else 60.0
     o.plot = a.plot
     o.transport = a.transport or "roce"
+    o.ping_count = a.ping_count if a.ping_count is not None else 50
     o.src, o.dst, o.cluster, o.verbose = a.src, a.dst, a.cluster, bool(a.verbose)
     validate(o)
     return o
@@ -219,6 +225,7 @@ def validate(o: Options) -> None:
     need(o.min_bw is None or o.min_bw >= 0, "--min-bw must be >= 0")
     need(o.min_bw is None or o.test.is_bw, "--min-bw checks bandwidth: BW tests only")
     need(o.plot is None or o.test.is_bw, "--plot draws bandwidth: BW tests only")
+    need(0 <= o.ping_count <= 10000, "--ping-count must be 0 .. 10000")
     need(o.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}")
     need(o.transport != "uet" or o.mtu is None,
          "--mtu sets a RoCE path MTU; UET's payload per packet is the NIC's (from the link MTU)")
@@ -256,6 +263,8 @@ def client_argv(o: Options, server: str) -> list[str]:
         argv += ["--plot", o.plot]
     if o.transport != "roce":
         argv += ["--transport", o.transport]
+    if o.ping_count != 50:
+        argv += ["--ping-count", str(o.ping_count)]
     return argv
 
 

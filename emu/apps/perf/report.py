@@ -15,6 +15,7 @@ import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
+from emu.apps.perf.kernel_rtt import PathRtt, added_rtt_us, emu_rtt_us
 from emu.apps.perf.options import Test
 from emu.apps.perf.stats import BwResult, LatResult, bw_unit
 
@@ -110,13 +111,47 @@ def row(r: BwResult | LatResult, gbits: bool) -> str:
     return bw_row(r, gbits) if isinstance(r, BwResult) else lat_row(r)
 
 
+def rtt_lines(test: Test, results: Sequence[LatResult], ping: PathRtt | None,
+              ping_error: str | None = None) -> list[str]:
+    """Beside a latency table: the kernel's round trip over the same path and, per
+    size, emu's round trip and what emu adds to the kernel's (emu's own time)."""
+    if ping is None:
+        return [f" kernel RTT: not measured ({ping_error})"] if ping_error else []
+    lines = [f" kernel RTT (ICMP echo, same path): avg {ping.avg_us:.2f} usec, min "
+             f"{ping.min_us:.2f}, max {ping.max_us:.2f} ({ping.received}/{ping.sent} echoes "
+             f"{ping.interval_s * 1e3:g} ms apart)"]
+    for r in results:
+        emu = emu_rtt_us(test.name, r.t_typical)
+        lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec = {emu / ping.avg_us:.1f} x "
+                     f"kernel RTT; added by emu {added_rtt_us(test.name, r.t_typical, ping):.2f}"
+                     f" usec per round trip")
+    return lines
+
+
+def rtt_fields(test: Test, result: dict[str, Any], ping: PathRtt | None) -> dict[str, Any]:
+    """A latency result's JSON with emu's round trip, the kernel's and their difference
+    (None where the kernel's was not measured)."""
+    emu = emu_rtt_us(test.name, float(result["t_typical"]))
+    return {**result, "emu_rtt_us": emu,
+            "kernel_rtt_us": ping.avg_us if ping else None,
+            "added_rtt_us": emu - ping.avg_us if ping else None,
+            "rtt_ratio": emu / ping.avg_us if ping else None}
+
+
 def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu: int,
              local: Sequence[dict[str, Any]], remote: Sequence[dict[str, Any]],
              results: Sequence[BwResult | LatResult | dict[str, Any]], errors: Sequence[str],
-             min_bw: float | None) -> dict[str, Any]:
+             min_bw: float | None, kernel_rtt: PathRtt | None = None,
+             kernel_rtt_error: str | None = None) -> dict[str, Any]:
     """The ``--json`` document (one per run, on stdout); a server's results are the
-    client's (dicts, as they came over the side channel)."""
+    client's (dicts, as they came over the side channel). Latency results carry
+    ``emu_rtt_us``, ``kernel_rtt_us``, ``added_rtt_us`` and ``rtt_ratio``; the
+    document the whole ping run as ``kernel_rtt`` (None when not measured, with
+    ``kernel_rtt_error`` saying why if it failed)."""
     keys = ("qpn", "psn", "rkey", "va", "gid", "address")
+    rows = [r if isinstance(r, dict) else r.to_json() for r in results]
+    if not test.is_bw:
+        rows = [rtt_fields(test, r, kernel_rtt) for r in rows]
     return {
         "test": test.name, "title": test.banner, "role": role, "device": device,
         "transport": "roce", "connection": "RC", "mtu": mtu,
@@ -125,7 +160,9 @@ def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu:
         "params": params,
         "local": [{k: q.get(k) for k in keys if k in q} for q in local],
         "remote": [{k: q.get(k) for k in keys if k in q} for q in remote],
-        "results": [r if isinstance(r, dict) else r.to_json() for r in results],
+        "results": rows,
+        "kernel_rtt": kernel_rtt.to_json() if kernel_rtt else None,
+        "kernel_rtt_error": kernel_rtt_error,
         "min_bw_gbps": min_bw,
         "errors": list(errors),
         "passed": not errors,

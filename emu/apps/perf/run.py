@@ -26,6 +26,7 @@ from typing import Any
 from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report
 from emu.apps.perf.channel import Channel, ChannelError, PeerAbort
 from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_size, open_device
+from emu.apps.perf.kernel_rtt import PathRtt, RttError, ping_rtt
 from emu.apps.perf.options import TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
 from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
@@ -52,6 +53,8 @@ class _Side:
         self.test: Test = opts.test
         #: the cluster's emulator overload during the run (:mod:`emu.credible.overload`)
         self.overload: dict[str, Any] | None = None
+        self.ping: PathRtt | None = None  # the kernel's RTT to the server (latency client)
+        self.ping_error: str | None = None
 
     def say(self, line: str = "") -> None:
         """Human output: stdout, or stderr when stdout carries the JSON document."""
@@ -101,7 +104,8 @@ class _Side:
                 self.test, role=self.role, params=self.params,
                 device=ep.device if ep else "", mtu=ep.mtu if ep else 0,
                 local=ep.local if ep else [], remote=ep.remote if ep else [],
-                results=self.results, errors=self.errors, min_bw=self.opts.min_bw)
+                results=self.results, errors=self.errors, min_bw=self.opts.min_bw,
+                kernel_rtt=self.ping, kernel_rtt_error=self.ping_error)
             if self.overload is not None:  # the cluster's daemons during the run
                 doc["overload"] = self.overload
                 doc["credible"] = self.overload["credible"]
@@ -157,6 +161,8 @@ class Client(_Side):
         finally:
             if self.ep is None:
                 dev.close()
+        if not o.test.is_bw and o.ping_count:
+            self._measure_ping()
         self._banner(ep)
         pattern = Pattern(max(o.sizes)) if o.verify else None
         cluster = str(dev.attrs.get("cluster") or "")
@@ -166,6 +172,11 @@ class Client(_Side):
             self.results.append(r)
             self.say(report.row(r, o.report_gbits))
         self.say(report.RESULT_LINE)
+        if not o.test.is_bw and o.ping_count:
+            lat_rows = [r for r in self.results if isinstance(r, LatResult)]
+            for line in report.rtt_lines(o.test, lat_rows, self.ping, self.ping_error):
+                self.say(line)
+            self.say(report.RESULT_LINE)
         if before is not None:
             self.overload = overload.delta(before, overload.snapshot(cluster))
             line = overload.warning(self.overload)
@@ -176,6 +187,19 @@ class Client(_Side):
         if o.plot:
             n = report.plot(o.plot, o.test, [r for r in self.results if isinstance(r, BwResult)])
             print(f"wrote {o.plot} ({n} points)", file=self.err)
+
+    def _measure_ping(self) -> None:
+        """The kernel's round trip to the server, from this host, before the test (the
+        server waits for our ``round``, so nothing else is on the path). A failed ping
+        is reported, not fatal: the test itself does not depend on it."""
+        o = self.opts
+        assert o.server is not None
+        try:
+            self.ping = ping_rtt(o.server, count=o.ping_count)
+        except RttError as e:
+            self.ping_error = str(e)
+            print(f"emu perf {self.test.name}: kernel RTT not measured: {e}", file=self.err,
+                  flush=True)
 
     def _round(self, ep: Endpoint, chan: Channel, size: int, pattern: Pattern | None
                ) -> BwResult | LatResult:
