@@ -575,13 +575,9 @@ class TxPath:
         if fx is None:
             return False
         pacer = main.pacer
-        budget = math.inf
-        if pacer is not None:
-            now = time.monotonic()
-            budget = pacer.room(now)
-            if budget <= 0:
-                self._wait_for(pacer)
-                return True
+        now, budget = self._budget(pacer)
+        if budget <= 0:
+            return True
         k, nb, full = fx.drain(q, main, self._main_for, budget)
         if not k and full:
             self._kick()
@@ -630,13 +626,9 @@ class TxPath:
                 data = bytearray(data)
                 q[0] = (data, addr, meta)
             pacer = ps.pacer
-            budget = math.inf
-            if pacer is not None:
-                now = time.monotonic()
-                budget = pacer.room(now)
-                if budget <= 0:
-                    self._wait_for(pacer)
-                    return
+            now, budget = self._budget(pacer)
+            if budget <= 0:
+                return
             tos = getattr(meta, "tos", None)
             if tos is not None and tos != ps.tos:
                 ps.set_tos(tos)
@@ -695,12 +687,18 @@ class TxPath:
             for _ in range(k):
                 q.popleft()
 
-    def _wait_for(self, pacer: Any) -> None:
-        """The head of the queue waits for ``pacer``'s port (the daemon sleeps until
-        :attr:`paced_until`, then flushes again)."""
-        self.paced_until = pacer.due()
-        self._waited = True
-        pacer.c["waits"] += 1
+    def _budget(self, pacer: Any) -> tuple[float, float]:
+        """``(now, bytes the port may take now)``; when that is none, the head of the queue
+        waits for the port (:attr:`paced_until`: the daemon sleeps, then flushes again)."""
+        if pacer is None:
+            return 0.0, math.inf
+        now = time.monotonic()
+        budget = pacer.room(now)
+        if budget <= 0:
+            self.paced_until = pacer.due()
+            self._waited = True
+            pacer.c["waits"] += 1
+        return now, budget
 
     def close(self) -> None:
         for ps in self._entropy.values():
