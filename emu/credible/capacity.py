@@ -27,8 +27,9 @@ from typing import Any
 
 from emu.topology.model import Topology
 
-#: where ``emu doctor`` keeps what it measured (tmpfs: a machine's figures, until reboot)
-COSTS_FILE = "/run/emu/doctor.json"
+#: where ``emu doctor`` keeps what it measured (tmpfs: a machine's figures, until reboot);
+#: a folder of its own, since every ``*.json`` in /run/emu is a cluster's state file
+COSTS_FILE = "/run/emu/doctor/costs.json"
 DAEMON_SHARE = 0.6
 MACHINE_SHARE = 0.6
 #: rates proposed are 1, 2 or 5 × 10^k bits/s, never below this
