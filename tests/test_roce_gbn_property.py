@@ -43,6 +43,7 @@ _OPS = {  # kind -> (only, first, middle, last)
     "write_imm": (P.WRITE_ONLY_IMM, P.WRITE_FIRST, P.WRITE_MIDDLE, P.WRITE_LAST_IMM),
     "send": (P.SEND_ONLY, P.SEND_FIRST, P.SEND_MIDDLE, P.SEND_LAST),
     "send_imm": (P.SEND_ONLY_IMM, P.SEND_FIRST, P.SEND_MIDDLE, P.SEND_LAST_IMM),
+    "read": (P.READ_REQUEST,) * 4,  # a READ request for packet k asks for the rest from k
 }
 
 
@@ -52,9 +53,9 @@ class Msg:
 
     wr_id: int
     kind: str
-    src_off: int  # offset in A's source region
+    src_off: int  # offset in A's source region (READ: in A's region the READ fills)
     length: int
-    dst_off: int  # offset in B's WRITE region, or in B's receive region for SEND/imm
+    dst_off: int  # offset in B's WRITE region, receive region (SEND/imm), READ source
     imm: int | None
     psn: int  # extended first PSN (assigned in post order, as the requester does)
     npkts: int
@@ -76,7 +77,8 @@ class Wire:
         self.ma, self.mb = MemoryTable(random.Random(seed)), MemoryTable(random.Random(seed + 1))
         self.ea = RoceEngine(self.ma, random.Random(seed + 2), line_rate=10e9, cc=None, **kw)
         self.eb = RoceEngine(self.mb, random.Random(seed + 3), line_rate=10e9, cc=None, **kw)
-        qkw = {"pmtu": PMTU, "timeout": 1, "retry_cnt": RETRY_CNT, "min_rnr_timer": 1}
+        qkw = {"pmtu": PMTU, "timeout": 1, "retry_cnt": RETRY_CNT, "min_rnr_timer": 1,
+               "max_rd_atomic": 2, "max_dest_rd_atomic": 2}
         self.qa = self.ea.create_qp(send_cq="a.scq", recv_cq="a.rcq", **qkw)
         self.qb = self.eb.create_qp(send_cq="b.scq", recv_cq="b.rcq", **qkw)
         ia, ib = self.ea.query_qp(self.qa), self.eb.query_qp(self.qb)
@@ -89,6 +91,9 @@ class Wire:
         self.src.view[:] = random.Random(seed + 4).randbytes(len(self.src.view))
         self.dst = register(self.mb, 1 << 17)
         self.rcv = register(self.mb, 1 << 17)
+        self.rsrc = register(self.mb, 1 << 17)  # what READs fetch
+        self.rsrc.view[:] = random.Random(seed + 5).randbytes(len(self.rsrc.view))
+        self.rdst = register(self.ma, 1 << 17)  # where READs land
         self.psn0 = ia["psn"]
         self.msgs: list[Msg] = []
         self.starts: list[int] = []
@@ -104,6 +109,17 @@ class Wire:
 
     def post(self, kind: str, length: int, split: bool) -> None:
         wr_id = len(self.msgs) + 1
+        npkts = max(1, -(-length // PMTU))
+        if kind == "read":  # A's rdst and B's rsrc at the same offset
+            off = self.src_top
+            self.src_top += length
+            self.msgs.append(Msg(wr_id, kind, off, length, off, None, self.next_psn, npkts))
+            self.starts.append(self.next_psn)
+            self.next_psn += npkts
+            self.ea.post_send(self.qa, SendWR.read(
+                wr_id, [Sge(self.rdst.va + off, length, self.rdst.lkey)], self.rsrc.va + off,
+                self.rsrc.rkey), self.now)
+            return
         imm = 0xC0DE0000 + wr_id if kind.endswith("imm") else None
         send = kind.startswith("send")
         off = self.src_top
@@ -124,7 +140,6 @@ class Wire:
             dst_off = self.dst_top
             self.dst_top += length
             wr = SendWR.write(wr_id, sges, self.dst.va + dst_off, self.dst.rkey, imm=imm)
-        npkts = max(1, -(-length // PMTU))
         self.msgs.append(Msg(wr_id, kind, off, length, dst_off, imm, self.next_psn, npkts))
         self.starts.append(self.next_psn)
         self.next_psn += npkts
@@ -149,6 +164,12 @@ class Wire:
         assert p.opcode == want, (f"WR {m.wr_id} packet {k}/{m.npkts}: opcode "
                                   f"{p.opcode:#x}, expected {want:#x}")
         off = k * PMTU
+        if m.kind == "read":  # resumed from packet k: the rest of the range
+            assert (p.va, p.rkey, p.dmalen) == (self.rsrc.va + m.dst_off + off, self.rsrc.rkey,
+                                                m.length - off)
+            assert p.ackreq == 1
+            self.checked += 1
+            return
         chunk = min(PMTU, m.length - off)
         want_bytes = bytes(self.src.view[m.src_off + off:m.src_off + off + chunk])
         assert bytes(p.payload) == want_bytes, (
@@ -176,6 +197,12 @@ class Wire:
             for d, _, _ in expand(self.eb.datagrams_to_send(self.now)):
                 self.b2a.append(bytes(d))
         self.collect()
+
+    def check_rd_out(self) -> None:
+        """The READ/atomic count the requester limits by is the number actually outstanding."""
+        r = self.req
+        out = sum(1 for w in r.sq[r.head:r.tx] if w.op.is_read_or_atomic)
+        assert r.rd_out == out and 0 <= out <= 2, (r.rd_out, out)
 
     def collect(self) -> None:
         for side, eng in (("a", self.ea), ("b", self.eb)):
@@ -264,6 +291,7 @@ def drive(w: Wire, data: st.DataObject, steps: int) -> None:
             if t:
                 w.now = max(w.now, min(t))
                 w.timers()
+        w.check_rd_out()
 
 
 def finish(w: Wire) -> None:
@@ -274,12 +302,15 @@ def finish(w: Wire) -> None:
     assert [c.wr_id for c in wcs] == [m.wr_id for m in w.msgs]
     assert all(c.status is WcStatus.SUCCESS for c in wcs), wcs
     recvs = [e.wc for e in w.events["b"] if isinstance(e, Completion)]
-    with_recv = [m for m in w.msgs if m.kind != "write"]
+    with_recv = [m for m in w.msgs if m.kind not in ("write", "read")]
     assert [(c.wr_id, c.status, c.imm) for c in recvs] == [
         (m.wr_id, WcStatus.SUCCESS, m.imm) for m in with_recv]
     for m in w.msgs:
         sent = bytes(w.src.view[m.src_off:m.src_off + m.length])
-        if m.kind.startswith("send"):
+        if m.kind == "read":
+            sent = bytes(w.rsrc.view[m.dst_off:m.dst_off + m.length])
+            got = bytes(w.rdst.view[m.src_off:m.src_off + m.length])
+        elif m.kind.startswith("send"):
             got = bytes(w.rcv.view[m.dst_off:m.dst_off + m.length])
         else:
             got = bytes(w.dst.view[m.dst_off:m.dst_off + m.length])
