@@ -197,24 +197,13 @@ def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0
 
 def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0) -> dict:
     """One JSON-lines request to a switch daemon's control socket."""
-    import json
-    import socket
+    from emu.switch.client import request as ask
 
     path = os.path.join(switch_dir(cluster, node), "control.sock")
     if not os.path.exists(path):
         raise ClusterError(f"no switch pipeline on {node} in cluster {cluster} "
                            f"(topology without [switch]?)")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    reply = json.loads(buf or b"{}")
+    reply = ask(path, request, timeout)
     if reply.get("error"):
         raise ClusterError(f"{node}: {reply['error']}")
     return reply
@@ -360,14 +349,14 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
     ports = rates.host_ports(topology, res["proposed"])
     rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology), costs.nic_turnaround,
                          costs.switch_turnaround)
-    uet = topology.nic.get("uet") if isinstance(topology.nic.get("uet"), dict) else {}
+    uet = topology.nic.get("uet") or {}
     per_host: dict[str, tuple[str, ...]] = {}
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
     common: tuple[str, ...] = ()
     if topology.nic.get("family") in (4, 6):
         common += ("--family", str(topology.nic["family"]))
-    if "base_rtt" not in (uet or {}):
+    if "base_rtt" not in uet:
         common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
     per_host = {h: a + common for h, a in per_host.items()}
     res["base_rtt"] = rtt

@@ -9,8 +9,11 @@ import os
 import select
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from emu.fabric import Fabric, netns
 from emu.fabric.status import interfaces
@@ -136,3 +139,16 @@ def ns_of_cluster(cluster: str) -> list[str]:
         return [n for n in os.listdir(netns.NETNS_RUN_DIR) if n.startswith(cluster + "-")]
     except FileNotFoundError:
         return []
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def emu_cli(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``emu ARGS`` as a user runs it (this tree's emu); AssertionError with its output when
+    ``check`` and it fails."""
+    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if check and p.returncode != 0:
+        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p

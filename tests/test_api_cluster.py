@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fabric_util import emu_cli
 
 from emu.fabric import state
 
@@ -20,11 +21,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 
 
 def emu(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if check and p.returncode != 0:
-        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
+    return emu_cli(*args, check=check, timeout=120)
 
 
 @pytest.fixture

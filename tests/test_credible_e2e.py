@@ -19,37 +19,28 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from fabric_util import ROOT, emu_cli
 
 from emu.api.client import call_once
 from emu.fabric import state
 from emu.nic.protocol import sock_path
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
-
-
-def emu(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if check and p.returncode != 0:
-        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 @pytest.fixture
 def cluster():
     name = "cr" + secrets.token_hex(3)
     try:
-        up = emu("up", "namespaces/pair.toml", "--name", name, "--set", "nic.line_rate=10gbit")
+        up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", "nic.line_rate=10gbit")
         # more than this machine sustains: emu up says so before anything runs
         assert "warning: line rate 10gbit exceeds" in up.stdout + up.stderr
         yield name
     finally:
         if state.load(name) is not None:
-            emu("down", name, check=False)
+            emu_cli("down", name, check=False)
         assert state.load(name) is None
 
 
@@ -74,5 +65,5 @@ def test_receive_buffer_overflow_is_reported_as_overload(cluster):
     assert o["daemons"]["nicd h2"]["rx_socket"] > 0
     assert "NOT CREDIBLE" in err and "rx_socket" in err
     # the daemon says so too, and emu status shows it
-    st = json.loads(emu("status", cluster, "--json").stdout)
+    st = json.loads(emu_cli("status", cluster, "--json").stdout)
     assert st["overload"]["nicd h2"]["rx_socket"] > 0

@@ -62,19 +62,25 @@ def test_trim_roce_cuts_to_headers_with_a_valid_icrc():
     assert trim_roce(bytes(ack)) is None  # headers only: nothing to cut
 
 
+def write_through(rp, size: int, seed: int):
+    """WRITE ``size`` random bytes a → b through the pair's link until it is quiet;
+    returns (the one completion at a, b's region, the bytes written)."""
+    src, dst = register(rp.ma, size), register(rp.mb, size)
+    data = random.Random(seed).randbytes(size)
+    src.view[:] = data
+    rp.ea.post_send(rp.qa, SendWR.write(1, [Sge(src.va, size, src.lkey)], dst.va, dst.rkey))
+    rp.link.run()
+    (wc,) = rp.link.completions("a")
+    return wc, dst, data
+
+
 @pytest.mark.parametrize("daemon", [False, True], ids=["icrc", "daemon-engines"])
 @pytest.mark.parametrize("opcode,skip", [(P.WRITE_FIRST, 0), (P.WRITE_MIDDLE, 2),
                                          (P.WRITE_LAST, 0)])
 def test_trimmed_write_packet_is_a_loss_repaired_by_go_back_n(opcode, skip, daemon):
     kw = {"engine_kw": {"icrc": None, "gather": True}} if daemon else {}
     rp = roce_pair(seed=4, pmtu=PMTU, trim=trim_first(opcode, skip=skip), **kw)
-    size = 8 * PMTU + 100
-    src, dst = register(rp.ma, size), register(rp.mb, size)
-    data = random.Random(5).randbytes(size)
-    src.view[:] = data
-    rp.ea.post_send(rp.qa, SendWR.write(1, [Sge(src.va, size, src.lkey)], dst.va, dst.rkey))
-    rp.link.run()
-    (wc,) = rp.link.completions("a")
+    wc, dst, data = write_through(rp, 8 * PMTU + 100, seed=5)
     assert wc.status is WcStatus.SUCCESS and wc.wr_id == 1
     assert bytes(dst.view) == data
     assert rp.link.trimmed == 1
@@ -126,13 +132,7 @@ def test_one_mib_write_with_many_trims_is_exact():
     rng = random.Random(8)
     rp = roce_pair(seed=8, pmtu=PMTU, line_rate=100e9,
                    trim=lambda d, s, t: d[0] <= P.WRITE_ONLY_IMM and rng.random() < 0.03)
-    size = 1 << 20
-    src, dst = register(rp.ma, size), register(rp.mb, size)
-    data = random.Random(9).randbytes(size)
-    src.view[:] = data
-    rp.ea.post_send(rp.qa, SendWR.write(1, [Sge(src.va, size, src.lkey)], dst.va, dst.rkey))
-    rp.link.run()
-    (wc,) = rp.link.completions("a")
+    wc, dst, data = write_through(rp, 1 << 20, seed=9)
     assert wc.status is WcStatus.SUCCESS and bytes(dst.view) == data
     assert rp.link.trimmed > 10
     assert rp.eb.counters()["trimmed_discarded"] == rp.link.trimmed

@@ -57,9 +57,9 @@ class Costs:
         return asdict(self)
 
 
-#: the 2-core development VM (measured with ``emu doctor``; see docs/credibility.md)
-REFERENCE = Costs(nic_tx=16e-6, nic_rx=14e-6, switch=40e-6, nic_turnaround=500e-6,
-                  switch_turnaround=80e-6, cores=2)
+#: the 2-core development VM, as ``emu doctor --measure`` measured it (docs/credibility.md)
+REFERENCE = Costs(nic_tx=13.3e-6, nic_rx=12.8e-6, switch=101e-6, nic_turnaround=750e-6,
+                  switch_turnaround=136e-6, cores=2)
 
 
 def load(path: str = COSTS_FILE) -> Costs:

@@ -57,24 +57,6 @@ def _perf(cluster: str, test: str, src: str, dst: str, *args: str) -> dict[str, 
     return json.loads(r.stdout)
 
 
-def _nic_stats(cluster: str) -> dict[str, dict[str, Any]]:
-    from emu.api.client import call_once
-    from emu.nic.protocol import sock_path
-
-    out = {}
-    d = os.path.join(overload_dir(), cluster)
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".sock"):
-            out[f[:-5]] = call_once(sock_path(cluster, f[:-5]), "stats")
-    return out
-
-
-def overload_dir() -> str:
-    from emu.credible.overload import NIC_RUN_DIR
-
-    return NIC_RUN_DIR
-
-
 def _switch_pids(cluster: str) -> dict[str, int]:
     from emu.fabric import state
 
@@ -86,23 +68,6 @@ def _switch_pids(cluster: str) -> dict[str, int]:
         if m:
             out[m.group(1)] = int(rec["pid"])
     return out
-
-
-def _ping_rtt(cluster: str, src: str, dst_addr: str, n: int = 50) -> float:
-    from emu.fabric.status import exec_argv
-
-    r = subprocess.run(exec_argv(cluster, src, ["ping", "-q", "-c", str(n), "-i", "0.01",
-                                                 dst_addr]),
-                       capture_output=True, text=True, timeout=60)
-    m = re.search(r"= [\d.]+/([\d.]+)/", r.stdout)
-    if not m:
-        raise RuntimeError(f"ping {dst_addr} from {src}: {r.stdout.strip()} {r.stderr.strip()}")
-    return float(m.group(1)) * 1e-3
-
-
-def _lat_rtt(doc: dict[str, Any]) -> float:
-    """perftest reports half a round trip: t_typical × 2, in seconds."""
-    return 2 * float(doc["results"][0]["t_typical"]) * 1e-6
 
 
 class _Cluster:
@@ -125,9 +90,22 @@ class _Cluster:
         C.remove_logs(self.name)
 
 
+def _lat_rtt_us(cluster: str, dst: str, n: int) -> tuple[float, float]:
+    """(emu's write-lat round trip, the kernel's ping round trip) over h1 → ``dst``, µs:
+    the latency tool measures both in one run (:mod:`emu.apps.perf.kernel_rtt`)."""
+    from emu.apps.perf.kernel_rtt import emu_rtt_us
+
+    doc = _perf(cluster, "write-lat", "h1", dst, "-n", str(n))
+    row = doc["results"][0]
+    if not doc.get("kernel_rtt"):
+        raise RuntimeError(f"write-lat h1 → {dst}: no ping round trip "
+                           f"({doc.get('kernel_rtt_error')})")
+    return emu_rtt_us("write-lat", row["t_typical"]), doc["kernel_rtt"]["avg_us"]
+
+
 def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacity.Costs:
     """Run the three measurements of the module docstring; returns the costs."""
-    from emu.apps.perf.cluster import server_address as server_address_of
+    from emu.credible.overload import snapshot
 
     pid = os.getpid()
     tx_costs, rx_costs = [], []
@@ -135,15 +113,14 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
     say(f"doctor: NIC daemons, pair at 10 Gb/s, write-bw {seconds:g} s per transport …")
     with _Cluster(pair, f"dr{pid}p", ["nic.line_rate=10gbit"], say) as cl:
         for transport in ("roce", "uet"):
-            before = _nic_stats(cl)
+            before = snapshot(cl)["nic"]
             cpu0 = {h: _cpu_s(s["pid"]) for h, s in before.items()}
             _perf(cl, "write-bw", "h1", "h2", "-s", "1M", "-D", f"{seconds:g}",
                   "--transport", transport)
-            after = _nic_stats(cl)
-            eng = {h: after[h]["transports"][transport]["engine"] for h in after}
-            eng0 = {h: before[h]["transports"][transport]["engine"] for h in before}
-            sent = eng["h1"].get("tx_packets", 0) - eng0["h1"].get("tx_packets", 0)
-            got = eng["h2"].get("rx_packets", 0) - eng0["h2"].get("rx_packets", 0)
+            after = snapshot(cl)["nic"]
+            sent, got = (after[h]["engines"][transport].get(k, 0)
+                         - before[h]["engines"][transport].get(k, 0)
+                         for h, k in (("h1", "tx_packets"), ("h2", "rx_packets")))
             tx = (_cpu_s(after["h1"]["pid"]) - cpu0["h1"]) / max(1, sent)
             rx = (_cpu_s(after["h2"]["pid"]) - cpu0["h2"]) / max(1, got)
             say(f"  {transport}: {sent} packets; sender {tx * 1e6:.1f} us, receiver "
@@ -151,31 +128,19 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
             tx_costs.append(tx)
             rx_costs.append(rx)
         say("doctor: the round trip NIC daemons add (write-lat vs ping) …")
-        addr = server_address_of(cl, "h2")
-        ping = _ping_rtt(cl, "h1", addr)
-        lat = _lat_rtt(_perf(cl, "write-lat", "h1", "h2", "-n", "500"))
-        nic_turn = max(0.0, lat - ping)
-        say(f"  ping {ping * 1e6:.0f} us, write-lat round trip {lat * 1e6:.0f} us: emu adds "
+        lat, ping = _lat_rtt_us(cl, "h2", 500)
+        nic_turn = max(0.0, lat - ping) * 1e-6
+        say(f"  ping {ping:.0f} us, write-lat round trip {lat:.0f} us: emu adds "
             f"{nic_turn * 1e6:.0f} us")
     ls = os.path.join(NAMESPACES, "leaf-spine.toml")
     say(f"doctor: switch daemons, leaf-spine with the pipeline at 50mbit, {seconds:g} s …")
     with _Cluster(ls, f"dr{pid}s", ["switch.port.rate=50mbit"], say) as cl:
         pids = _switch_pids(cl)
-        from emu.credible.overload import snapshot
 
         def handled() -> dict[str, int]:
-            out = {}
-            for node in pids:
-                path = os.path.join("/run/emu/switch", cl, node, "control.sock")
-                try:
-                    from emu.credible.overload import _switch_counters
+            sw = snapshot(cl)["switch"]
+            return {n: int(sw.get(n, {}).get("switch", {}).get("received", 0)) for n in pids}
 
-                    out[node] = int(_switch_counters(path, 5.0)["switch"]["received"])
-                except (OSError, ValueError, KeyError):
-                    out[node] = 0
-            return out
-
-        snapshot(cl)
         n0, c0 = handled(), {n: _cpu_s(p) for n, p in pids.items()}
         _perf(cl, "write-bw", "h1", "h4", "-s", "1M", "-D", f"{seconds:g}")
         n1, c1 = handled(), {n: _cpu_s(p) for n, p in pids.items()}
@@ -183,12 +148,10 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
         sw = max(per) if per else capacity.REFERENCE.switch
         say(f"  {len(per)} switch daemon(s) on the path: up to {sw * 1e6:.1f} us of CPU per "
             "packet")
-        addr = server_address_of(cl, "h4")
-        lat_ls = _lat_rtt(_perf(cl, "write-lat", "h1", "h4", "-n", "300"))
-        ping_ls = _ping_rtt(cl, "h1", addr)
+        lat_ls, ping_ls = _lat_rtt_us(cl, "h4", 300)
         # three switch passes each way; the kernel's own forwarding is in ping's figure
-        sw_turn = max(0.0, (lat_ls - ping_ls - nic_turn) / 6)
-        say(f"  write-lat round trip {lat_ls * 1e6:.0f} us (ping {ping_ls * 1e6:.0f} us): "
+        sw_turn = max(0.0, (lat_ls - ping_ls) * 1e-6 - nic_turn) / 6
+        say(f"  write-lat round trip {lat_ls:.0f} us (ping {ping_ls:.0f} us): "
             f"{sw_turn * 1e6:.0f} us per switch pass")
     cores = len(os.sched_getaffinity(0))
     return capacity.Costs(nic_tx=max(tx_costs), nic_rx=max(rx_costs), switch=sw,

@@ -20,9 +20,7 @@ Control sockets are files, so this works from inside any host namespace
 from __future__ import annotations
 
 import glob
-import json
 import os
-import socket
 from typing import Any
 
 NIC_RUN_DIR = "/run/emu/nic"
@@ -31,24 +29,12 @@ SWITCH_RUN_DIR = "/run/emu/switch"
 RETX_KEYS = ("tx_retransmits", "rto_retransmits", "tx_rudi_retransmits")
 
 
-def _switch_counters(path: str, timeout: float) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(b'{"cmd": "counters"}\n')
-        buf = b""
-        while not buf.endswith(b"\n"):
-            data = s.recv(1 << 16)
-            if not data:
-                break
-            buf += data
-    return json.loads(buf)
-
-
 def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     """Every daemon's overload counters and packet counts now: ``{"nic": {host: …},
-    "switch": {node: …}, "unreachable": [...]}``."""
+    "switch": {node: …}, "unreachable": [...]}`` (a NIC daemon's entry also holds its
+    pid and each engine's counters; a switch daemon's its ``switch`` totals)."""
     from emu.api.client import call_once
+    from emu.switch.client import request
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": []}
     for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
@@ -64,15 +50,18 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
             tx += int(eng.get("tx_packets", 0) or 0)
             retx += sum(int(eng.get(k, 0) or 0) for k in RETX_KEYS)
         out["nic"][host] = {"overload": st.get("overload") or {}, "tx_packets": tx,
-                            "retransmits": retx}
+                            "retransmits": retx, "pid": st.get("pid"),
+                            "engines": {t: tr.get("engine") or {}
+                                        for t, tr in (st.get("transports") or {}).items()}}
     for path in sorted(glob.glob(os.path.join(SWITCH_RUN_DIR, cluster, "*", "control.sock"))):
         node = os.path.basename(os.path.dirname(path))
         try:
-            c = _switch_counters(path, timeout)
+            c = request(path, {"cmd": "counters"}, timeout)
         except (OSError, ValueError) as e:
             out["unreachable"].append(f"switchd {node}: {e}")
             continue
-        out["switch"][node] = {"overload": c.get("overload") or {}}
+        out["switch"][node] = {"overload": c.get("overload") or {},
+                               "switch": c.get("switch") or {}}
     return out
 
 

@@ -63,8 +63,7 @@ def _switch_port_rates(topo: Topology) -> dict[tuple[str, str], float]:
 def host_ports(topo: Topology, default: float) -> list[HostPort]:
     """Every host port with its line rate (rules in the module docstring)."""
     sw = _switch_port_rates(topo)
-    nic_rate = topo.nic.get("line_rate") if isinstance(topo.nic.get("line_rate"), int | float) \
-        else None
+    nic_rate = topo.nic.get("line_rate")  # bits/s (the loader parsed it)
     out = []
     for lk in topo.links:
         for here, dirn in ((lk.a, lk.a_to_b), (lk.b, lk.b_to_a)):

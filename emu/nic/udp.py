@@ -565,7 +565,8 @@ class TxPath:
 
     def _drain_ring(self) -> bool:
         """Sprayed datagrams at the head of the queue into their port's frame ring; True
-        if any went. Raises BlockingIOError (:attr:`blocked` = the ring) when it stays full."""
+        if any went or the head waits for the port (:attr:`paced_until`). Raises
+        BlockingIOError (:attr:`blocked` = the ring) when it stays full."""
         q = self.queue
         try:
             main = self._main_for(q[0][1][0])
