@@ -194,8 +194,11 @@ def test_overload_sums_causes_and_delta_judges_the_run_alone():
              "switch": {}, "unreachable": []}
     d = delta(before, after)  # old damage does not count against this run
     assert d["credible"] and d["total"] == 0 and d["tx_packets"] == 200 and warning(d) is None
-    worse = dict(o, rx_socket=10, total=13)
+    worse = dict(o, rx_socket=10, tx_late=3, tx_late_s=0.52, total=14)
     after["nic"]["h2"]["overload"] = worse
+    before["t"], after["t"] = 10.0, 12.0
     d = delta(before, after)
-    assert not d["credible"] and d["causes"] == {"rx_socket": 7}
-    assert "NOT CREDIBLE" in warning(d) and "nicd h2" in warning(d)
+    assert not d["credible"] and d["causes"] == {"rx_socket": 7, "tx_late": 1}
+    assert d["lost_link_s"] == pytest.approx(0.02) and d["elapsed_s"] == 2.0
+    w = warning(d)
+    assert "NOT CREDIBLE" in w and "nicd h2" in w and "20.0 ms of link time lost, 1 %" in w

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from typing import Any
 
 NIC_RUN_DIR = "/run/emu/nic"
@@ -36,7 +37,7 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     from emu.api.client import call_once
     from emu.switch.client import request
 
-    out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": []}
+    out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic()}
     for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
         host = os.path.basename(path)[:-5]
         try:
@@ -95,7 +96,11 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                     causes[k] = causes.get(k, 0) + v
     total = int(sum(causes.values()))
     unreachable = sorted(set(before.get("unreachable", []) + after.get("unreachable", [])))
-    return {"total": total, "causes": causes, "daemons": daemons, "tx_packets": tx,
+    elapsed = after.get("t", 0.0) - before.get("t", 0.0)
+    # link time the NIC ports stood idle while frames waited for a late daemon
+    lost = sum(d.get("tx_late_s", 0.0) for d in daemons.values())
+    return {"total": total, "causes": causes, "daemons": daemons, "elapsed_s": round(elapsed, 6),
+            "lost_link_s": round(lost, 6), "tx_packets": tx,
             "retransmits": retx, "retransmitted_fraction": retx / tx if tx else 0.0,
             "unreachable": unreachable, "credible": total == 0 and not unreachable}
 
@@ -106,9 +111,13 @@ def warning(d: dict[str, Any]) -> str | None:
         return None
     parts = [f"{k} {v:g}" for k, v in sorted(d["causes"].items())]
     where = ", ".join(sorted(d["daemons"]))
+    lost = ""
+    if d.get("lost_link_s") and d.get("elapsed_s"):
+        lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms of link time lost, "
+                f"{100 * d['lost_link_s'] / d['elapsed_s']:.2g} % of the run")
     msg = (f"warning: emulator overload during this run ({', '.join(parts)}"
-           f"{' in ' + where if where else ''}): the result measures this machine, not the "
-           "emulated network — NOT CREDIBLE; lower the rates (emu doctor proposes some)")
+           f"{' in ' + where if where else ''}{lost}): the result measures this machine, not "
+           "the emulated network — NOT CREDIBLE; lower the rates (emu doctor proposes some)")
     if d["unreachable"]:
         msg += f"; could not read {', '.join(d['unreachable'])}"
     return msg
