@@ -299,3 +299,36 @@ async def test_busy_poll_the_caller_reads_completions_and_replies_itself(tmp_pat
                 buf.close()
 
         await trio.to_thread.run_sync(client)
+
+
+async def test_corked_requests_go_in_one_write_in_order(tmp_path):
+    """``corked()``: pipelined posts are held and written together when the block ends
+    (or before a synchronous call), in order — a receive posted before the send whose
+    answer it takes is there first."""
+    async with running(_cfg(tmp_path, engine_options={"loopback": {"rto": 0.02}})) as d:
+        def client():
+            with Device.open(sock_path=d.cfg.sock_path) as dev:
+                buf = dev.alloc_buffer(1 << 16)
+                mr = dev.reg_mr(buf)
+                cq = dev.create_cq()
+                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+                qa.connect(qb.local_info())
+                qb.connect(qa.local_info())
+                before = d.control.counters()["requests"]
+                with dev.conn.corked():
+                    qb.post_recv(mr.sge(1000, 64), wr_id=10, wait=False)
+                    qa.post_send(mr.sge(0, 8), wr_id=1, wait=False)
+                    assert d.control.counters()["requests"] == before  # held here
+                got = cq.wait(2, timeout=10)
+                assert sorted(w.wr_id for w in got) == [1, 10] and all(w.ok for w in got)
+                with dev.conn.corked():
+                    qb.post_recv(mr.sge(2000, 64), wr_id=11, wait=False)
+                    assert dev.conn.call("ping") == {}  # takes the held post with it
+                    assert d.control.counters()["requests"] == before + 4
+                    qa.post_send(mr.sge(0, 8), wr_id=2, wait=False)
+                assert sorted(w.wr_id for w in cq.wait(2, timeout=10)) == [2, 11]
+                with pytest.raises(RuntimeError), dev.conn.corked(), dev.conn.corked():
+                    pass
+                buf.close()
+
+        await trio.to_thread.run_sync(client)

@@ -165,6 +165,7 @@ def _client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *,
     send_sge = [mr.va + size, size, mr.lkey]
     recv_sge = [mr.va, size, mr.lkey]
     recv_cq, send_cq = ep.recv_cq, ep.send_cq
+    corked = ep.dev.conn.corked
     last = size - 1
     for i in _loop(iters, duration, clock):
         sig = i % SIGNAL_EVERY == SIGNAL_EVERY - 1
@@ -177,11 +178,12 @@ def _client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *,
             run.add(t, clock())
             _check_pong(recv, pattern, server_stream(0), i, f"iteration {i} (the server's WRITE)")
         elif verb == "send":
-            qp.post_recv(recv_sge, wr_id=i, wait=False)
             if pattern is not None:
                 pattern.fill(send, client_stream(0), i)
-            t = clock()
-            qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
+            with corked():  # the receive for the reply, then the send: one write, in order
+                qp.post_recv(recv_sge, wr_id=i, wait=False)  # (held: not timed)
+                t = clock()
+                qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
             wait.until(lambda: len(recv_cq) > 0, f"send-lat reply {i}", poll_every=1)
             run.add(t, clock())
             [wc] = recv_cq.poll(1)
@@ -243,6 +245,7 @@ def _server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: P
     send_sge = [mr.va + size, size, mr.lkey]
     rva, rkey = ep.remote[0]["va"], ep.remote[0]["rkey"]
     recv_cq = ep.recv_cq
+    corked = ep.dev.conn.corked
     last = size - 1
     i = 0
     while iters is None or i < iters:
@@ -266,11 +269,12 @@ def _server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: P
                 raise TransportError(f"ping {i}: {wc.byte_len} bytes, expected {size}")
             if pattern is not None:
                 pattern.check(recv, client_stream(0), i, f"iteration {i} (the client's SEND)")
-            if iters is None or i + 1 < iters:
-                qp.post_recv([mr.va, size, mr.lkey], wr_id=i + 1, wait=False)
             if pattern is not None:
                 pattern.fill(send, server_stream(0), i)
-            qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
+            with corked():  # the next receive (before the reply can be answered), the reply
+                if iters is None or i + 1 < iters:
+                    qp.post_recv([mr.va, size, mr.lkey], wr_id=i + 1, wait=False)
+                qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
         if sig:
             _drain(ep)
         i += 1
