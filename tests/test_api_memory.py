@@ -8,6 +8,7 @@ thread. Waits have deadlines only to fail fast; nothing asserts on elapsed time.
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 import trio
@@ -259,3 +260,75 @@ async def test_replies_larger_than_the_socket_buffer_arrive_whole_and_in_order(t
                 return ids
 
         assert await trio.to_thread.run_sync(client) == list(range(3000))
+
+
+async def test_busy_poll_the_caller_reads_completions_and_replies_itself(tmp_path):
+    """In a busy-poll the reader thread stands aside: completions reach the CQ only when
+    the caller polls the socket, synchronous calls still get their replies, and after
+    it the reader thread delivers again."""
+    async with running(_cfg(tmp_path, engine_options={"loopback": {"rto": 0.02}})) as d:
+        def client():
+            with Device.open(sock_path=d.cfg.sock_path) as dev:
+                buf = dev.alloc_buffer(1 << 16)
+                mr = dev.reg_mr(buf)
+                cq = dev.create_cq()
+                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+                qa.connect(qb.local_info())
+                qb.connect(qa.local_info())
+                conn = dev.conn
+                with conn.busy_poll():
+                    deadline = time.monotonic() + 10
+                    while not conn.standing_aside:
+                        assert time.monotonic() < deadline, "the reader thread kept reading"
+                        time.sleep(0.01)
+                    qb.post_recv(mr.sge(1000, 64), wr_id=10, wait=False)
+                    qa.post_send(mr.sge(0, 8), wr_id=1, wait=False)
+                    assert dev.conn.call("ping") == {}  # a reply, read by this thread
+                    got: list = []
+                    while len(got) < 2:
+                        assert time.monotonic() < deadline, "no completions"
+                        conn.poll_socket()
+                        got += cq.poll(4)
+                    assert sorted(w.wr_id for w in got) == [1, 10] and all(w.ok for w in got)
+                    # left in the socket or the CQ when the busy-poll ends: not lost
+                    qb.post_recv(mr.sge(2000, 64), wr_id=11, wait=False)
+                    qa.post_send(mr.sge(0, 8), wr_id=2, wait=False)
+                    dev.conn.call("ping")  # both posts handled (replies come in order)
+                    assert conn.standing_aside
+                assert sorted(w.wr_id for w in cq.wait(2, timeout=10)) == [2, 11]
+                buf.close()
+
+        await trio.to_thread.run_sync(client)
+
+
+async def test_corked_requests_go_in_one_write_in_order(tmp_path):
+    """``corked()``: pipelined posts are held and written together when the block ends
+    (or before a synchronous call), in order — a receive posted before the send whose
+    answer it takes is there first."""
+    async with running(_cfg(tmp_path, engine_options={"loopback": {"rto": 0.02}})) as d:
+        def client():
+            with Device.open(sock_path=d.cfg.sock_path) as dev:
+                buf = dev.alloc_buffer(1 << 16)
+                mr = dev.reg_mr(buf)
+                cq = dev.create_cq()
+                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+                qa.connect(qb.local_info())
+                qb.connect(qa.local_info())
+                before = d.control.counters()["requests"]
+                with dev.conn.corked():
+                    qb.post_recv(mr.sge(1000, 64), wr_id=10, wait=False)
+                    qa.post_send(mr.sge(0, 8), wr_id=1, wait=False)
+                    assert d.control.counters()["requests"] == before  # held here
+                got = cq.wait(2, timeout=10)
+                assert sorted(w.wr_id for w in got) == [1, 10] and all(w.ok for w in got)
+                with dev.conn.corked():
+                    qb.post_recv(mr.sge(2000, 64), wr_id=11, wait=False)
+                    assert dev.conn.call("ping") == {}  # takes the held post with it
+                    assert d.control.counters()["requests"] == before + 4
+                    qa.post_send(mr.sge(0, 8), wr_id=2, wait=False)
+                assert sorted(w.wr_id for w in cq.wait(2, timeout=10)) == [2, 11]
+                with pytest.raises(RuntimeError), dev.conn.corked(), dev.conn.corked():
+                    pass
+                buf.close()
+
+        await trio.to_thread.run_sync(client)

@@ -19,12 +19,14 @@ lands in the application's pages without the application running.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import select
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
@@ -72,7 +74,15 @@ class Connection:
         self._lock = threading.Lock()
         self._on_event = on_event
         self.closed_reason: str | None = None
+        self._reason: str | None = None  # why, if the daemon said before closing
         self.async_errors: list[dict[str, Any]] = []
+        self._lb = LineBuffer()
+        self._cork: list[bytes] | None = None  # pipelined requests held by corked()
+        self._io_lock = threading.Lock()  # one reader of the socket at a time
+        self._busy = False
+        self.standing_aside = False  # the reader thread waits out a busy-poll (tests look)
+        self._not_busy = threading.Event()
+        self._not_busy.set()
         self._reader = threading.Thread(target=self._read_loop, name="emu-nic-reader",
                                         daemon=True)
         self._reader.start()
@@ -87,16 +97,31 @@ class Connection:
             req["quiet"] = True  # no reply unless it fails: nobody waits for one
         with self._lock:
             req["id"] = rid = next(self._ids)
+            if p is None and self._cork is not None:
+                self._cork.append(encode(req))
+                return {}
             if p is not None:
                 self._pending[rid] = p
             try:
-                self.sock.sendall(encode(req))
+                if self._cork:  # what was corked goes first, in one write with this
+                    corked, self._cork = self._cork, []
+                    self.sock.sendall(b"".join(corked) + encode(req))
+                else:
+                    self.sock.sendall(encode(req))
             except OSError as e:
                 self._pending.pop(rid, None)
                 raise NicError("ECONNRESET", self.closed_reason or str(e)) from None
         if p is None:
             return {}
-        if not p.event.wait(self.timeout):
+        if self._busy:  # nobody else reads: poll for the reply ourselves
+            deadline = time.monotonic() + self.timeout
+            while not p.event.is_set() and self.closed_reason is None:
+                if time.monotonic() > deadline:
+                    break
+                self.poll_socket()
+                if not p.event.is_set():
+                    p.event.wait(50e-6)
+        if not p.event.wait(0 if self._busy else self.timeout):
             raise NicError("ETIMEDOUT", f"no reply to {op} in {self.timeout} s")
         r = p.reply
         if r is None:
@@ -106,32 +131,67 @@ class Connection:
         return r.get("result") or {}
 
     def _read_loop(self) -> None:
-        lb = LineBuffer()
+        """The reader thread: wait until the socket is readable, then read and dispatch
+        under :attr:`_io_lock` — the lock keeps reads and the line buffer in order when
+        the application thread reads too (:meth:`busy_poll`). While a busy-poll is on,
+        the thread stays out of the way (a thread hand-off per completion, with the GIL
+        to win from a spinning thread, is what busy-polling saves)."""
         reason = "daemon closed the connection"
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
         try:
-            while True:
-                data = self.sock.recv(1 << 16)
-                if not data:
-                    break
-                for line in lb.feed(data):
-                    msg = decode(line)
-                    if "event" in msg:
-                        if msg["event"] == "refused":
-                            reason = str(msg.get("error"))
-                        elif msg["event"] == "shutdown":
-                            reason = "daemon shut down"
-                        if self._on_event is not None:
-                            self._on_event(msg)
-                        continue
-                    with self._lock:
-                        p = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
-                    if p is not None:
-                        p.reply = msg
-                        p.event.set()
-                    elif not msg.get("ok", True):
-                        self.async_errors.append(msg)
-        except (OSError, ProtocolError) as e:
-            reason = f"{reason}: {e}" if self.closed_reason is None else reason
+            while self.closed_reason is None:
+                if self._busy:
+                    self.standing_aside = True
+                    self._not_busy.wait(0.1)
+                    continue
+                self.standing_aside = False
+                if not poller.poll(100):
+                    continue
+                with self._io_lock:
+                    if not self._read_some():
+                        break
+        except (OSError, ValueError, ProtocolError) as e:
+            reason = f"{reason}: {e}"
+        self._closed(reason)
+
+    def _read_some(self) -> bool:
+        """Read what the socket holds (without blocking) and dispatch it; False at EOF.
+        Call with :attr:`_io_lock` held."""
+        while True:
+            try:
+                data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not data:
+                return False
+            for line in self._lb.feed(data):
+                self._dispatch(decode(line))
+            if len(data) < 1 << 16:
+                return True
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        if "event" in msg:
+            if msg["event"] == "refused":
+                self._reason = str(msg.get("error"))
+            elif msg["event"] == "shutdown":
+                self._reason = "daemon shut down"
+            if self._on_event is not None:
+                self._on_event(msg)
+            return
+        with self._lock:
+            p = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
+        if p is not None:
+            p.reply = msg
+            p.event.set()
+        elif not msg.get("ok", True):
+            self.async_errors.append(msg)
+
+    def _closed(self, reason: str) -> None:
+        if self._reason is not None:
+            reason = self._reason
+        if self.closed_reason is not None:
+            return
         self.closed_reason = reason
         with self._lock:
             pending, self._pending = self._pending, {}
@@ -141,7 +201,58 @@ class Connection:
         if self._on_event is not None:
             self._on_event({"event": "closed", "reason": reason})
 
+    def poll_socket(self) -> None:
+        """Take in what the daemon has pushed, on the calling thread (completions land in
+        their CQs before this returns). For busy-polling loops, as an application polls
+        a CQ ring itself; returns at once if another thread is reading right now."""
+        if self.closed_reason is not None or not self._io_lock.acquire(blocking=False):
+            return
+        try:
+            if not self._read_some():
+                self._closed("daemon closed the connection")
+        except (OSError, ValueError, ProtocolError) as e:
+            self._closed(f"daemon closed the connection: {e}")
+        finally:
+            self._io_lock.release()
+
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        """Pipelined requests (``wait=False``) made inside go to the daemon in one write
+        when the block ends (or before a synchronous call made inside), in order:
+        e.g. a receive and the send that answers a message cost the daemon one wake-up
+        and one read instead of two. For one thread's use at a time."""
+        with self._lock:
+            if self._cork is not None:
+                raise RuntimeError("already corked")
+            self._cork = []
+        try:
+            yield
+        finally:
+            with self._lock:
+                corked, self._cork = self._cork, None
+                if corked and self.closed_reason is None:
+                    try:
+                        self.sock.sendall(b"".join(corked))
+                    except OSError as e:
+                        raise NicError("ECONNRESET", self.closed_reason or str(e)) from None
+
+    @contextlib.contextmanager
+    def busy_poll(self) -> Iterator[None]:
+        """While inside, the reader thread stands aside and the caller reads the socket
+        itself (:meth:`poll_socket`, e.g. in a spin loop): a completion reaches a spinning
+        thread without a thread hand-off. Synchronous calls still work: their reply is read
+        by whoever polls (``call`` polls while it waits)."""
+        self._busy = True
+        self._not_busy.clear()
+        try:
+            yield
+        finally:
+            self._busy = False
+            self._not_busy.set()
+
     def close(self) -> None:
+        self._busy = False
+        self._not_busy.set()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -40,23 +40,37 @@ def stamp(i: int) -> int:
 class Waiter:
     """Spin for an event (memory byte, completion) while watching the side channel.
 
-    Spinning calls ``sched_yield`` (which also lets the API's reader thread
-    take the GIL), checks the channel and the clock every 64 turns, and
-    naps for 20 µs per turn once it has spun for :data:`BACKOFF_AFTER`.
-    ``expect`` names the channel messages that end the wait (the server's
-    ``done`` in duration mode); anything else from the peer raises.
+    The loops run inside the connection's busy-poll (:meth:`Connection.busy_poll`):
+    the spinning thread reads the daemon's socket itself, every turn when it
+    waits for a completion (``poll_every=1``), every 16th when it waits for
+    memory (only the 1-in-16 signaled send completions come that way). A
+    completion handed from the API's reader thread to a spinning one cost a
+    thread wake-up and a GIL hand-off (measured: docs/architecture.md,
+    "Latency"). Spinning calls ``sched_yield``, checks the channel and the
+    clock every 64 turns, and naps for 20 µs per turn once it has spun for
+    :data:`BACKOFF_AFTER`. ``expect`` names the channel messages that end the
+    wait (the server's ``done`` in duration mode); anything else from the peer
+    raises.
     """
 
     def __init__(self, ep: Endpoint, chan: Channel | None, timeout: float,
                  expect: tuple[str, ...] = ()) -> None:
         self.ep, self.chan, self.timeout, self.expect = ep, chan, timeout, expect
+        self.poll_socket = ep.dev.conn.poll_socket
 
-    def until(self, ready: Callable[[], bool], what: str) -> dict[str, Any] | None:
-        """None once ``ready()``; a channel message in ``expect`` if one came first."""
+    def until(self, ready: Callable[[], bool], what: str, poll_every: int = 16
+              ) -> dict[str, Any] | None:
+        """None once ``ready()``; a channel message in ``expect`` if one came first.
+        ``poll_every``: read the daemon's socket every this many turns (a power of 2)."""
         spins = 0
         start = time.monotonic()
+        poll_socket, mask = self.poll_socket, poll_every - 1
         while not ready():
             spins += 1
+            if spins & mask == 0:
+                poll_socket()
+                if ready():
+                    break
             if spins & 63 == 0:
                 now = time.monotonic()
                 if self.chan is not None:
@@ -134,6 +148,15 @@ def _check_pong(recv: memoryview, pattern: Pattern | None, stream: int, i: int,
 def client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *, iters: int,
            duration: float | None, pattern: Pattern | None, chan: Channel | None,
            timeout: float, clock: Callable[[], float] = time.perf_counter) -> LatRun:
+    """The measuring side's loop, busy-polling the daemon's socket (see :class:`Waiter`)."""
+    with ep.dev.conn.busy_poll():
+        return _client(ep, remote, verb, size, iters=iters, duration=duration,
+                       pattern=pattern, chan=chan, timeout=timeout, clock=clock)
+
+
+def _client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *, iters: int,
+            duration: float | None, pattern: Pattern | None, chan: Channel | None,
+            timeout: float, clock: Callable[[], float]) -> LatRun:
     qp, mr = ep.qps[0], ep.mrs[0]
     rva, rkey = remote[0]["va"], remote[0]["rkey"]
     recv, send = _areas(ep, size)
@@ -142,6 +165,7 @@ def client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *, 
     send_sge = [mr.va + size, size, mr.lkey]
     recv_sge = [mr.va, size, mr.lkey]
     recv_cq, send_cq = ep.recv_cq, ep.send_cq
+    corked = ep.dev.conn.corked
     last = size - 1
     for i in _loop(iters, duration, clock):
         sig = i % SIGNAL_EVERY == SIGNAL_EVERY - 1
@@ -154,12 +178,13 @@ def client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *, 
             run.add(t, clock())
             _check_pong(recv, pattern, server_stream(0), i, f"iteration {i} (the server's WRITE)")
         elif verb == "send":
-            qp.post_recv(recv_sge, wr_id=i, wait=False)
             if pattern is not None:
                 pattern.fill(send, client_stream(0), i)
-            t = clock()
-            qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
-            wait.until(lambda: len(recv_cq) > 0, f"send-lat reply {i}")
+            with corked():  # the receive for the reply, then the send: one write, in order
+                qp.post_recv(recv_sge, wr_id=i, wait=False)  # (held: not timed)
+                t = clock()
+                qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
+            wait.until(lambda: len(recv_cq) > 0, f"send-lat reply {i}", poll_every=1)
             run.add(t, clock())
             [wc] = recv_cq.poll(1)
             _wc_ok(wc, f"receive {i}")
@@ -170,7 +195,7 @@ def client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *, 
         else:  # read
             t = clock()
             qp.post_read(recv_sge, rva, rkey, wr_id=i, wait=False)
-            wait.until(lambda: len(send_cq) > 0, f"READ completion {i}")
+            wait.until(lambda: len(send_cq) > 0, f"READ completion {i}", poll_every=1)
             run.add(t, clock())
             [wc] = send_cq.poll(1)
             _wc_ok(wc, f"READ {i}")
@@ -207,12 +232,20 @@ def server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: Pa
     """Answer pings until ``iters`` (or the client's ``done``); (answered, done message)."""
     if verb == "read":
         return 0, None  # nothing to do: the client READs
+    with ep.dev.conn.busy_poll():
+        return _server(ep, verb, size, iters=iters, pattern=pattern, chan=chan,
+                       timeout=timeout)
+
+
+def _server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: Pattern | None,
+            chan: Channel, timeout: float) -> tuple[int, dict[str, Any] | None]:
     qp, mr = ep.qps[0], ep.mrs[0]
     recv, send = _areas(ep, size)
     wait = Waiter(ep, chan, timeout, expect=("done",))
     send_sge = [mr.va + size, size, mr.lkey]
     rva, rkey = ep.remote[0]["va"], ep.remote[0]["rkey"]
     recv_cq = ep.recv_cq
+    corked = ep.dev.conn.corked
     last = size - 1
     i = 0
     while iters is None or i < iters:
@@ -227,7 +260,7 @@ def server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: Pa
             _fill_ping(send, pattern, server_stream(0), i)
             qp.post_write(send_sge, rva, rkey, wr_id=i, signaled=sig, wait=False)
         else:
-            done = wait.until(lambda: len(recv_cq) > 0, f"send-lat ping {i}")
+            done = wait.until(lambda: len(recv_cq) > 0, f"send-lat ping {i}", poll_every=1)
             if done is not None:
                 return i, done
             [wc] = recv_cq.poll(1)
@@ -236,11 +269,12 @@ def server(ep: Endpoint, verb: str, size: int, *, iters: int | None, pattern: Pa
                 raise TransportError(f"ping {i}: {wc.byte_len} bytes, expected {size}")
             if pattern is not None:
                 pattern.check(recv, client_stream(0), i, f"iteration {i} (the client's SEND)")
-            if iters is None or i + 1 < iters:
-                qp.post_recv([mr.va, size, mr.lkey], wr_id=i + 1, wait=False)
             if pattern is not None:
                 pattern.fill(send, server_stream(0), i)
-            qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
+            with corked():  # the next receive (before the reply can be answered), the reply
+                if iters is None or i + 1 < iters:
+                    qp.post_recv([mr.va, size, mr.lkey], wr_id=i + 1, wait=False)
+                qp.post_send(send_sge, wr_id=i, signaled=sig, wait=False)
         if sig:
             _drain(ep)
         i += 1
