@@ -113,8 +113,11 @@ def warning(d: dict[str, Any]) -> str | None:
     where = ", ".join(sorted(d["daemons"]))
     lost = ""
     if d.get("lost_link_s") and d.get("elapsed_s"):
+        # summed over the late daemons' ports: a share of *their* time, never over 100 %
+        late = [n for n, v in d["daemons"].items() if v.get("tx_late")] or [None]
+        share = d["lost_link_s"] / (d["elapsed_s"] * len(late))
         lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms of link time lost, "
-                f"{100 * d['lost_link_s'] / d['elapsed_s']:.2g} % of the run")
+                f"{min(100.0, 100 * share):.2g} % of the late ports' time")
     msg = (f"warning: emulator overload during this run ({', '.join(parts)}"
            f"{' in ' + where if where else ''}{lost}): the result measures this machine, not "
            "the emulated network — NOT CREDIBLE; lower the rates (emu doctor proposes some)")

@@ -404,6 +404,11 @@ class NicDaemon:
             with contextlib.suppress(BlockingIOError):
                 tx.flush()
             if tx.blocked is None and tx.paced_until is None:
+                # receive before new work: what arrived (ACKs, NAKs, the peer's data)
+                # goes into the engine before it is asked for more, so a daemon short of
+                # CPU sends less instead of letting its receive buffer overflow (receive
+                # livelock: finishing work in hand beats taking on new work)
+                self._ingest(slot, trio.current_time())
                 self.pump(slot)
 
     async def _pause_loop(self, pp: PortPause) -> None:
