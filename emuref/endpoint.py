@@ -175,7 +175,7 @@ class Transport:
             if addr[0] != self.peer:
                 continue
             if self.qp is not None:
-                self.qp.receive_datagram(data, now)
+                self.qp.receive_datagram(data, now, addr[1])
             else:
                 assert self.uet is not None
                 self.uet.receive_datagram(data, addr[0], now, (tos >> 2) in TRIMMED_DSCPS)
@@ -312,7 +312,8 @@ def client(env: Env, tr: Transport) -> dict[str, Any]:
     size = 0
     if case in TRANSFER or case in ("handshake", "sendrecv", "badkey"):
         payload = (env.data / "payload.bin").read_bytes()
-        size = len(payload) if case in TRANSFER else 4096 if case == "badkey" else 0
+        # emu's server sizes its receives from `size` for sendrecv too (README: notes)
+        size = 4096 if case == "badkey" else len(payload)
     own = bytearray(8)
     key, va = tr.register(own)
     ex.send({"type": "hello", "version": VERSION, "transport": env.transport, "testcase": case,

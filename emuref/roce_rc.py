@@ -170,11 +170,12 @@ class RcQp:
 
     # -- sans-IO interface --------------------------------------------------------
 
-    def receive_datagram(self, data: bytes, now: float) -> None:
-        """One UDP payload from the peer; bad ones are counted and dropped."""
+    def receive_datagram(self, data: bytes, now: float, sport: int = W.UDP_PORT) -> None:
+        """One UDP payload from the peer (``sport``: its UDP source port, the flow's
+        entropy, which the ICRC covers); bad ones are counted and dropped."""
         assert self.peer is not None
         try:
-            p = W.decode(data, self.peer, self.local)
+            p = W.decode(data, self.peer, self.local, sport)
         except W.WireError as e:
             self.c.bad_packets += 1
             self.c.errors.append(str(e))
