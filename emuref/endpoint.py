@@ -21,8 +21,9 @@ import selectors
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from emuref import roce_rc, uet_rud
 from emuref.memory import Memory

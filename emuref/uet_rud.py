@@ -294,7 +294,8 @@ class UetEngine:
             if p.error is not None:
                 continue
             for m in p.msgs.values():
-                if m.waiting_since is not None and m.waiting_since + self._rto(m.ask_retries) <= now:
+                w = m.waiting_since
+                if w is not None and w + self._rto(m.ask_retries) <= now:
                     if m.ask_retries >= self.max_retries:
                         self._fail(p, "RETRY_EXC_ERR")
                         break
