@@ -41,7 +41,6 @@ from emu.cc.rccc import RcccReceiver
 from emu.transports.uet import pdc as D
 from emu.transports.uet.pdc import InitiatorPdc, TargetPdc, TxPacket
 
-
 #: the congestion controls a UET flow runs (besides none: ``cc=None``)
 UET_CCS = ("nscc", "rccc")
 
