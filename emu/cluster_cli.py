@@ -118,6 +118,14 @@ def _errors():
     return (ClusterError, FabricError, LinkCtlError, KeyError, ValueError, PermissionError)
 
 
+def _msg(e: BaseException) -> str:
+    """The one-line text of an error: a KeyError's own message, not its repr (str() of a
+    KeyError quotes it; stripping quotes instead cut a message's own closing quote)."""
+    if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
+        return e.args[0]
+    return str(e)
+
+
 def _root() -> None:
     if os.geteuid() != 0:
         raise UserError("needs root (namespaces and netlink): run with sudo")
@@ -134,7 +142,7 @@ def _up(a: argparse.Namespace) -> int:
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
                       trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "
           f"switches, {len(topo.links)} links in {time.perf_counter() - t0:.2f} s",
           file=sys.stderr)
@@ -151,7 +159,7 @@ def _down(a: argparse.Namespace) -> int:
         name = C.resolve(a.cluster)
         removed = C.down(name)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"cluster {name} down: removed {removed.get('namespaces', 0)} namespaces, "
           f"{removed.get('pids', 0)} processes")
     return 0
@@ -169,7 +177,7 @@ def _status(a: argparse.Namespace) -> int:
             else state.clusters()
         out = [_with_links(status(n), n) for n in names]
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     if a.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
     else:
@@ -265,7 +273,7 @@ def _exec(a: argparse.Namespace) -> int:
         name, node = C.split_node(a.node, a.cluster)
         full = exec_argv(name, node, argv)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     try:
         os.execvp(full[0], full)
     except FileNotFoundError:
@@ -288,7 +296,7 @@ def _link(a: argparse.Namespace) -> int:
                               cluster=name)
         C.set_links(name, topo, changed, a.state == "up")
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"{name}: {a.state}: {', '.join(changed) or 'no links'}")
     return 0
 
@@ -332,7 +340,7 @@ def _impair(a: argparse.Namespace) -> int:
             raise UserError("nothing to set: give --rate, --loss, --ecn, --delay or --clear")
         C.save_model(name, topo)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
     return 0
 
@@ -400,7 +408,7 @@ def _capture(a: argparse.Namespace) -> int:
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
           + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
     try:
@@ -461,7 +469,7 @@ def _switch(a: argparse.Namespace) -> int:
             return 0
         reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     except OSError as e:
         raise UserError(f"{a.node}: switch daemon not reachable: {e.strerror}") from None
     reply.pop("ok", None)

@@ -78,7 +78,7 @@ class Fabric:
     def ns(self, node: str) -> str:
         """The namespace of ``node``."""
         if node not in self.topology.nodes:
-            raise KeyError(f"no node {node!r} in cluster {self.cluster}")
+            raise KeyError(f"no node {node!r} in cluster {self.cluster!r}")
         return naming.ns_name(self.cluster, node)
 
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:

@@ -31,7 +31,7 @@ def server_address(cluster: str, node: str) -> str:
 
     topo = C.model(cluster)
     if node not in topo.nodes:
-        raise UsageError(f"no node {node!r} in cluster {cluster}")
+        raise UsageError(f"no node {node!r} in cluster {cluster!r}")
     if topo.nodes[node].kind != "host":
         raise UsageError(f"{node} is a switch: --from/--to take hosts")
     for lk in topo.links_of(node):
@@ -42,7 +42,7 @@ def server_address(cluster: str, node: str) -> str:
         end = lk.end(node)
         if end.ipv6 is not None:
             return str(end.ipv6.ip)
-    raise UsageError(f"{node} has no address in cluster {cluster}")
+    raise UsageError(f"{node} has no address in cluster {cluster!r}")
 
 
 def _relay(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
@@ -97,6 +97,7 @@ def run(o: Options) -> int:
     for t in relays:
         t.start()
     client = None
+    stopped_client = False  # True only if we terminated it (the server had failed)
     try:
         client = subprocess.Popen(cli_cmd, stdin=subprocess.DEVNULL, env=env)
         server_failed_at = None
@@ -105,6 +106,7 @@ def run(o: Options) -> int:
                 server_failed_at = time.monotonic()  # e.g. its port was taken
             if server_failed_at is not None and time.monotonic() - server_failed_at > GRACE:
                 client.terminate()  # it would wait for a server that is gone
+                stopped_client = True
                 break
             time.sleep(0.05)
         rc = client.wait()
@@ -120,7 +122,12 @@ def run(o: Options) -> int:
                 p.wait()
         for t in relays:
             t.join(2)
-    if rc < 0 and src > 0:  # we stopped the client because the server had failed
+    if stopped_client and src > 0:  # we stopped the client because the server had failed
         print(f"emu perf: the server on {o.dst} failed (exit status {src})", file=sys.stderr)
         return src
+    if rc < 0:  # a signal we did not send: the server's failure (peer gone) follows from it
+        print(f"emu perf: the client on {o.src} was killed by signal {-rc}"
+              + (f"; the server on {o.dst} then exited with status {src}" if src else ""),
+              file=sys.stderr)
+        return 128 - rc
     return rc if rc != 0 else src

@@ -101,7 +101,7 @@ class RoceEngine(Engine):
                  class_of: Callable[[int], int] = lambda dscp: dscp >> 3,
                  trace: Trace = NULL_TRACE, first_qpn: int = 0x11,
                  local_addr: Addr | None = None, default_pmtu: int = 4096,
-                 gather: bool = False) -> None:
+                 gather: bool = False, max_psn_ahead: int = 1 << 15) -> None:
         if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0:
             raise ValueError("line_rate, ack_every, ack_req_every must be > 0, burst >= 0")
         if cc is not None:
@@ -120,6 +120,11 @@ class RoceEngine(Engine):
         self.icrc = icrc
         self.ack_every = ack_every
         self.ack_req_every = ack_req_every
+        if not 1 <= max_psn_ahead < 1 << 23:
+            raise ValueError("max_psn_ahead is 1 .. 2^23 - 1 PSNs")
+        #: a request further ahead of the expected PSN than this is dropped without the
+        #: sequence-error NAK (responder.Responder.on_request)
+        self.max_psn_ahead = max_psn_ahead
         self.burst_s = burst_bytes * 8.0 / self.line_rate
         self.cnp_interval = cnp_interval
         self.cnp_dscp = cnp_dscp

@@ -201,6 +201,7 @@ class EngineCtx(Protocol):
     trace: Trace
     ack_every: int
     ack_req_every: int
+    max_psn_ahead: int
 
     def complete(self, cq: Any, wc: WorkCompletion) -> None: ...
 

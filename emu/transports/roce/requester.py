@@ -332,7 +332,8 @@ class Requester:
                 st["rx_drop_stale_ack"] += 1
                 return
             if kind == 0:
-                self._acked_through(psn, now)
+                if not self._acked_through(psn, now):
+                    st["rx_ack_old"] += 1  # acknowledges nothing new (a duplicate or stray)
             elif kind == 1:
                 self._rnr(psn, p.syndrome & 0x1F, now)
             elif kind == 3:

@@ -16,6 +16,16 @@ them for lost. Queue items are ready packets (NAK, atomic ACK), ACK
 markers (coalesced while they sit at the tail) and READ jobs, which emit
 their response packets one at a time under the QP's pacer.
 
+Hostile or stray packets (issue #14): only a request at the expected PSN is
+checked and executed, so only such a packet can draw an error NAK and move the
+QP to ERR — as the IBTA rules make a real RNIC do (a blind forger hits it
+with odds of 2^-24 per packet; RoCEv2 has no authentication against one who
+reads the PSNs). Anything else changes no state: a duplicate is re-ACKed (a
+duplicate READ or atomic that fails its checks is dropped, counted), a PSN
+ahead draws one sequence-error NAK per episode — unless it is more than
+``max_psn_ahead`` ahead (engine option, default 2^15), which no requester
+can be, then it is dropped and counted (``rx_drop_psn_far``).
+
 Errors: a remote access error (bad R_Key, out of bounds, missing right) or
 an invalid request (bad opcode sequence, bad length, message larger than
 the receive WQE) is NAKed with the request's PSN and moves the QP to ERR, as
@@ -140,6 +150,10 @@ class Responder:
                 self._execute(p, psn, now)
             except _Reject as r:
                 self._reject(psn, r, now)
+        elif psn - self.epsn > self.eng.max_psn_ahead:
+            # no requester has that many packets in flight: a stray or a forgery. A
+            # sequence-error NAK would make the real requester resend its whole window
+            self.eng.stats["rx_drop_psn_far"] += 1
         elif psn > self.epsn:
             self.eng.stats["rx_out_of_sequence"] += 1
             if not self.nak_episode:

@@ -447,6 +447,10 @@ class UetEngine(Engine):
                     return
                 self.stats["rx_drop_unknown_pdc"] += 1
                 return
+            bad = self.initiator.reply_check(pdc, pkt.pds, typ in _ACK_TYPES)
+            if bad:
+                self.stats[bad] += 1  # a stray or forged reply changes nothing
+                return
             if typ in _ACK_TYPES:
                 self.stats["rx_acks"] += 1
                 rsp = self.ses_ini.on_response(pdc, pkt.pds, pkt.ses, pkt.payload, now)

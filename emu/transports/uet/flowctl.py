@@ -41,6 +41,9 @@ from emu.cc.rccc import RcccReceiver
 from emu.transports.uet import pdc as D
 from emu.transports.uet.pdc import InitiatorPdc, TargetPdc, TxPacket
 
+#: the congestion controls a UET flow runs (besides none: ``cc=None``)
+UET_CCS = ("nscc", "rccc")
+
 
 @dataclass(eq=False)
 class Flow:
@@ -76,6 +79,10 @@ class FlowCtl:
         self.flows: dict[int, Flow] = {}
         # fail at construction, not at the first packet, on a bad name or parameter
         P.create(paths, ents, host.rng, **self.path_params)
+        if cc is not None and cc not in UET_CCS:
+            # the registry also holds DCQCN, which reacts to RoCEv2 CNPs a UET flow never gets
+            raise ValueError(f"unknown UET congestion control {cc!r}; have none, "
+                             + ", ".join(UET_CCS))
         if cc is not None:
             CC.create(cc, line_rate, **self._cc_kw())
         self.receiver: RcccReceiver | None = None

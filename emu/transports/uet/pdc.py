@@ -26,6 +26,7 @@ from emu.core.psn import PSN32
 from emu.core.reorder import PlacementTracker
 from emu.core.sack import RangeSet
 from emu.core.timers import TimerSet
+from emu.wire.uet_defs import NACK_CODES
 
 #: UDP destination port of UET (uet.md: Encapsulation)
 UDP_PORT = 4793
@@ -81,6 +82,16 @@ NACK_REACTIONS: dict[int, Reaction] = {
 }
 #: trimming NACKs: retransmit at once, without waiting (uet.md: Trimming)
 TRIM_CODES = frozenset({NACK_TRIMMED, NACK_TRIMMED_LASTHOP, NACK_TRIMMED_ACK})
+
+#: counter name per NACK code: one per code the spec names, every other code in one
+#: "other" — the code comes off the wire, and a counter per value ever seen let a
+#: fuzzer grow the table without bound (issue #14)
+_NACK_SUFFIX = {c: f"{c:#04x}" for c in NACK_CODES}
+
+
+def nack_counter(prefix: str, code: int) -> str:
+    """``rx_nack_0x01``-style counter name for ``code``; ``<prefix>_other`` if unnamed."""
+    return f"{prefix}_{_NACK_SUFFIX.get(code, 'other')}"
 
 
 class Mode(enum.IntEnum):
@@ -352,6 +363,10 @@ class TargetPdc:
     #: (message id, length, R_Key, buffer offset, region, assembly) of the WRITE the fast
     #: path placed last (Target.write_middle): its checks hold for the next packet
     stream: tuple[Any, ...] | None = None
+    #: a request or CP without SYN has matched it: the initiator has our DPDCID, so
+    #: a SYN with another Start_PSN is a stray or a forgery, never a new incarnation
+    #: (emu.transports.uet.target: Target._syn_pdc)
+    confirmed: bool = False
 
     def __post_init__(self) -> None:
         self.rcvd = RangeSet(PSN32, self.start_psn)

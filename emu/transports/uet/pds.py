@@ -297,6 +297,31 @@ class Initiator:
 
     # -- receiving -------------------------------------------------------------------
 
+    def reply_check(self, pdc: InitiatorPdc, pds: Any, is_ack: bool) -> str | None:
+        """None if an ACK/NACK for ``pdc`` may act, else the drop counter to bump.
+
+        Why (issue #14): the target answers whatever arrives — a forged request
+        draws a NACK or an ACK addressed to the initiator's host with the forger's
+        SPDCID — so what comes back must be checked against what we sent: the
+        target's PDCID once we know it (a NACK for a PDC the target does not know
+        carries 0), and a cumulative ACK of nothing we have sent is refused (it
+        would release packets the target never got: a silent data loss)."""
+        spd = pds.spdcid
+        if pdc.dpdcid is not None and spd != pdc.dpdcid and (is_ack or spd):
+            return "rx_drop_reply_pdcid"
+        if is_ack and pdc.ext(pds.cack_psn) >= pdc.next_psn:
+            return "rx_drop_ack_unsent"
+        return None
+
+    def _nack_for_us(self, pdc: InitiatorPdc, psn: int) -> bool:
+        """Whether a NACK that would end or rewind ``pdc`` names a PSN it may be about:
+        an outstanding packet, the CLOSE, or the last packet of a message still waiting
+        for its response (the PSN of our ACK_REQ). A forger blind to our PSNs hits
+        this set with odds of about a window in 2^32."""
+        if psn in pdc.unacked or psn == pdc.close_psn:
+            return True
+        return any(m.eom_psn == psn and m.waiting_since is not None for m in pdc.msgs.values())
+
     def on_ack(self, pdc: InitiatorPdc, ack: Any, rsp: Any, now: float) -> None:
         """Apply an ACK / ACK_CC: learn DPDCID, release packets (CACK, ACK_PSN, SACK),
         take the SES response, honour the REQ field (uet.md: PDS headers, ACK)."""
@@ -421,13 +446,17 @@ class Initiator:
         h = self.h
         code = nack.nack_code
         reaction = D.NACK_REACTIONS.get(code, Reaction.IGNORE)
-        h.stats[f"rx_nack_{code:#04x}"] += 1
+        h.stats[D.nack_counter("rx_nack", code)] += 1
         if h.trace.enabled:
             h.trace.nack_received(now, pdc=pdc.pdcid, code=code, psn=nack.nack_psn,
                                   reaction=reaction.value)
         if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
             return
         psn = pdc.ext(nack.nack_psn)
+        if (reaction is not Reaction.RETRANSMIT or code == D.NACK_ROD_OOO) and (
+                reaction is not Reaction.IGNORE and not self._nack_for_us(pdc, psn)):
+            h.stats["rx_drop_nack_unsent"] += 1  # it would end or rewind the PDC: prove it
+            return
         if code == D.NACK_ROD_OOO and pdc.mode is D.Mode.ROD:
             rod.go_back(self, pdc, psn, now)
         elif reaction is Reaction.RETRANSMIT:

@@ -151,7 +151,7 @@ class Rudi:
         """NACK with NT: react per code (uet.md: NACK codes) for the named pkt_id."""
         code = nack.nack_code
         st = self.h.stats
-        st[f"rx_nack_{code:#04x}"] += 1
+        st[D.nack_counter("rx_nack", code)] += 1
         rp = self.out.get(nack.nack_psn)
         if rp is None or self.h._host(rp.addr[0]) != host:
             st["rx_rudi_nack_unknown"] += 1

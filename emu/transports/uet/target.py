@@ -26,6 +26,11 @@ from emu.wire.codec.uet import PdsAckCcNscc, encode_packet
 
 _M = PSN32.mask
 _NH_RSP = 4
+#: SES request opcodes the target serves: a SYN carrying another creates no PDC
+_SERVED_OPS = frozenset({S.OP_WRITE, S.OP_READ, *S.SH.ATOMIC_OPS, *S.SEND_OPS})
+#: CPs that may open a PDC with SYN (a CLOSE never does; unknown types never do)
+_SYN_CTL = frozenset({D.CP_NOOP, D.CP_ACK_REQ, D.CP_CLEAR, D.CP_CLEAR_REQ, D.CP_PROBE,
+                      D.CP_CREDIT, D.CP_CREDIT_REQ})
 
 
 class Target:
@@ -42,17 +47,25 @@ class Target:
         self.closed: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
         #: PDCID → (PSN, entropy, retx) of the newest packet owed a coalesced ACK
         self.due: dict[int, tuple[int, int | None, int]] = {}
+        #: a half-open PDC (SYNs only) silent this long may be replaced by a SYN with
+        #: another Start_PSN (_syn_pdc); a live initiator resends within its RTO
+        self.half_open_stale = 2 * max(getattr(host, "rto_max", 0.0), 5e-3)
 
     # -- PDC management ------------------------------------------------------------
 
     def _create(self, host: str, addr: Any, ini: int, start: int,
-                mode: D.Mode = D.Mode.RUD) -> TargetPdc:
-        """A target PDC on SYN, at the initiator's Start_PSN (uet.md: Behaviour, PDC)."""
+                mode: D.Mode = D.Mode.RUD) -> TargetPdc | None:
+        """A target PDC on SYN, at the initiator's Start_PSN (uet.md: Behaviour, PDC);
+        None (counted) when every PDCID is taken."""
         old = self.by_key.get((host, ini))
         if old is not None:
             self.drop(old)  # a new incarnation (different Start_PSN) replaces the old one
-        t = TargetPdc(self.ids.alloc(), host, addr, ini, start, self.h.mpr * D.MPR_UNIT,
-                      mode=mode)
+        try:
+            pid = self.ids.alloc()
+        except RuntimeError:
+            self.h.stats["rx_drop_no_pdcid"] += 1
+            return None
+        t = TargetPdc(pid, host, addr, ini, start, self.h.mpr * D.MPR_UNIT, mode=mode)
         t.last_rx = self.h.now
         self.pdcs[t.pdcid] = t
         self.by_key[(host, ini)] = t.pdcid
@@ -79,11 +92,14 @@ class Target:
         pds = pkt.pds
         ent = addr[1] if len(addr) > 1 else None
         if pds.syn:
-            t = self._syn_pdc(pds, host, addr)
+            t = self._syn_pdc(pkt, host, addr, now)
+            if t is None:
+                return
         else:
             t = self.pdcs.get(pds.dpdcid)
             if t is None or t.peer != host or t.ini_pdcid != pds.spdcid:
                 code = D.NACK_INV_DPDCID if t is None else D.NACK_PDC_HDR_MISMATCH
+                st["rx_drop_unknown_dpdcid" if t is None else "rx_drop_pdc_mismatch"] += 1
                 self._nack(addr, ent, code, pds.psn, 0, pds.spdcid, pds.retx, ecn)
                 return
             if t.mode != pds.type:  # RUD request on a ROD PDC or vice versa
@@ -91,20 +107,27 @@ class Target:
                 self._nack(addr, ent, D.NACK_PDC_MODE_MISMATCH, pds.psn, t.pdcid,
                            t.ini_pdcid, pds.retx, ecn)
                 return
-        t.last_rx = now
         psn = t.ext(pds.psn)
         fm = t.first_missing
+        if not -t.window <= psn - fm < t.window:
+            # far from the window: a stray or a forgery (a SYN's PDC was matched by its
+            # Start_PSN, so only a request without SYN gets here); it moves nothing
+            if psn < fm:
+                st["rx_drop_psn_stale"] += 1
+                return
+            st["rx_psn_oor_window"] += 1
+            self._nack(addr, ent, D.NACK_PSN_OOR_WINDOW, pds.psn, t.pdcid, t.ini_pdcid,
+                       pds.retx, ecn, payload=fm)
+            return
+        t.last_rx = now
+        if not pds.syn:
+            t.confirmed = True  # the initiator knows our PDCID (see _syn_pdc)
         if psn < fm or psn in t.rcvd:
             # duplicate in window → re-send the ACK, with the message's response if
             # it has one (uet.md: Window)
             st["rx_duplicate"] += 1
             rsp = t.response_for_psn(psn)
             self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, rsp)
-            return
-        if psn - fm >= t.window:
-            st["rx_psn_oor_window"] += 1
-            self._nack(addr, ent, D.NACK_PSN_OOR_WINDOW, pds.psn, t.pdcid, t.ini_pdcid,
-                       pds.retx, ecn, payload=fm)
             return
         if psn != fm and t.mode is D.Mode.ROD:  # only the in-order prefix (see .rod)
             rod.target_out_of_order(self, t, pds, addr, ent, ecn)
@@ -122,7 +145,7 @@ class Target:
             t.clear_psn = cp
         rsp, nack = self.ses.on_request(t, ses, pkt.payload)
         if nack is not None:
-            st[f"tx_nack_{nack:#04x}"] += 1
+            st[D.nack_counter("tx_nack", nack)] += 1
             self._nack(addr, ent, nack, pds.psn, t.pdcid, t.ini_pdcid, pds.retx, ecn)
             return
         self._accepted(t, psn, len(pkt.payload), ses.message_id, ent, ecn == ECN_CE,
@@ -205,6 +228,7 @@ class Target:
                 return False  # on_request fails the message properly
             t.stream = (mid, total, mk, bo, mr, msg)
         t.last_rx = now
+        t.confirmed = True
         cp = psn + cpo
         if t.clear_psn < cp <= psn + 1:
             t.clear_psn = cp
@@ -240,13 +264,45 @@ class Target:
             if t is not None and t.bytes_since_ack > 0:
                 self.ack(t, psn, ent, False, retx, None)
 
-    def _syn_pdc(self, pds: Any, host: str, addr: Any) -> TargetPdc:
+    def _syn_pdc(self, pkt: Any, host: str, addr: Any, now: float) -> TargetPdc | None:
+        """The PDC a request with SYN belongs to: the one with its {source, SPDCID},
+        Start_PSN and mode, or a new one — or None (counted, nothing changed).
+
+        Why so strict (issue #14): SYN is the only field that creates state, and
+        the target used to replace a PDC whenever a SYN with the same source and
+        SPDCID but another Start_PSN arrived — even one it then dropped for a bad
+        SES header — so eight datagrams from an unprivileged user on the
+        initiator's host ended a transfer. The spec (uet.md: Behaviour, PDC) says
+        a PDC is found by {src, dst, SPDCID} and that requests carry SYN until the
+        first ACK; it does not say a SYN replaces a PDC. Here:
+
+        * a SYN without a request the SES layer can take (no SES header, an
+          opcode we do not serve, SPDCID 0 — reserved) changes nothing
+          (``rx_drop_syn_invalid``);
+        * a *confirmed* PDC — one that a request or CP without SYN has matched,
+          so the initiator has our PDCID — is never replaced by a SYN: a SYN
+          with another Start_PSN or mode is dropped (``rx_drop_syn_conflict``).
+          It goes away by CLOSE, the idle reaper or ``destroy_pdc``;
+        * a half-open PDC (SYNs only) is replaced by a SYN with another Start_PSN
+          (a new incarnation, e.g. after NEW_START_PSN or an initiator restart)
+          only once it has been silent for ``half_open_stale`` seconds; a
+          legitimate initiator refreshes it with every (re)transmitted SYN.
+        """
+        pds = pkt.pds
+        st = self.h.stats
+        v = S.SH.request_view(pkt, 0)
+        if pds.spdcid == 0 or v is None or v.opcode not in _SERVED_OPS:
+            st["rx_drop_syn_invalid"] += 1
+            return None
         start = pds.start_psn()
         pid = self.by_key.get((host, pds.spdcid))
         t = self.pdcs.get(pid) if pid is not None else None
-        if t is None or t.start_psn != start or t.mode != pds.type:
-            t = self._create(host, addr, pds.spdcid, start, D.Mode(pds.type))
-        return t
+        if t is not None and t.start_psn == start and t.mode == pds.type:
+            return t
+        if t is not None and (t.confirmed or now - t.last_rx < self.half_open_stale):
+            st["rx_drop_syn_conflict"] += 1
+            return None
+        return self._create(host, addr, pds.spdcid, start, D.Mode(pds.type))
 
     # -- control packets ------------------------------------------------------------
 
@@ -260,19 +316,30 @@ class Target:
         if pds.syn:
             pid = self.by_key.get((host, pds.spdcid))
             t = self.pdcs.get(pid) if pid is not None else None
+            if t is not None and t.start_psn != pds.start_psn():
+                h.stats["rx_drop_syn_conflict"] += 1  # not this PDC's SYN (_syn_pdc)
+                return
             if t is None and ctl != D.CP_CLOSE:
+                if pds.spdcid == 0 or ctl not in _SYN_CTL:
+                    h.stats["rx_drop_syn_invalid"] += 1
+                    return
                 t = self._create(host, addr, pds.spdcid, pds.start_psn(),
                                  D.Mode.ROD if pds.isrod else D.Mode.RUD)
+                if t is None:
+                    return
         else:
             t = self.pdcs.get(pds.dpdcid)
             if t is not None and (t.peer != host or t.ini_pdcid != pds.spdcid):
                 t = None
+            elif t is not None:
+                t.confirmed = True
         if t is None:
             old = self.closed.get((host, pds.spdcid))
             if ctl == D.CP_CLOSE and old is not None and old[1] == pds.psn:
                 h.stats["rx_close_duplicate"] += 1
                 self._close_ack(addr, ent, old[0], pds.spdcid, pds.psn, pds.retx)
                 return
+            h.stats["rx_drop_unknown_dpdcid"] += 1
             self._nack(addr, ent, D.NACK_INV_DPDCID, pds.psn, 0, pds.spdcid, pds.retx, ecn)
             return
         t.last_rx = now
