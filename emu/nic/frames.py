@@ -81,6 +81,10 @@ def hwaddr(sock: socket.socket, ifname: str) -> bytes:
     return fcntl.ioctl(sock, SIOCGIFHWADDR, req)[18:24]
 
 
+#: destinations whose next hop did not resolve, remembered 10 ms each (bounded: they
+#: come from the wire, a spoofing peer could name any number)
+RETRY_TABLE_MAX = 1024
+
 class FrameTx:
     """One NIC port's frame ring, for datagrams from ``address`` on interface ``ifname``.
 
@@ -192,6 +196,10 @@ class FrameTx:
         except (OSError, ValueError):
             mac = None
         if mac is None:
+            if len(self._retry) >= RETRY_TABLE_MAX:  # keyed by wire addresses: bounded
+                self._retry = {d: t for d, t in self._retry.items() if t > now}
+                if len(self._retry) >= RETRY_TABLE_MAX:
+                    self._retry.clear()
             self._retry[dst] = now + 0.01  # the socket path resolves it meanwhile
             return None
         self._retry.pop(dst, None)
