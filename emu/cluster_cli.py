@@ -38,6 +38,9 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
                    help="NIC daemons write their engines' event traces (JSON lines) to "
                         "/run/emu/logs/<cluster>.nicd-<host>.trace.jsonl")
     p.add_argument("--json", action="store_true", help="print the status as JSON when up")
+    p.add_argument("--force", action="store_true",
+                   help="go ahead although the topology exceeds a limit of this machine "
+                        "(memory, namespaces, processes, open files)")
     p.set_defaults(func=_up)
 
     p = sub.add_parser("down", help="tear down a cluster")
@@ -98,11 +101,11 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_capture)
 
 
-def _load(path: str, overrides: list[str], name: str | None = None):
+def _load(path: str, overrides: list[str], name: str | None = None, check_size=None):
     from emu.topology import TopologyError, load
 
     try:
-        return load(path, overrides, name=name)
+        return load(path, overrides, name=name, check_size=check_size)
     except TopologyError as e:
         raise UserError(str(e)) from None
     except OSError as e:
@@ -118,29 +121,56 @@ def _errors():
     return (ClusterError, FabricError, LinkCtlError, KeyError, ValueError, PermissionError)
 
 
+def _msg(e: BaseException) -> str:
+    """The one-line message of an error (a KeyError's str() adds quotes of its own, and
+    stripping them cut the closing quote of a name at the end of the message)."""
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e)
+
+
 def _root() -> None:
     if os.geteuid() != 0:
         raise UserError("needs root (namespaces and netlink): run with sudo")
 
 
 def _up(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    _root()
+    topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
+    from emu import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
 
-    _root()
-    topo = _load(a.topology, a.set, a.name)
     t0 = time.perf_counter()
     try:
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
                       trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "
           f"switches, {len(topo.links)} links in {time.perf_counter() - t0:.2f} s",
           file=sys.stderr)
     s = status(fabric.cluster)
     print(json.dumps(s, indent=1) if a.json else render(s))
     return 0
+
+
+def _size_check(a: argparse.Namespace):
+    """The loader's hook that refuses a topology this machine cannot run, before it is
+    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning."""
+    from emu import limits
+
+    def check(size, has_switch: bool) -> None:
+        need = limits.Need(size.hosts, size.switches, size.links,
+                           0 if a.no_daemons else size.hosts, size.switches if has_switch else 0)
+        try:
+            limits.check(need)
+        except limits.LimitError as e:
+            if not a.force:
+                raise UserError(f"too big for this machine: {e} (--force to try "
+                                f"anyway)") from None
+            print(f"emu up: warning: {e}; going ahead (--force)", file=sys.stderr)
+
+    return check
 
 
 def _down(a: argparse.Namespace) -> int:
@@ -151,7 +181,7 @@ def _down(a: argparse.Namespace) -> int:
         name = C.resolve(a.cluster)
         removed = C.down(name)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"cluster {name} down: removed {removed.get('namespaces', 0)} namespaces, "
           f"{removed.get('pids', 0)} processes")
     return 0
@@ -167,9 +197,19 @@ def _status(a: argparse.Namespace) -> int:
     try:
         names = [C.resolve(a.cluster)] if a.cluster or len(state.clusters()) == 1 \
             else state.clusters()
-        out = [_with_links(status(n), n) for n in names]
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
+    out = []
+    for n in names:
+        try:
+            s = status(n)
+        except KeyError:
+            continue  # went down while we looked
+        try:
+            s = _with_links(s, n)
+        except Exception as e:  # noqa: BLE001 - status shows a broken cluster, never a traceback
+            s.setdefault("problems", []).append(f"counters unavailable: {e}")
+        out.append(s)
     if a.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
     else:
@@ -265,7 +305,7 @@ def _exec(a: argparse.Namespace) -> int:
         name, node = C.split_node(a.node, a.cluster)
         full = exec_argv(name, node, argv)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     try:
         os.execvp(full[0], full)
     except FileNotFoundError:
@@ -288,7 +328,7 @@ def _link(a: argparse.Namespace) -> int:
                               cluster=name)
         C.set_links(name, topo, changed, a.state == "up")
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"{name}: {a.state}: {', '.join(changed) or 'no links'}")
     return 0
 
@@ -332,7 +372,7 @@ def _impair(a: argparse.Namespace) -> int:
             raise UserError("nothing to set: give --rate, --loss, --ecn, --delay or --clear")
         C.save_model(name, topo)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
     return 0
 
@@ -351,11 +391,13 @@ def _fmt_dir(d) -> str:
 
 
 def _clean(a: argparse.Namespace) -> int:
-    from emu.fabric import clean
+    from emu import cluster as C
 
     _root()
-    done = clean(all_clusters=a.all)
-    print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else ""))
+    done, shm_files = C.clean(all_clusters=a.all)
+    print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else "")
+          + (f"; removed {shm_files} memory-region file(s) of dead processes"
+             if shm_files else ""))
     if a.logs:
         from emu.fabric import state
 
@@ -400,7 +442,7 @@ def _capture(a: argparse.Namespace) -> int:
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
           + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
     try:
@@ -461,7 +503,7 @@ def _switch(a: argparse.Namespace) -> int:
             return 0
         reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
     except _errors() as e:
-        raise UserError(str(e).strip("'\"")) from None
+        raise UserError(_msg(e)) from None
     except OSError as e:
         raise UserError(f"{a.node}: switch daemon not reachable: {e.strerror}") from None
     reply.pop("ok", None)
