@@ -277,12 +277,15 @@ def down(cluster: str) -> dict[str, int]:
     return removed
 
 
-def clean(all_clusters: bool = False) -> tuple[list[str], int]:
+def clean(all_clusters: bool = False, only: list[str] | None = None) -> tuple[list[str], int]:
     """``emu clean``: tear down every cluster whose ``up`` died half way (or every one,
-    ``all_clusters``), with its run directories; then remove shared-memory files
-    whose owner is dead. Returns the clusters cleaned and the files removed."""
+    ``all_clusters``; or only those in ``only``), with its run directories; then
+    remove shared-memory files whose owner is dead. Returns the clusters cleaned and
+    the files removed."""
     done = []
     for c in state.clusters():
+        if only is not None and c not in only:
+            continue
         st = state.load(c)
         if st is None or not (all_clusters or state.crashed(st)):
             continue

@@ -79,6 +79,8 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_impair)
 
     p = sub.add_parser("clean", help="remove leftovers of crashed runs (emu's own, by state file)")
+    p.add_argument("clusters", nargs="*", metavar="CLUSTER",
+                   help="only these clusters (default: every cluster with a state file)")
     p.add_argument("--all", action="store_true", help="tear down every cluster that is up, too")
     p.add_argument("--logs", action="store_true",
                    help="also delete the logs emu down keeps (/run/emu/logs) of clusters "
@@ -394,7 +396,7 @@ def _clean(a: argparse.Namespace) -> int:
     from emu import cluster as C
 
     _root()
-    done, shm_files = C.clean(all_clusters=a.all)
+    done, shm_files = C.clean(all_clusters=a.all, only=a.clusters or None)
     print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else "")
           + (f"; removed {shm_files} memory-region file(s) of dead processes"
              if shm_files else ""))
