@@ -38,11 +38,19 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
        daemons: bool = True, trace: bool = False, progress=print) -> Fabric:
     """Build the cluster, apply its link settings, start its schedule and NIC daemons.
 
-    All or nothing. ``trace``: every NIC daemon writes its engines' event trace to
-    :func:`trace_path` (``emu up --trace``)."""
+    All or nothing. Crash-safe: the state file names every object before it is
+    made, and its ``phase`` stays "starting" (with ``step`` naming what is under
+    way) until the last daemon is ready, so a SIGKILLed ``up`` reads as unfinished
+    in ``emu status`` and ``emu clean`` removes it. ``trace``: every NIC daemon
+    writes its engines' event trace to :func:`trace_path` (``emu up --trace``)."""
     from emu.fabric import linkctl
+    from emu.fabric.progress import Progress
+    from emu.switch import topology as switch_topology
 
-    fabric = Fabric(topology, cluster=cluster)
+    steps = Progress(emit=progress)
+    n_switchd = len(switch_topology.configs(topology)) if switch_topology.enabled(topology) else 0
+    steps.add_total(n_switchd + (len(topology.hosts()) if daemons else 0))
+    fabric = Fabric(topology, cluster=cluster, progress=steps, final_phase="starting")
     fabric.up()
     name = fabric.cluster
     log = event_log(name)
@@ -53,6 +61,7 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             assert st is not None
             st["model"] = to_dict(topology)
             st["event_log"] = log
+            st["step"] = "applying link settings"
             state.save(st)
         impaired = [lk for lk in topology.links
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
@@ -66,22 +75,19 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         if impaired:
             progress(f"applied link settings to {len(impaired)} link(s) "
                      f"({linkctl.features().describe()})")
-        with state.locked():
-            st = state.load(name)
-            assert st is not None
-            st["up_done"] = time.time()
-            state.save(st)
-        from emu.switch import topology as switch_topology
+        state.update(name, up_done=time.time())
 
         extra: tuple[str, ...] = ("--optional-transports",)
-        if switch_topology.enabled(topology):
-            n = start_switch_daemons(name, topology)
+        if n_switchd:
+            state.update(name, step="starting switch daemons")
+            n = start_switch_daemons(name, topology, progress=steps)
             progress(f"switch pipeline running on {n} switch(es) (emu switch NODE to inspect)")
             # the NICs recognise trimmed packets by the DSCPs these switches write
             dscps = sorted({d for c in switch_topology.configs(topology).values()
                             for d in (c.trimmed_dscp, c.trimmed_lasthop)})
             extra += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
         if schedule and topology.events:
+            state.update(name, step="starting the scheduler")
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log})")
@@ -89,23 +95,32 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             from emu.nic.topology import daemon_args
 
             per_host, credible = nic_rates(topology)
-            with state.locked():
-                st = state.load(name)
-                assert st is not None
-                st["credible"] = credible
-                state.save(st)
+            state.update(name, credible=credible, step="starting NIC daemons")
             progress(credible["line"])
             started = start_nic_daemons(name, [h.name for h in topology.hosts()],
                                         extra_args=extra + daemon_args(topology.nic),
-                                        trace=trace, per_host=per_host)
+                                        trace=trace, per_host=per_host, progress=steps)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
                 progress(f"event traces: {trace_path(name, '<host>')}")
+            from emu import limits
+
+            limits.remember_daemon_memory(
+                "nicd", [p["pid"] for p in (state.load(name) or {}).get("pids", [])
+                         if p.get("what", "").startswith("nicd ")])
+        state.update(name, phase="up", step=None)
     except BaseException:
         fabric.down()
+        remove_run_dirs(name, fabric_namespaces(topology, name))
         raise
     return fabric
+
+
+def fabric_namespaces(topology: Topology, cluster: str) -> list[str]:
+    from emu.fabric.naming import ns_name
+
+    return [ns_name(cluster, n) for n in topology.nodes]
 
 
 SWITCH_DIR = os.path.join(state.STATE_DIR, "switch")
@@ -118,7 +133,7 @@ def switch_dir(cluster: str, node: str | None = None) -> str:
 
 
 def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
-                timeout: float, kind: str) -> dict[str, float]:
+                timeout: float, kind: str, progress=None) -> dict[str, float]:
     """Start daemons at once and wait until each prints a line starting with ``ready``.
 
     ``jobs``: name -> (argv after ``python -m``, log path, what the state file calls
@@ -139,9 +154,11 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
     try:
         for name, (argv, log_path, what) in jobs.items():
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
+            full = [sys.executable, "-m", *argv]
+            state.add_spawn(cluster, full, what)  # journalled before the fork
             with open(log_path, "ab") as log:
                 t0 = time.monotonic()
-                p = subprocess.Popen([sys.executable, "-m", *argv], stdin=subprocess.DEVNULL,
+                p = subprocess.Popen(full, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=log, env=env,
                                      start_new_session=True)
             state.add_pid(cluster, p.pid, what)
@@ -168,6 +185,8 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
                         tail = f.read()[-600:].decode(errors="replace").strip()
                     raise ClusterError(f"{kind} on {name} failed (exit {p.returncode}): {tail}")
                 ready[name] = time.monotonic() - t0
+                if progress is not None:
+                    progress.step(f"{kind}s ready")
         return ready
     finally:
         sel.close()
@@ -176,7 +195,8 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
                 p.stdout.close()
 
 
-def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0) -> int:
+def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0,
+                         progress=None) -> int:
     """Start ``emu switchd`` in every switch's namespace and wait until each is ready."""
     import json
 
@@ -192,7 +212,13 @@ def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0
             json.dump(cfg.to_dict(), f, indent=1)
         jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
                        "--config", cfg_path], os.path.join(d, "daemon.log"), f"switchd {node}")
-    return len(spawn_ready(cluster, jobs, timeout, "switch daemon"))
+    ready = spawn_ready(cluster, jobs, timeout, "switch daemon", progress)
+    from emu import limits
+
+    limits.remember_daemon_memory(
+        "switchd", [p["pid"] for p in (state.load(cluster) or {}).get("pids", [])
+                    if p.get("what", "").startswith("switchd ")])
+    return len(ready)
 
 
 def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0) -> dict:
@@ -226,8 +252,10 @@ def switch_counters(cluster: str) -> dict[str, dict]:
 
 
 def _start_scheduler(cluster: str) -> int:
+    argv = [sys.executable, "-m", "emu.scheduler", cluster]
+    state.add_spawn(cluster, argv, "scheduler")
     log = open(event_log(cluster) + ".scheduler.log", "ab")  # noqa: SIM115 - child keeps it
-    proc = subprocess.Popen([sys.executable, "-m", "emu.scheduler", cluster],
+    proc = subprocess.Popen(argv,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True)
     log.close()
@@ -236,22 +264,55 @@ def _start_scheduler(cluster: str) -> int:
 
 
 def down(cluster: str) -> dict[str, int]:
-    """Tear ``cluster`` down by its state file: daemons, scheduler, namespaces."""
-    import shutil
-
-    from emu.fabric.linkctl import DEFAULT_STATE_DIR as LINK_SNAPSHOTS
-
+    """Tear ``cluster`` down by its state file: daemons, scheduler, namespaces, its
+    sockets and run directories, and shared-memory files whose owner is dead."""
     st = state.load(cluster) or {}
     namespaces = [ns["name"] for ns in st.get("namespaces", [])]
     try:
         removed = fabric_down(cluster)
     except KeyError:
         raise ClusterError(f"no cluster {cluster!r} is up (no {state.path(cluster)})") from None
+    remove_run_dirs(cluster, namespaces)
+    removed["shm"] = len(collect_shm())
+    return removed
+
+
+def clean(all_clusters: bool = False, only: list[str] | None = None) -> tuple[list[str], int]:
+    """``emu clean``: tear down every cluster whose ``up`` died half way (or every one,
+    ``all_clusters``; or only those in ``only``), with its run directories; then
+    remove shared-memory files whose owner is dead. Returns the clusters cleaned and
+    the files removed."""
+    done = []
+    for c in state.clusters():
+        if only is not None and c not in only:
+            continue
+        st = state.load(c)
+        if st is None or not (all_clusters or state.crashed(st)):
+            continue
+        state.teardown(st)
+        remove_run_dirs(c, [ns["name"] for ns in st.get("namespaces", [])])
+        done.append(c)
+    return done, len(collect_shm())
+
+
+def remove_run_dirs(cluster: str, namespaces: list[str]) -> None:
+    """What a cluster keeps beside its state file: switch daemon directories, link
+    snapshots, NIC daemon sockets (left behind when a daemon was SIGKILLed)."""
+    import shutil
+
+    from emu.fabric.linkctl import DEFAULT_STATE_DIR as LINK_SNAPSHOTS
+
     shutil.rmtree(switch_dir(cluster), ignore_errors=True)
     for ns in namespaces:  # addresses/routes saved while links were down (linkctl)
         shutil.rmtree(LINK_SNAPSHOTS / ns, ignore_errors=True)
-    shutil.rmtree(nic_dir(cluster), ignore_errors=True)  # daemons unlinked their sockets
-    return removed
+    shutil.rmtree(nic_dir(cluster), ignore_errors=True)
+
+
+def collect_shm() -> list[str]:
+    """Remove memory-region files of dead processes (:func:`emu.core.shm.collect`)."""
+    from emu.core import shm
+
+    return shm.collect()
 
 
 def resolve(cluster: str | None) -> str:
@@ -367,7 +428,8 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
 def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
                       extra_args: tuple[str, ...] = ("--optional-transports",),
                       trace: bool = False,
-                      per_host: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+                      per_host: dict[str, tuple[str, ...]] | None = None,
+                      progress=None) -> dict[str, float]:
     """Start ``emu nicd`` in every host; return each one's time to ready (seconds).
 
     Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
@@ -385,4 +447,4 @@ def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
                  *(per_host or {}).get(h, ()),
                  *(("--trace", trace_path(cluster, h)) if trace else ())],
                 os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
-    return spawn_ready(cluster, jobs, timeout, "NIC daemon")
+    return spawn_ready(cluster, jobs, timeout, "NIC daemon", progress)

@@ -38,6 +38,9 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
                    help="NIC daemons write their engines' event traces (JSON lines) to "
                         "/run/emu/logs/<cluster>.nicd-<host>.trace.jsonl")
     p.add_argument("--json", action="store_true", help="print the status as JSON when up")
+    p.add_argument("--force", action="store_true",
+                   help="go ahead although the topology exceeds a limit of this machine "
+                        "(memory, namespaces, processes, open files)")
     p.set_defaults(func=_up)
 
     p = sub.add_parser("down", help="tear down a cluster")
@@ -76,6 +79,8 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_impair)
 
     p = sub.add_parser("clean", help="remove leftovers of crashed runs (emu's own, by state file)")
+    p.add_argument("clusters", nargs="*", metavar="CLUSTER",
+                   help="only these clusters (default: every cluster with a state file)")
     p.add_argument("--all", action="store_true", help="tear down every cluster that is up, too")
     p.add_argument("--logs", action="store_true",
                    help="also delete the logs emu down keeps (/run/emu/logs) of clusters "
@@ -98,11 +103,11 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_capture)
 
 
-def _load(path: str, overrides: list[str], name: str | None = None):
+def _load(path: str, overrides: list[str], name: str | None = None, check_size=None):
     from emu.topology import TopologyError, load
 
     try:
-        return load(path, overrides, name=name)
+        return load(path, overrides, name=name, check_size=check_size)
     except TopologyError as e:
         raise UserError(str(e)) from None
     except OSError as e:
@@ -132,11 +137,11 @@ def _root() -> None:
 
 
 def _up(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    _root()
+    topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
+    from emu import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
 
-    _root()
-    topo = _load(a.topology, a.set, a.name)
     t0 = time.perf_counter()
     try:
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
@@ -149,6 +154,25 @@ def _up(a: argparse.Namespace) -> int:
     s = status(fabric.cluster)
     print(json.dumps(s, indent=1) if a.json else render(s))
     return 0
+
+
+def _size_check(a: argparse.Namespace):
+    """The loader's hook that refuses a topology this machine cannot run, before it is
+    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning."""
+    from emu import limits
+
+    def check(size, has_switch: bool) -> None:
+        need = limits.Need(size.hosts, size.switches, size.links,
+                           0 if a.no_daemons else size.hosts, size.switches if has_switch else 0)
+        try:
+            limits.check(need)
+        except limits.LimitError as e:
+            if not a.force:
+                raise UserError(f"too big for this machine: {e} (--force to try "
+                                f"anyway)") from None
+            print(f"emu up: warning: {e}; going ahead (--force)", file=sys.stderr)
+
+    return check
 
 
 def _down(a: argparse.Namespace) -> int:
@@ -175,9 +199,19 @@ def _status(a: argparse.Namespace) -> int:
     try:
         names = [C.resolve(a.cluster)] if a.cluster or len(state.clusters()) == 1 \
             else state.clusters()
-        out = [_with_links(status(n), n) for n in names]
     except _errors() as e:
         raise UserError(_msg(e)) from None
+    out = []
+    for n in names:
+        try:
+            s = status(n)
+        except KeyError:
+            continue  # went down while we looked
+        try:
+            s = _with_links(s, n)
+        except Exception as e:  # noqa: BLE001 - status shows a broken cluster, never a traceback
+            s.setdefault("problems", []).append(f"counters unavailable: {e}")
+        out.append(s)
     if a.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1))
     else:
@@ -359,11 +393,13 @@ def _fmt_dir(d) -> str:
 
 
 def _clean(a: argparse.Namespace) -> int:
-    from emu.fabric import clean
+    from emu import cluster as C
 
     _root()
-    done = clean(all_clusters=a.all)
-    print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else ""))
+    done, shm_files = C.clean(all_clusters=a.all, only=a.clusters or None)
+    print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else "")
+          + (f"; removed {shm_files} memory-region file(s) of dead processes"
+             if shm_files else ""))
     if a.logs:
         from emu.fabric import state
 

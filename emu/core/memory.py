@@ -12,7 +12,11 @@ Why not ``multiprocessing.shared_memory.SharedMemory``: on Python < 3.13 every
 *attaching* process registers the segment with its resource tracker, which
 unlinks it when that process exits — the daemon would delete the
 application's buffer (bpo-38119). A plain file + mmap has no tracker; the
-creator owns the name and unlinks it on :meth:`SharedBuffer.close`.
+creator owns the name and unlinks it on :meth:`SharedBuffer.close` — or, if
+it never calls close, when the buffer is garbage-collected or the process
+exits (a ``weakref.finalize``, which also runs at interpreter exit, after an
+uncaught exception too). A SIGKILLed owner is covered by the daemon and by
+``emu down``/``emu clean`` (:mod:`emu.core.shm`).
 
 :class:`MemoryTable` is the device's registration table: it hands out
 lkey/rkey from an injected RNG, and resolves ``(key, address, length, access,
@@ -35,12 +39,12 @@ import itertools
 import mmap
 import os
 import struct
+import weakref
 from dataclasses import dataclass, field
 
 from emu.core.psn import RandomBits
+from emu.core.shm import SHM_DIR, SHM_PREFIX  # noqa: F401 - where callers found them
 
-SHM_DIR = "/dev/shm"
-SHM_PREFIX = "emu-mr-"
 _U64 = struct.Struct("=Q")
 _U64_MASK = (1 << 64) - 1
 _PAGE = 4096
@@ -98,6 +102,9 @@ class SharedBuffer:
         self.view: memoryview = memoryview(mm)[:size]
         self.owner = owner
         self._path = path
+        # the owner's file goes when the owner does, even without close()
+        self._unlink = weakref.finalize(self, _unlink_owned, path, os.getpid()) \
+            if owner else None
 
     @classmethod
     def create(cls, size: int, name: str | None = None, *, shm_dir: str = SHM_DIR) -> SharedBuffer:
@@ -153,11 +160,10 @@ class SharedBuffer:
         """
         if self._mmap is None:
             return
+        if self._unlink is not None:
+            self._unlink.detach()
         if self.owner if unlink is None else unlink:
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                pass
+            _unlink_quietly(self._path)
         self.view.release()
         mm, self._mmap = self._mmap, None
         try:
@@ -173,6 +179,19 @@ class SharedBuffer:
 
     def __repr__(self) -> str:
         return f"SharedBuffer({self.name!r}, {self.size}, owner={self.owner})"
+
+
+def _unlink_owned(path: str, pid: int) -> None:
+    """The finalizer: only in the creating process (a forked child that exits leaves it)."""
+    if os.getpid() == pid:
+        _unlink_quietly(path)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _check_name(name: str) -> None:

@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from emu.fabric import naming, netns, nl, routes, state
+from emu.fabric.progress import Progress
 from emu.topology.model import Topology
 
 SIOCETHTOOL = 0x8946
@@ -65,8 +66,14 @@ class Fabric:
     """
 
     def __init__(self, topology: Topology, cluster: str | None = None,
-                 checksum_offload: bool = False) -> None:
+                 checksum_offload: bool = False, progress: Progress | None = None,
+                 final_phase: str = "up") -> None:
         self.topology = topology
+        #: counts namespaces, sysctls, veths, links and routes set up (steps of ``emu up``)
+        self.progress = progress or Progress()
+        #: the state file's phase once the fabric is built; ``emu up`` says "starting"
+        #: until its daemons run, so a bring-up killed after the fabric reads as unfinished
+        self.final_phase = final_phase
         self.cluster = naming.check_cluster(cluster or topology.name)
         self.checksum_offload = checksum_offload
         self.timings: dict[str, float] = {}
@@ -103,6 +110,8 @@ class Fabric:
             if taken:
                 raise FabricError(f"cluster {self.cluster}: namespace {taken[0]} already exists"
                                   f" (cluster up? `emu down {self.cluster}`)")
+            n_nodes, n_links = len(self.topology.nodes), len(self.topology.links)
+            self.progress.add_total(4 * n_nodes + n_links)
             plans = routes.plan(self.topology)
             self._mark("plan", t0)
 
@@ -122,6 +131,7 @@ class Fabric:
             for rec in self._state["namespaces"]:
                 rec["inode"] = netns.create(rec["name"])
                 fds[rec["node"]] = netns.open_ns(rec["name"])
+                self.progress.step("creating namespaces")
             state.save(self._state)
             self._mark("netns", t)
 
@@ -131,6 +141,7 @@ class Fabric:
                 with netns.entered(fds[node]):
                     missing = netns.write_sysctls(p.sysctls)
                     socks[node] = nl.Batch()
+                self.progress.step("setting sysctls")
                 for key in missing:
                     msg = f"{key} not available on this kernel"
                     if msg not in self.warnings:
@@ -145,22 +156,27 @@ class Fabric:
                         for j, lk in enumerate(self.topology.links)]
                 msgs += [nl.veth(routes.SID_DEV, fds[n], routes.SID_PEER, fds[n], 9000, 2, 3)
                          for n, p in plans.items() if p.sids]
-                root.run(msgs)
+                for i in range(0, len(msgs), 256):
+                    root.run(msgs[i:i + 256])
+                    self.progress.step("creating veths", min(256, n_links - i) if i < n_links
+                                       else 0)
             self._mark("veth", t)
 
             step = "configuring links and addresses"
             t = time.perf_counter()
             for node, p in plans.items():
                 self._configure_links(node, p, fds[node], socks[node])
+                self.progress.step("configuring links and addresses")
             self._mark("config", t)
 
             step = "installing routes"
             t = time.perf_counter()
             for node, p in plans.items():
                 socks[node].run(self._route_msgs(node, p))
+                self.progress.step("installing routes")
             self._mark("routes", t)
 
-            self._state["phase"] = "up"
+            self._state["phase"] = self.final_phase
             state.save(self._state)
         except BaseException as e:
             for s in socks.values():

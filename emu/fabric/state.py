@@ -8,8 +8,11 @@ that may exist. Teardown never goes by name patterns: it removes what the
 file lists, tolerates objects already gone, and skips a namespace whose inode
 differs from the recorded one (someone else's namespace reusing the name).
 
-Other parts of emu add their objects with :func:`add_pid` (NIC daemons,
-captures) and :func:`add_root_link` before creating them.
+Other parts of emu add their objects with :func:`add_root_link` before
+creating them, and start processes between :func:`add_spawn` (the exact argv,
+written before the fork) and :func:`add_pid` (the pid and its start time): a
+SIGKILL between fork and record leaves a ``spawning`` entry that teardown
+resolves to the process by its argv, so no daemon outlives its cluster.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from emu import proc
 from emu.fabric import netns
 
 STATE_DIR = "/run/emu"
@@ -47,11 +51,20 @@ def locked() -> Iterator[None]:
 
 
 def load(cluster: str) -> dict[str, Any] | None:
+    """The state of ``cluster``, None without a file; an unreadable file (written by
+    something else, or a full disk) loads as an empty record marked ``corrupt``."""
     try:
         with open(path(cluster)) as f:
-            return json.load(f)
+            st = json.load(f)
     except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:
+        return {"cluster": cluster, "phase": "corrupt", "corrupt": str(e), "namespaces": [],
+                "root_links": [], "pids": []}
+    if not isinstance(st, dict):
+        return {"cluster": cluster, "phase": "corrupt", "corrupt": "not a JSON object",
+                "namespaces": [], "root_links": [], "pids": []}
+    return st
 
 
 def save(state: dict[str, Any]) -> None:
@@ -73,9 +86,15 @@ def create(cluster: str, info: dict[str, Any]) -> dict[str, Any]:
         "pid_start": _start_time(os.getpid()), **info,
         "namespaces": [], "root_links": [], "pids": [],
     }
-    fd = os.open(path(cluster), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w") as f:
+    # written aside, then linked into place (fails if the name exists): a SIGKILL never
+    # leaves a half-written state file
+    tmp = f"{path(cluster)}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
         json.dump(state, f, indent=1)
+    try:
+        os.link(tmp, path(cluster))
+    finally:
+        os.unlink(tmp)
     return state
 
 
@@ -88,22 +107,37 @@ def clusters() -> list[str]:
     return sorted(n[:-5] for n in names if n.endswith(".json"))
 
 
-def _start_time(pid: int) -> int | None:
-    """Process start time (clock ticks since boot), so a recycled pid is not mistaken for ours."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+_start_time = proc.start_time  # process start time (clock ticks since boot)
+
+
+def add_spawn(cluster: str, argv: list[str], what: str) -> None:
+    """Journal a process about to be started (its exact argv), BEFORE the fork."""
+    with locked():
+        st = load(cluster)
+        if st is None:
+            raise KeyError(f"no cluster {cluster!r}")
+        st.setdefault("spawning", []).append({"argv": argv, "what": what, "at": time.time()})
+        save(st)
 
 
 def add_pid(cluster: str, pid: int, what: str) -> None:
-    """Record a process (daemon, capture) that teardown must stop."""
+    """Record a process (daemon, capture) that teardown must stop; settles its spawn entry."""
     with locked():
         st = load(cluster)
         if st is None:
             raise KeyError(f"no cluster {cluster!r}")
         st["pids"].append({"pid": pid, "start": _start_time(pid), "what": what})
+        st["spawning"] = [s for s in st.get("spawning", []) if s["what"] != what]
+        save(st)
+
+
+def update(cluster: str, **fields: Any) -> None:
+    """Set top-level fields of ``cluster``'s state (its phase, the step under way …)."""
+    with locked():
+        st = load(cluster)
+        if st is None:
+            raise KeyError(f"no cluster {cluster!r}")
+        st.update(fields)
         save(st)
 
 
@@ -118,7 +152,21 @@ def add_root_link(cluster: str, ifname: str) -> None:
 
 
 def alive(pid: int, start: int | None) -> bool:
-    return start is not None and _start_time(pid) == start
+    """The recorded process still runs (same start time: not a reused pid; not a zombie)."""
+    return proc.alive(pid, start)
+
+
+def processes(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every process ``state`` says may exist: recorded pids, and spawns a SIGKILL cut
+    short before their pid was written (found by their exact argv)."""
+    out = list(state.get("pids", []))
+    known = {p["pid"] for p in out}
+    for s in state.get("spawning", []):
+        for pid in proc.find_by_argv(s["argv"], s.get("at", 0.0)):
+            if pid not in known:
+                out.append({"pid": pid, "start": proc.start_time(pid), "what": s["what"]})
+                known.add(pid)
+    return out
 
 
 def teardown(state: dict[str, Any], grace_s: float = 2.0) -> dict[str, int]:
@@ -127,7 +175,8 @@ def teardown(state: dict[str, Any], grace_s: float = 2.0) -> dict[str, int]:
     state["phase"] = "tearing-down"
     with contextlib.suppress(OSError):
         save(state)
-    procs = [p for p in state.get("pids", []) if alive(p["pid"], p.get("start"))]
+    everything = processes(state)
+    procs = [p for p in everything if alive(p["pid"], p.get("start"))]
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p["pid"], signal.SIGTERM)
@@ -138,7 +187,7 @@ def teardown(state: dict[str, Any], grace_s: float = 2.0) -> dict[str, int]:
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p["pid"], signal.SIGKILL)
-    removed["pids"] = len(state.get("pids", []))
+    removed["pids"] = len(everything)
     if state.get("root_links"):
         from emu.fabric import nl
         with nl.Batch() as b:
@@ -168,16 +217,21 @@ def down(cluster: str) -> dict[str, int]:
     return teardown(st)
 
 
+def crashed(st: dict[str, Any]) -> bool:
+    """An ``up`` (or ``down``) that died half way: not 'up', and the process that was
+    making it is gone."""
+    return st.get("phase") != "up" and not alive(st.get("pid", -1), st.get("pid_start"))
+
+
 def clean(all_clusters: bool = False) -> list[str]:
-    """Tear down clusters whose ``up`` died half way (state 'creating'/'tearing-down' and the
-    creating process gone); with ``all_clusters`` every cluster that has a state file."""
+    """Tear down clusters whose ``up`` died half way (:func:`crashed`); with
+    ``all_clusters`` every cluster that has a state file."""
     done = []
     for c in clusters():
         st = load(c)
         if st is None:
             continue
-        crashed = st.get("phase") != "up" and not alive(st.get("pid", -1), st.get("pid_start"))
-        if all_clusters or crashed:
+        if all_clusters or crashed(st):
             teardown(st)
             done.append(c)
     return done

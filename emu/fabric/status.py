@@ -9,6 +9,7 @@ reported ``present: false`` rather than failing.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -56,7 +57,12 @@ def interfaces(ns: str) -> dict[str, dict[str, Any]]:
 
 
 def status(cluster: str) -> dict[str, Any]:
-    """A JSON-ready description of ``cluster`` (``emu status --json``)."""
+    """A JSON-ready description of ``cluster`` (``emu status --json``).
+
+    Never fails on a half-made or half-gone cluster: a namespace that is not
+    (or no longer) there is ``present: false``, one that cannot be read carries
+    ``error``, every recorded process carries ``alive``, and ``state`` sums it
+    up (:func:`health`) with the ``problems`` that make it so."""
     st = state.load(cluster)
     if st is None:
         raise KeyError(f"no cluster {cluster!r}")
@@ -65,9 +71,16 @@ def status(cluster: str) -> dict[str, Any]:
     nodes = []
     for rec in st.get("namespaces", []):
         node, ns = rec["node"], rec["name"]
-        present = netns.exists(ns)
-        ifs[node] = interfaces(ns) if present else {}
+        # a name whose bind mount was never made (up killed inside netns.create) is no
+        # namespace: entering it would fail with EINVAL
+        present = os.path.ismount(netns.netns_path(ns))
+        error = None
+        try:
+            ifs[node] = interfaces(ns) if present else {}
+        except OSError as e:
+            ifs[node], error = {}, f"cannot read: {e.strerror or e}"
         nodes.append({"name": node, "namespace": ns, "present": present,
+                      **({"error": error} if error else {}),
                       **nodes_info.get(node, {}),
                       "interfaces": [v for k, v in sorted(ifs[node].items()) if k != "lo"],
                       "loopback": ifs[node].get("lo", {}).get("addresses", [])})
@@ -79,23 +92,57 @@ def status(cluster: str) -> dict[str, Any]:
             d = ifs.get(node, {}).get(ifname)
             ends[side] = {"node": node, "ifname": ifname, **(d or {"state": "absent"})}
         links.append({"name": lk["name"], "plane": lk.get("plane"), **ends})
-    return {
-        "cluster": cluster, "phase": st.get("phase"), "created": st.get("created"),
+    pids = [{**p, "alive": state.alive(p["pid"], p.get("start"))} for p in st.get("pids", [])]
+    pids += [{"pid": None, "what": sp["what"], "alive": False, "spawning": True}
+             for sp in st.get("spawning", [])]
+    out = {
+        "cluster": cluster, "phase": st.get("phase"), "step": st.get("step"),
+        "created": st.get("created"),
         "topology": st.get("topology"), "marker": naming.marker(cluster),
-        "nodes": nodes, "links": links, "pids": st.get("pids", []),
+        "nodes": nodes, "links": links, "pids": pids,
     }
+    out["state"], out["problems"] = health(st, out)
+    return out
+
+
+def health(st: dict[str, Any], s: dict[str, Any]) -> tuple[str, list[str]]:
+    """``up``, ``degraded`` (up, but a namespace is gone or a daemon died), ``starting`` /
+    ``tearing-down`` (under way), ``partial`` (an up or down that died half way: finish
+    it with ``emu down`` or ``emu clean``) or ``corrupt``; and what makes it so."""
+    problems = []
+    if st.get("corrupt"):
+        return "corrupt", [f"state file unreadable: {st['corrupt']}"]
+    for n in s["nodes"]:
+        if n.get("error"):
+            problems.append(f"namespace {n['namespace']}: {n['error']}")
+        elif not n["present"]:
+            problems.append(f"namespace {n['namespace']} missing")
+    for p in s["pids"]:
+        if p.get("spawning"):
+            problems.append(f"{p['what']}: start not recorded")
+        elif not p["alive"]:
+            problems.append(f"{p['what']} (pid {p['pid']}) dead")
+    phase = st.get("phase")
+    if phase == "up":
+        return ("degraded" if problems else "up"), problems
+    if state.crashed(st):
+        step = st.get("step") or phase
+        return "partial", [f"emu up/down (pid {st.get('pid')}) died while {step}"] + problems
+    return str(phase), problems
 
 
 def render(s: dict[str, Any]) -> str:
     """A plain-text table of a :func:`status` result."""
     topo = s.get("topology") or {}
-    lines = [f"cluster {s['cluster']}  phase {s['phase']}  created {s['created']}  "
-             f"topology {topo.get('name')} ({topo.get('source')})  routing {topo.get('routing')}",
-             "", f"{'NODE':<12} {'KIND':<7} {'NAMESPACE':<24} ADDRESSES"]
+    lines = [f"cluster {s['cluster']}  state {s.get('state', s['phase'])}  "
+             f"created {s['created']}  "
+             f"topology {topo.get('name')} ({topo.get('source')})  routing {topo.get('routing')}"]
+    lines += [f"  {p}" for p in s.get("problems", [])]
+    lines += ["", f"{'NODE':<12} {'KIND':<7} {'NAMESPACE':<24} ADDRESSES"]
     for n in s["nodes"]:
         addrs = [a for i in n["interfaces"] for a in i["addresses"]] + n.get("loopback", [])
         addrs = [a for a in addrs if not a.startswith(("127.", "::1/"))]
-        pres = "" if n["present"] else " (missing)"
+        pres = "" if n["present"] and not n.get("error") else " (missing)"
         lines.append(f"{n['name']:<12} {n.get('kind', '?'):<7} {n['namespace'] + pres:<24} "
                      f"{' '.join(addrs)}")
     lines += ["", f"{'LINK':<18} {'A':<18} {'B':<18} {'STATE':<10} "
@@ -108,6 +155,12 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"{lk['name']:<18} {a['node'] + ':' + a['ifname']:<18} "
                      f"{b['node'] + ':' + b['ifname']:<18} {st:<10} "
                      f"{a.get('tx_packets', 0):>10} {b.get('tx_packets', 0):>10} {drops:>7}")
+    if s.get("pids"):
+        lines += ["", f"{'DAEMON':<18} {'PID':>8} STATE"]
+        for p in s["pids"]:
+            what = "starting (pid not recorded)" if p.get("spawning") else \
+                ("alive" if p["alive"] else "DEAD")
+            lines.append(f"{p['what']:<18} {p['pid'] or '-'!s:>8} {what}")
     return "\n".join(lines)
 
 

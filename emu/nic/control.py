@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from emu.core import shm
 from emu.core.cq import CompletionQueue
 from emu.core.memory import Access, MemoryRegion, SharedBuffer
 from emu.nic.protocol import PROTOCOL_VERSION, LineBuffer, ProtocolError, decode, encode
@@ -62,7 +63,8 @@ class ControlServer:
         self._unsent: dict[Session, None] = {}  # clients with completions for flush()
         self.c = dict.fromkeys(("clients_total", "refused", "protocol_errors", "requests",
                                 "request_errors", "events_dropped", "events_orphaned",
-                                "cq_overflows", "freed_qps", "freed_mrs", "freed_cqs"), 0)
+                                "cq_overflows", "freed_qps", "freed_mrs", "freed_cqs",
+                                "orphaned_shm_removed"), 0)
 
     # -- socket ---------------------------------------------------------------------
 
@@ -526,6 +528,7 @@ class ControlServer:
             self.cqs.pop(h, None)
             self.c["freed_cqs"] += 1
         s.cqs.clear()
+        names = list(s.buffers)
         for mr in list(s.mrs.values()):
             self._dereg(s, mr)
             self.c["freed_mrs"] += 1
@@ -533,6 +536,11 @@ class ControlServer:
         for buf, _ in s.buffers.values():
             buf.close()
         s.buffers.clear()
+        for name in names:
+            # a client killed before it could remove its buffers (SIGKILL, os._exit): their
+            # files are garbage now, and this daemon is the one that knows their names
+            if shm.remove_if_orphaned(name):
+                self.c["orphaned_shm_removed"] += 1
 
     async def shutdown(self) -> None:
         """Tell every client the daemon is going; give writers a moment to flush."""

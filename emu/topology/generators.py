@@ -187,11 +187,29 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Size:
+    """How big a topology is, known from its parameters before it is generated."""
+
+    hosts: int
+    switches: int
+    links: int
+
+
+@dataclass(frozen=True)
 class Generator:
-    """A topology kind: its function and the ``[params]`` it accepts."""
+    """A topology kind: its function, the ``[params]`` it accepts, and its size from them
+    (so a topology too big for the machine is refused before it is generated)."""
 
     func: Callable[..., Topology]
     params: dict[str, Param]
+    size: Callable[..., Size]
+
+
+def _clos_size(spines: int, leaves: int, hosts_per_leaf: int, uplinks: int,
+               planes: int = 1) -> Size:
+    hosts = leaves * hosts_per_leaf
+    return Size(hosts, planes * (leaves + spines),
+                planes * (hosts + leaves * spines * uplinks))
 
 
 _UPLINKS = Param(1, 1, 8, "parallel cables between each leaf/rail and each spine")
@@ -200,14 +218,19 @@ _LEAVES = Param(2, 1, 250, "leaf switches (per plane)")
 _HPL = Param(2, 1, 240, "hosts under each leaf")
 
 GENERATORS: dict[str, Generator] = {
-    "pair": Generator(pair, {"links": Param(1, 1, 8, "parallel cables between h1 and h2")}),
+    "pair": Generator(pair, {"links": Param(1, 1, 8, "parallel cables between h1 and h2")},
+                      lambda links: Size(2, 0, links)),
     "leaf-spine": Generator(leaf_spine, {
-        "spines": _SPINES, "leaves": _LEAVES, "hosts_per_leaf": _HPL, "uplinks": _UPLINKS}),
+        "spines": _SPINES, "leaves": _LEAVES, "hosts_per_leaf": _HPL, "uplinks": _UPLINKS},
+        _clos_size),
     "rail-optimized": Generator(rail_optimized, {
         "hosts": Param(4, 1, 240, "hosts (each with one NIC port per rail)"),
         "rails": Param(2, 1, 16, "NIC rails = rail switches"),
-        "spines": _SPINES, "uplinks": _UPLINKS}),
+        "spines": _SPINES, "uplinks": _UPLINKS},
+        lambda hosts, rails, spines, uplinks: Size(hosts, rails + spines,
+                                                   hosts * rails + rails * spines * uplinks)),
     "multi-plane": Generator(multi_plane, {
         "planes": Param(2, 1, 16, "planes (host NIC ports)"),
-        "spines": _SPINES, "leaves": _LEAVES, "hosts_per_leaf": _HPL, "uplinks": _UPLINKS}),
+        "spines": _SPINES, "leaves": _LEAVES, "hosts_per_leaf": _HPL, "uplinks": _UPLINKS},
+        lambda planes, **kw: _clos_size(planes=planes, **kw)),
 }

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from emu.topology import addressing
-from emu.topology.generators import GENERATORS, Builder
+from emu.topology.generators import GENERATORS, Builder, Size
 from emu.topology.locate import Locator, line_index
 from emu.topology.model import MAX_IFNAME, Topology, TopologyError
 from emu.topology.settings import (
@@ -45,6 +45,9 @@ from emu.topology.settings import (
     parse_value,
 )
 from emu.topology.units import parse_int
+
+#: ``check_size(size, has_switch_section)``: raises to refuse a topology before generation
+SizeCheck = Callable[[Size, bool], None]
 
 __all__ = ["load", "loads", "KINDS", "NODE_NAME_RE", "MAX_NODE_NAME", "MAX_CLUSTER_NAME"]
 
@@ -58,8 +61,11 @@ _IFNAME_BAD = re.compile(r"[/:\s]")
 
 
 def load(path: str | Path, overrides: Mapping[str, object] | Sequence[str] | None = None,
-         name: str | None = None) -> Topology:
-    """Read, validate and resolve a topology file (``name`` overrides the cluster name)."""
+         name: str | None = None, check_size: SizeCheck | None = None) -> Topology:
+    """Read, validate and resolve a topology file (``name`` overrides the cluster name).
+
+    ``check_size(size, has_switch_section)`` runs once the parameters are known and
+    before anything is generated: it raises to refuse a topology too big to build."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -67,12 +73,13 @@ def load(path: str | Path, overrides: Mapping[str, object] | Sequence[str] | Non
         raise TopologyError(str(path), f"cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise TopologyError(str(path), f"not UTF-8 text: {e.reason}") from None
-    return loads(text, str(path), overrides, name, stem=path.stem)
+    return loads(text, str(path), overrides, name, stem=path.stem, check_size=check_size)
 
 
 def loads(text: str, source: str = "<string>",
           overrides: Mapping[str, object] | Sequence[str] | None = None,
-          name: str | None = None, stem: str | None = None) -> Topology:
+          name: str | None = None, stem: str | None = None,
+          check_size: SizeCheck | None = None) -> Topology:
     """Like :func:`load` for text already in memory; ``source`` names it in errors."""
     try:
         data = tomllib.loads(text)
@@ -83,7 +90,7 @@ def loads(text: str, source: str = "<string>",
         raise TopologyError(where, f"TOML syntax: {msg}") from None
     loc = Locator(source, line_index(text))
     _apply_set(data, overrides, loc)
-    return _build(data, loc, name, stem)
+    return _build(data, loc, name, stem, check_size)
 
 
 def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | None,
@@ -126,7 +133,8 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
         loc.from_set[".".join(parts)] = arg
 
 
-def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topology:
+def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
+           check_size: SizeCheck | None = None) -> Topology:
     check_keys(data, _TOP, "", loc)
     top = check_table(data.get("topology"), "topology", loc) if "topology" in data else None
     if top is None:
@@ -147,6 +155,11 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topo
         if data.get("params"):
             raise loc.error("params." + next(iter(data["params"])),
                             "unknown parameter: kind 'custom' takes no parameters")
+        if check_size is not None:
+            nodes = [n for n in data.get("node", []) if isinstance(n, dict)]
+            hosts = sum(1 for n in nodes if n.get("kind", "host") == "host")
+            check_size(Size(hosts, len(nodes) - hosts, len(data.get("link", []))),
+                       "switch" in data)
         topo = _custom(data, loc)
         params: dict[str, object] = {}
     else:
@@ -161,6 +174,8 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None) -> Topo
             p = gen.params[key]
             params[key] = parse_value(lambda v, p=p: parse_int(v, p.lo, p.hi), value,
                                       f"params.{key}", loc)
+        if check_size is not None:
+            check_size(gen.size(**params), "switch" in data)
         topo = gen.func(**params)
     topo.source = loc.source
     topo.params = params

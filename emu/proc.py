@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Is a process (still) ours and alive? Read from ``/proc``, never by name.
+
+Why start times: a pid is reused once its process is gone, so a pid alone in a
+state file would let ``emu status`` call somebody else's process our daemon,
+and ``emu down`` kill it. Every pid emu records carries the process's start
+time (clock ticks since boot, field 22 of ``/proc/<pid>/stat``); a process is
+"ours" only while both match. A zombie (killed, not yet reaped — common when
+the parent that started it has exited and nothing reaps) or an exiting process
+counts as dead: it serves nothing any more.
+"""
+
+from __future__ import annotations
+
+import os
+
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit()
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
+    f = stat_fields(pid)
+    try:
+        return int(f[19]) if f else None
+    except (IndexError, ValueError):
+        return None
+
+
+def gone(pid: int) -> bool:
+    """True if ``pid`` no longer runs: absent, a zombie, dead, or already exiting."""
+    f = stat_fields(pid)
+    if not f:
+        return True
+    if f[0] in ("Z", "X", "x"):
+        return True
+    try:
+        return bool(int(f[6]) & PF_EXITING)
+    except (IndexError, ValueError):
+        return False
+
+
+def alive(pid: int, start: int | None) -> bool:
+    """True while the process ``pid`` started at ``start`` runs (a reused pid is not it)."""
+    if start is None or pid <= 0:
+        return False
+    f = stat_fields(pid)
+    if not f or f[0] in ("Z", "X", "x"):
+        return False
+    try:
+        return int(f[19]) == start and not int(f[6]) & PF_EXITING
+    except (IndexError, ValueError):
+        return False
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The argv of ``pid`` (None if it is gone or a kernel thread)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] or None
+
+
+def boot_time() -> float:
+    """The wall-clock time the machine booted (``btime`` in ``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def started_at(pid: int) -> float | None:
+    """When ``pid`` started, wall clock (seconds since the epoch), or None."""
+    st = start_time(pid)
+    if st is None:
+        return None
+    return boot_time() + st / os.sysconf("SC_CLK_TCK")
+
+
+def find_by_argv(argv: list[str], not_before: float) -> list[int]:
+    """Pids whose argv ends with exactly ``argv`` and that started at or after ``not_before``
+    (wall clock, with a second's slack for tick rounding).
+
+    For a spawn that a SIGKILL interrupted between fork and recording the pid:
+    the journal holds the exact argv (it names the cluster and node) and the
+    time, so the process is found by identity, not by a name pattern.
+    """
+    out = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        cl = cmdline(pid)
+        if not cl or len(cl) < len(argv) or cl[len(cl) - len(argv):] != argv:
+            continue
+        t = started_at(pid)
+        if t is not None and t >= not_before - 1.0 and not gone(pid):
+            out.append(pid)
+    return out

@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Topologies too big for this machine are refused before any work, naming the limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emu import limits
+from emu.topology import GENERATORS, load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("kind,params", [
+    ("pair", {"links": 3}),
+    ("leaf-spine", {"spines": 3, "leaves": 4, "hosts_per_leaf": 5, "uplinks": 2}),
+    ("rail-optimized", {"hosts": 6, "rails": 3, "spines": 2, "uplinks": 1}),
+    ("multi-plane", {"planes": 3, "spines": 2, "leaves": 3, "hosts_per_leaf": 2, "uplinks": 2}),
+])
+def test_size_from_parameters_matches_the_generated_topology(kind, params):
+    gen = GENERATORS[kind]
+    topo = gen.func(**params)
+    size = gen.size(**params)
+    assert (size.hosts, size.switches, size.links) == \
+        (len(topo.hosts()), len(topo.switches()), len(topo.links))
+
+
+def test_the_size_check_runs_before_generation():
+    seen = []
+
+    def refuse(size, has_switch):
+        seen.append((size.hosts, size.switches, size.links, has_switch))
+        raise limits.LimitError("no")
+
+    with pytest.raises(limits.LimitError):
+        load(ROOT / "namespaces/leaf-spine.toml", ["leaves=50", "hosts_per_leaf=200"],
+             check_size=refuse)
+    assert seen == [(10000, 52, 10100, False)]
+
+
+def test_memory_limit_names_the_numbers():
+    need = limits.Need(hosts=10000, switches=52, links=10100, nicd=10000, switchd=0)
+    with pytest.raises(limits.LimitError) as e:
+        limits.check(need)
+    msg = str(e.value)
+    assert msg.startswith("memory: 10052 namespaces, 10000 NIC") and "MiB are available" in msg
+    limits.check(limits.Need(hosts=4, switches=4, links=8, nicd=4, switchd=0))  # fits
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="emu up needs root")
+def test_emu_up_refuses_ten_thousand_hosts_in_one_line_and_force_is_named():
+    p = subprocess.run([sys.executable, "-m", "emu", "up", "namespaces/leaf-spine.toml",
+                        "--name", "hlbig", "--set", "leaves=50", "--set", "hosts_per_leaf=200"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "too big for this machine: memory:" in lines[0]
+    assert "--force" in lines[0]
+    assert not os.path.exists("/run/emu/hlbig.json")
+    netns = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    assert not any(n.startswith("hlbig-") for n in netns)
