@@ -53,20 +53,61 @@ class Cluster:
 
         self.name = name
         self.topology = load(PAIR_TOPOLOGY, name=name)
+        self.emu_hosts = emu_hosts
         self.fabric = cluster.up(self.topology, name, daemons=False, progress=lambda s: None)
         try:
             self.traces = {h: cluster.trace_path(name, h) for h in emu_hosts}
             self.logs = {h: os.path.join(os.path.dirname(self.traces[h]),
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
-            if emu_hosts:
-                per_host, _ = cluster.nic_rates(self.topology)
-                cluster.start_nic_daemons(name, emu_hosts, trace=True, per_host=per_host,
-                                          extra_args=("--optional-transports",
-                                                      *daemon_args(self.topology.nic)))
+            self.per_host, _ = cluster.nic_rates(self.topology)
+            self.extra = ("--optional-transports", *daemon_args(self.topology.nic))
+            self.start_daemons()
         except BaseException:
             self.down()
             raise
         progress(f"cluster {name} up (emu nicd on {', '.join(emu_hosts) or 'no host'})")
+
+    def start_daemons(self) -> None:
+        from emu import cluster
+
+        if self.emu_hosts:
+            cluster.start_nic_daemons(self.name, self.emu_hosts, trace=True,
+                                      per_host=self.per_host, extra_args=self.extra)
+
+    def restart_daemons(self) -> None:
+        """Fresh ``emu nicd``s for the next case: a daemon that outlives the case keeps
+        its PDCs and QPs, and a peer whose own daemon restarted would meet stale ones
+        (every case starts from power-on, as a container per test would)."""
+        from emu.fabric import state
+
+        if not self.emu_hosts:
+            return
+        with state.locked():
+            st = state.load(self.name)
+            assert st is not None
+            mine = [p for p in st["pids"] if str(p.get("what", "")).startswith("nicd ")]
+            st["pids"] = [p for p in st["pids"] if p not in mine]
+            state.save(st)
+        for p in mine:
+            if state.alive(p["pid"], p["start"]):
+                os.kill(p["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in mine:  # our children: reap them, or they linger as zombies
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(p["pid"], os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:  # not ours (another runner process): poll
+                    if not state.alive(p["pid"], p["start"]):
+                        break
+                time.sleep(0.01)
+            else:
+                os.kill(p["pid"], signal.SIGKILL)
+                try:
+                    os.waitpid(p["pid"], 0)
+                except ChildProcessError:
+                    pass
+        self.start_daemons()
 
     def offsets(self) -> dict[str, tuple[int, int]]:
         """Where each daemon's trace and log end now (a case keeps what follows)."""
@@ -207,12 +248,16 @@ def run_pair(cl: Cluster, server: Impl, client: Impl, transport: str, case_name:
     return codes["server"], codes["client"], tails
 
 
-def compliance(cl: Cluster, impl: Impl, out_dir: str, timeout: float) -> str | None:
-    """None if ``impl`` exits 127 for a random case name in both roles, else why not."""
+def compliance(cl: Cluster, impl: Impl, host: str, out_dir: str, timeout: float
+               ) -> str | None:
+    """None if ``impl`` exits 127 for a random case name in both roles, else why not.
+
+    Both roles run in ``host``, the host ``impl`` has in this pair: an implementation
+    with its own daemon must not meet the runner's ``emu nicd`` in the other one."""
     name = f"compliance-{uuid.uuid4().hex[:6]}"
     problems = []
-    for role, host, local, peer in (("server", SERVER_HOST, SERVER_ADDR, CLIENT_ADDR),
-                                    ("client", CLIENT_HOST, CLIENT_ADDR, SERVER_ADDR)):
+    me, other = (SERVER_ADDR, CLIENT_ADDR) if host == SERVER_HOST else (CLIENT_ADDR, SERVER_ADDR)
+    for role, local, peer in (("server", me, other), ("client", me, other)):
         d = os.path.join(out_dir, f"compliance-{impl.name}", role)
         os.makedirs(os.path.join(d, "data"), exist_ok=True)
         p = _spawn(impl, cl.name, host, {
@@ -262,9 +307,9 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         cl = Cluster(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress)
         try:
             pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
-            for impl in (srv, cli):
+            for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:
-                    compliant[impl.name] = compliance(cl, impl, log_dir, min(timeout, 30))
+                    compliant[impl.name] = compliance(cl, impl, host, log_dir, min(timeout, 30))
                     if compliant[impl.name]:
                         progress(f"{impl.name}: not compliant: {compliant[impl.name]}")
             for tr in transports:
@@ -299,6 +344,7 @@ def _one(cl: Cluster, srv: Impl, cli: Impl, tr: str, case_cls: type[TestCase], o
     for side in ("server", "client"):
         os.makedirs(os.path.join(out, side, "data", "received"), exist_ok=True)
     case.prepare()
+    cl.restart_daemons()
     since = cl.offsets()
     pcap = os.path.join(out, "capture.pcapng")
     try:
