@@ -177,7 +177,7 @@ def _client_hello(env: C.Env, s: C.Session, conns: list[Conn], **extra: Any) -> 
     peers = reply.get("conns") or []
     if len(peers) != len(conns):
         raise C.ProtocolError(f"server gave {len(peers)} connection(s), expected {len(conns)}")
-    for c, p in zip(conns, peers):
+    for c, p in zip(conns, peers, strict=False):
         c.connect(p)
     return peers
 
@@ -254,10 +254,10 @@ def client(env: C.Env, dev: Device) -> None:
         elif case == "multiconn":
             datas = [_read(os.path.join(files, f"payload-{i}.bin")) for i in range(C.MULTICONN_N)]
             conns = [Conn(dev, env.transport, len(d)) for d in datas]
-            for c, d in zip(conns, datas):
+            for c, d in zip(conns, datas, strict=False):
                 c.view()[:] = d
             peers = _client_hello(env, s, conns, size=len(datas[0]))
-            for i, (c, p) in enumerate(zip(conns, peers)):
+            for i, (c, p) in enumerate(zip(conns, peers, strict=False)):
                 c.write(0, c.size, p["va"], p["rkey"], i + 1)
             for i, c in enumerate(conns):
                 c.wait(c.scq, 1, t, f"WRITE on connection {i}")
@@ -320,7 +320,7 @@ def _serve_one(env: C.Env, dev: Device, s: C.Session, hello: dict[str, Any]) -> 
         conns = [Conn(dev, env.transport, size)]
     else:
         conns = [Conn(dev, env.transport, size) for _ in range(n)]
-    for c, p in zip(conns, hello["conns"]):
+    for c, p in zip(conns, hello["conns"], strict=False):
         c.connect(p)
     # receive buffers go on a connected QP (RC: RTR), before the client may send
     if case == "handshake":

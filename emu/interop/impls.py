@@ -149,7 +149,8 @@ def build_ref(name: str, base: Impl, progress: Any = print) -> Impl:
             with open(src, "rb") as f, open(dst, "wb") as g:
                 g.write(f.read())
     check = subprocess.run([py, "-c", "import emu, emu.interop.endpoint; print(emu.__file__)"],
-                           capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, cwd=tree)
+                           capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+                           cwd=tree)
     if check.returncode or not check.stdout.startswith(tree):
         raise ImplError(f"{name}: the built tree does not import: "
                         f"{(check.stderr or check.stdout).strip()[-300:]}")

@@ -91,10 +91,10 @@ class RunResult:
             for case in self.cases:
                 out.append(f"  {case}")
                 out.append("    " + "server \\ client".ljust(width) +
-                           "".join(c.ljust(w) for c, w in zip(self.clients, cols)))
+                           "".join(c.ljust(w) for c, w in zip(self.clients, cols, strict=False)))
                 for s in self.servers:
                     row = []
-                    for c, w in zip(self.clients, cols):
+                    for c, w in zip(self.clients, cols, strict=False):
                         r = self.get(s, c, tr, case)
                         row.append((r.symbol if r else "-").ljust(w))
                     out.append("    " + s.ljust(width) + "".join(row))

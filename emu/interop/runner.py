@@ -24,7 +24,8 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from emu.interop import contract as C
 from emu.interop import wirecheck
