@@ -56,7 +56,8 @@ def _list(a: argparse.Namespace) -> int:
         return 2
     print(f"{'name':16s} {'transports':12s} {'daemon':7s} command")
     for impl in known.values():
-        print(f"{impl.name:16s} {','.join(impl.transports):12s} {impl.daemon:7s} {impl.command}")
+        print(f"{impl.name:16s} {','.join(impl.transports):12s} {impl.daemon:7s} {impl.command}"
+              + ("" if impl.available else f"  (not available: no {impl.requires})"))
         if impl.description:
             print(f"{'':16s} {impl.description}")
     print(f"{'emu@REF':16s} {'as emu':12s} {'own':7s} emu at a git commit/tag/branch, built "
@@ -77,8 +78,13 @@ def _run(a: argparse.Namespace) -> int:
     try:
         known = I.load(a.implementations)
         cases = select(a.test_cases)
-        servers = I.resolve(_split(a.servers) or list(known), known)
-        clients = I.resolve(_split(a.clients) or list(known), known)
+        present = [n for n, i in known.items() if i.available]
+        for n in sorted(set(known) - set(present)):
+            print(f"skipping {n}: {known[n].requires} not found in {known[n].dir}")
+        def usable(names: list[str]) -> list[str]:
+            return [n for n in names if n in present or n not in known]
+        servers = I.resolve(usable(_split(a.servers)) or present, known)
+        clients = I.resolve(usable(_split(a.clients)) or present, known)
     except (I.ImplError, ValueError) as e:
         print(f"emu interop: {e}", file=sys.stderr)
         return 2

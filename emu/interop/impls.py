@@ -48,6 +48,11 @@ class Impl:
     server_params: str = ""
     client_params: str = ""
     description: str = ""
+    requires: str | None = None         # a path (relative to dir) that must exist
+
+    @property
+    def available(self) -> bool:
+        return self.requires is None or os.path.exists(os.path.join(self.dir, self.requires))
 
 
 def _impl(name: str, d: dict[str, Any], base: str, where: str) -> Impl:
@@ -66,14 +71,14 @@ def _impl(name: str, d: dict[str, Any], base: str, where: str) -> Impl:
     if daemon not in ("emu", "own"):
         raise ImplError(f"{where}: [{name}].daemon must be \"emu\" or \"own\", got {daemon!r}")
     unknown = set(d) - {"command", "transports", "daemon", "setup", "dir", "env",
-                        "server_params", "client_params", "description"}
+                        "server_params", "client_params", "description", "requires"}
     if unknown:
         raise ImplError(f"{where}: [{name}] has unknown key(s) {sorted(unknown)}")
     env = {str(k): str(v) for k, v in dict(d.get("env", {})).items()}
     wd = os.path.normpath(os.path.join(base, str(d.get("dir", "."))))
     return Impl(name, command, list(transports), daemon, d.get("setup"), wd, env,
                 str(d.get("server_params", "")), str(d.get("client_params", "")),
-                str(d.get("description", "")))
+                str(d.get("description", "")), d.get("requires"))
 
 
 def load(path: str | None = None) -> dict[str, Impl]:
