@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from emu import cluster_cli, wireshark
     from emu.apps.perf import cli as perf_cli
     from emu.credible import doctor
+    from emu.interop import cli as interop_cli
     from emu.wire import dissect, sample
 
     cluster_cli.add_cli(sub)
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_cli(sub)
     wireshark.add_cli(sub)
     doctor.add_cli(sub)
+    interop_cli.add_cli(sub)  # emu interop (emu/interop)
     return parser
 
 

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu interop run|list``: the runner's command line (``scripts/interop`` calls it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from emu.interop import impls as I
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("interop", help="interop matrix of transport implementations",
+                       description="Run test cases between transport implementations "
+                                   "(docs/interop.md).")
+    isub = p.add_subparsers(dest="interop_command", metavar="{run,list}", required=True)
+    r = isub.add_parser("run", help="run the matrix")
+    r.add_argument("--implementations", "-i", help="implementations TOML "
+                   "(default: the ones emu ships)")
+    r.add_argument("--transport", "-T", action="append",
+                   help="roce, uet (repeatable or comma-separated; default: roce,uet)")
+    r.add_argument("-t", "--test-cases", help="comma-separated test cases (default: all)")
+    r.add_argument("-s", "--servers", help="comma-separated server implementations "
+                   "(NAME or emu@REF; default: all in the file)")
+    r.add_argument("-c", "--clients", help="comma-separated client implementations")
+    r.add_argument("--json", help="write the results as JSON here")
+    r.add_argument("--markdown", help="write the matrix as Markdown here")
+    r.add_argument("--log-dir", default=None, help="logs, captures per pair and case "
+                   "(default: ./logs/interop-<time>)")
+    r.add_argument("--timeout", type=float, default=120.0, help="seconds per case and side")
+    r.add_argument("--prefix", default="io", help="cluster name prefix (default io)")
+    r.set_defaults(func=_run)
+    ls = isub.add_parser("list", help="registered implementations and what they support")
+    ls.add_argument("--implementations", "-i")
+    ls.set_defaults(func=_list)
+
+
+def _split(values: list[str] | str | None) -> list[str]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [x.strip() for v in values for x in v.split(",") if x.strip()]
+
+
+def _list(a: argparse.Namespace) -> int:
+    from emu.interop import contract as C
+    from emu.interop.testcases import ALL
+
+    try:
+        known = I.load(a.implementations)
+    except I.ImplError as e:
+        print(f"emu interop: {e}", file=sys.stderr)
+        return 2
+    print(f"{'name':16s} {'transports':12s} {'daemon':7s} command")
+    for impl in known.values():
+        print(f"{impl.name:16s} {','.join(impl.transports):12s} {impl.daemon:7s} {impl.command}"
+              + ("" if impl.available else f"  (not available: no {impl.requires})"))
+        if impl.description:
+            print(f"{'':16s} {impl.description}")
+    print(f"{'emu@REF':16s} {'as emu':12s} {'own':7s} emu at a git commit/tag/branch, built "
+          f"in {I.CACHE}")
+    print("\ntest cases the runner runs: " + ", ".join(c.name for c in ALL))
+    print("contract cases (docs/interop.md): " + ", ".join(C.CASES))
+    print("Which cases an implementation supports shows in a run (exit 127 = ?).")
+    return 0
+
+
+def _run(a: argparse.Namespace) -> int:
+    from emu.interop import runner
+    from emu.interop.testcases import select
+
+    if os.geteuid() != 0:
+        print("emu interop run: needs root (namespaces)", file=sys.stderr)
+        return 2
+    try:
+        known = I.load(a.implementations)
+        cases = select(a.test_cases)
+        present = [n for n, i in known.items() if i.available]
+        for n in sorted(set(known) - set(present)):
+            print(f"skipping {n}: {known[n].requires} not found in {known[n].dir}")
+        def usable(names: list[str]) -> list[str]:
+            return [n for n in names if n in present or n not in known]
+        servers = I.resolve(usable(_split(a.servers)) or present, known)
+        clients = I.resolve(usable(_split(a.clients)) or present, known)
+    except (I.ImplError, ValueError) as e:
+        print(f"emu interop: {e}", file=sys.stderr)
+        return 2
+    transports = _split(a.transport) or ["roce", "uet"]
+    bad = [t for t in transports if t not in ("roce", "uet", "mrc")]
+    if bad:
+        print(f"emu interop: unknown transport(s) {bad}", file=sys.stderr)
+        return 2
+    for impl in {i.name: i for i in servers + clients}.values():
+        if impl.setup:
+            print(f"setup {impl.name}: {impl.setup}", flush=True)
+            if os.system(f"cd {impl.dir} && {impl.setup}") != 0:
+                print(f"emu interop: setup of {impl.name} failed", file=sys.stderr)
+                return 2
+    log_dir = a.log_dir or os.path.join("logs", time.strftime("interop-%Y%m%d-%H%M%S"))
+    res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
+                     prefix=a.prefix, progress=lambda s: print(s, flush=True))
+    print()
+    print(res.compact())
+    fails = res.failures()
+    if fails:
+        print("\nfailures:")
+        for r in fails:
+            print(f"  {r.transport} {r.client} → {r.server}: {r.reason}")
+    print(f"\n{len(res.results)} results in {res.end - res.start:.0f} s; logs in {log_dir}")
+    if a.json:
+        res.write_json(a.json)
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(res.markdown())
+    return 1 if fails else 0

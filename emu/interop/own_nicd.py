@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Run an endpoint command with its own ``emu nicd`` (contract §2, ``daemon = "own"``).
+
+``python -m emu.interop.own_nicd [--uet-setting K=V …] -- COMMAND …`` inside a
+host: starts this interpreter's ``emu nicd`` for ``$EMU_CLUSTER``/``$EMU_HOST``
+on the standard ports, waits until it is ready, runs COMMAND, stops the daemon
+and exits with COMMAND's status. Why: ``emu@REF`` must run *that* commit's
+daemon, and the ``emu`` variants a daemon whose UET wire settings
+(:func:`emu.wire.uet_defs.configure`) differ — neither can share the
+runner's daemon. The daemon's log and event trace go to ``$LOGDIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+_DAEMON = ("import sys, json\n"
+           "from emu.wire import uet_defs\n"
+           "uet_defs.configure(**json.loads(sys.argv[1]))\n"
+           "from emu.nic.daemon import main\n"
+           "sys.exit(main(sys.argv[2:]))\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    settings: dict[str, object] = {}
+    while args and args[0] == "--uet-setting":
+        key, _, value = args[1].partition("=")
+        settings[key] = json.loads(value)
+        args = args[2:]
+    if not args or args[0] != "--":
+        print("usage: own_nicd [--uet-setting K=V …] -- COMMAND …", file=sys.stderr)
+        return 2
+    cmd = args[1:]
+    cluster, host = os.environ.get("EMU_CLUSTER"), os.environ.get("EMU_HOST")
+    if not cluster or not host:
+        print("own_nicd: EMU_CLUSTER and EMU_HOST must be set", file=sys.stderr)
+        return 1
+    logdir = os.environ.get("LOGDIR") or "."
+    os.makedirs(logdir, exist_ok=True)
+    argv_d = ["--cluster", cluster, "--host", host, "-t", "roce", "-t", "uet",
+              "--optional-transports", "--trace", os.path.join(logdir, "nicd.trace.jsonl")]
+    with open(os.path.join(logdir, "nicd.log"), "ab") as log:
+        d = subprocess.Popen([sys.executable, "-c", _DAEMON, json.dumps(settings), *argv_d],
+                             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        assert d.stdout is not None
+        line = d.stdout.readline()
+        if not line.startswith(b"ready"):
+            d.wait(10)
+            print(f"own_nicd: the daemon did not start (exit {d.returncode}; "
+                  f"{os.path.join(logdir, 'nicd.log')})", file=sys.stderr)
+            return 1
+        return subprocess.call(cmd)
+    finally:
+        if d.poll() is None:
+            d.send_signal(signal.SIGTERM)
+            try:
+                d.wait(10)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The interop test cases: what the runner lays out, which network each needs, and
+the ``check()`` over both sides' outputs and the capture (``docs/interop.md`` §5).
+
+One class per case, after quic-interop-runner's ``testcases.py``: a case knows
+its files (written with fresh pseudo-random bytes, so a zero-filled or stale
+file cannot pass), the impairment the runner applies to the link, and what
+must hold afterwards. ``check`` returns ``None`` or a reason naming what was
+wrong; the runner prefixes the case name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import ClassVar
+
+from emu.interop import contract as C
+from emu.interop.wirecheck import Wire
+
+
+def _sha(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _same(sent: str, received: str, what: str) -> str | None:
+    """None if ``received`` holds exactly ``sent``'s bytes, else why not."""
+    a, b = _sha(sent), _sha(received)
+    if b is None:
+        return f"{what}: the receiver wrote no {os.path.basename(received)}"
+    if a != b:
+        got = os.path.getsize(received)
+        want = os.path.getsize(sent)
+        return (f"{what}: received data differs from what was sent (sha256 {b[:12]} vs "
+                f"{a[:12]}, {got} vs {want} bytes)")
+    return None
+
+
+class TestCase:
+    """A test case; subclasses set the class attributes and extend :meth:`check`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    network: ClassVar[str] = "clean"      # clean | loss | duplication | reordering | trimming
+    loss: ClassVar[str] = ""
+    #: bytes that must appear as payload in the capture (a client that moves nothing fails)
+    wire_bytes: ClassVar[int] = 0
+    goodput_bytes: ClassVar[int] = 0      # bytes for the goodput figure (0: not measured)
+
+    def __init__(self, server_dir: str, client_dir: str) -> None:
+        self.server_dir, self.client_dir = server_dir, client_dir
+
+    # -- layout ---------------------------------------------------------------------
+    def _put(self, side_dir: str, name: str, size: int) -> None:
+        with open(os.path.join(side_dir, name), "wb") as f:
+            f.write(os.urandom(size))
+
+    def prepare(self) -> None:
+        """Write the files the sending side needs into its DATA_DIR."""
+
+    def recv(self, side: str, name: str) -> str:
+        return os.path.join(self.server_dir if side == "server" else self.client_dir,
+                            "received", name)
+
+    def sent(self, side: str, name: str) -> str:
+        return os.path.join(self.server_dir if side == "server" else self.client_dir, name)
+
+    # -- verdict --------------------------------------------------------------------
+    def check_outputs(self) -> str | None:
+        return None
+
+    def check_wire(self, w: Wire) -> str | None:
+        return None
+
+    def check(self, w: Wire) -> str | None:
+        """Everything a ✓ needs: outputs, a clean capture, data on the wire, the case's own."""
+        why = self.check_outputs()
+        if why:
+            return why
+        if w.error:
+            return w.error
+        if w.malformed:
+            return f"{len(w.malformed)} malformed packet(s) in the capture, first {w.malformed[0]}"
+        if w.bad_icrc:
+            return f"{len(w.bad_icrc)} packet(s) with a bad ICRC, first {w.bad_icrc[0]}"
+        if w.payload_bytes < self.wire_bytes:
+            return (f"only {w.payload_bytes} payload bytes on the wire, the case moves "
+                    f"{self.wire_bytes}")
+        return self.check_wire(w)
+
+
+class Handshake(TestCase):
+    name = "handshake"
+    description = "connection established, one SEND of 32 B"
+    wire_bytes = C.HANDSHAKE_SIZE
+
+    def prepare(self) -> None:
+        self._put(self.client_dir, "payload.bin", C.HANDSHAKE_SIZE)
+
+    def check_outputs(self) -> str | None:
+        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
+                     "SEND")
+
+    def check_wire(self, w: Wire) -> str | None:
+        if not any("SEND" in t for t in w.types):
+            return "no SEND request on the wire"
+        return None
+
+
+class Transfer(TestCase):
+    """WRITE ``payload.bin`` into the server's region; hashes compared."""
+
+    size: ClassVar[int]
+
+    def prepare(self) -> None:
+        self._put(self.client_dir, "payload.bin", self.size)
+
+    def check_outputs(self) -> str | None:
+        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
+                     f"WRITE of {self.size} B")
+
+
+def _transfer(case: str, text: str) -> type[Transfer]:
+    size = C.TRANSFER_SIZES[case]
+    return type(f"Transfer_{case}", (Transfer,), {
+        "name": case, "description": text, "size": size, "wire_bytes": size,
+        "goodput_bytes": size, "__doc__": text})
+
+
+Transfer1B = _transfer("transfer-1b", "WRITE of 1 B")
+Transfer4K = _transfer("transfer-4k", "WRITE of 4 KiB")
+Transfer1M = _transfer("transfer-1m", "WRITE of 1 MiB")
+Transfer64M = _transfer("transfer-64m", "WRITE of 64 MiB")
+
+
+class Read(TestCase):
+    name = "read"
+    description = "READ of the server's 1 MiB region"
+    wire_bytes = C.READ_SIZE
+    goodput_bytes = C.READ_SIZE
+
+    def prepare(self) -> None:
+        self._put(self.server_dir, "payload.bin", C.READ_SIZE)
+
+    def check_outputs(self) -> str | None:
+        return _same(self.sent("server", "payload.bin"), self.recv("client", "payload.bin"),
+                     "READ")
+
+    def check_wire(self, w: Wire) -> str | None:
+        if not any("READ" in t for t in w.types):
+            return "no READ request or response on the wire"
+        return None
+
+
+class SendRecv(TestCase):
+    name = "sendrecv"
+    description = "16 SENDs of 16 KiB into posted receives"
+    wire_bytes = C.SENDRECV_SIZE
+
+    def prepare(self) -> None:
+        self._put(self.client_dir, "payload.bin", C.SENDRECV_SIZE)
+
+    def check_outputs(self) -> str | None:
+        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
+                     "SENDs")
+
+
+class Atomics(TestCase):
+    name = "atomics"
+    description = "FETCH_ADD then COMPARE_SWAP on the server's 8 bytes"
+    wire_bytes = 0
+
+    def check_outputs(self) -> str | None:
+        try:
+            with open(self.recv("client", "atomics.json")) as f:
+                fetched = json.load(f).get("fetched")
+        except (OSError, ValueError) as e:
+            return f"client's atomics.json unreadable: {e}"
+        want = [C.ATOMIC_INITIAL, C.ATOMIC_ADD + C.ATOMIC_INITIAL]
+        if fetched != want:
+            return f"fetched values {fetched}, expected {want}"
+        try:
+            with open(self.recv("server", "final.bin"), "rb") as f:
+                (final,) = struct.unpack("=Q", f.read(8))
+        except (OSError, struct.error) as e:
+            return f"server's final.bin unreadable: {e}"
+        if final != C.ATOMIC_SWAP:
+            return f"target holds {final} after the atomics, expected {C.ATOMIC_SWAP}"
+        return None
+
+    def check_wire(self, w: Wire) -> str | None:
+        if not any("ATOMIC" in t or "FETCH_ADD" in t or "CMP_SWAP" in t for t in w.types):
+            return "no atomic request on the wire"
+        return None
+
+
+class MultiConn(TestCase):
+    name = "multiconn"
+    description = f"{C.MULTICONN_N} QPs / endpoints, one WRITE each"
+    wire_bytes = C.MULTICONN_N * C.MULTICONN_SIZE
+
+    def prepare(self) -> None:
+        for i in range(C.MULTICONN_N):
+            self._put(self.client_dir, f"payload-{i}.bin", C.MULTICONN_SIZE)
+
+    def check_outputs(self) -> str | None:
+        for i in range(C.MULTICONN_N):
+            why = _same(self.sent("client", f"payload-{i}.bin"),
+                        self.recv("server", f"payload-{i}.bin"), f"connection {i}")
+            if why:
+                return why
+        return None
+
+    def check_wire(self, w: Wire) -> str | None:
+        if w.qpns and len(w.qpns) < C.MULTICONN_N:
+            return f"requests went to {len(w.qpns)} QP(s), expected {C.MULTICONN_N}"
+        return None
+
+
+class Loss(Transfer):
+    name = "loss"
+    description = "WRITE of 1 MiB with 2 % random drop: retransmissions on the wire"
+    size = C.TRANSFER_SIZES["loss"]
+    wire_bytes = size
+    network = "loss"
+    loss = "2%"
+
+    def check_wire(self, w: Wire) -> str | None:
+        if w.retransmissions == 0:
+            return "no retransmission on the wire although the link dropped packets"
+        return None
+
+
+class BadKey(TestCase):
+    name = "badkey"
+    description = "WRITE with a wrong key: error at the initiator, target unchanged"
+
+    def prepare(self) -> None:
+        self._put(self.client_dir, "payload.bin", C.BADKEY_SIZE)
+        self._put(self.server_dir, "target.bin", C.BADKEY_SIZE)
+
+    def check_outputs(self) -> str | None:
+        why = _same(self.sent("server", "target.bin"), self.recv("server", "target.bin"),
+                    "target memory")
+        return f"target memory changed by a WRITE with a wrong key ({why})" if why and \
+            os.path.exists(self.recv("server", "target.bin")) else why
+
+    def check_wire(self, w: Wire) -> str | None:
+        if not (w.naks or w.uet_error_rcs or w.uet_nacks):
+            return "no NAK / error response on the wire for the WRITE with a wrong key"
+        return None
+
+
+class Teardown(TestCase):
+    name = "teardown"
+    description = "WRITE, destroy the connection, a second connection, WRITE"
+    wire_bytes = 2 * C.TEARDOWN_SIZE
+
+    def prepare(self) -> None:
+        self._put(self.client_dir, "payload.bin", C.TEARDOWN_SIZE)
+        self._put(self.client_dir, "payload2.bin", C.TEARDOWN_SIZE)
+
+    def check_outputs(self) -> str | None:
+        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
+                     "first connection") or \
+            _same(self.sent("client", "payload2.bin"), self.recv("server", "payload2.bin"),
+                  "second connection")
+
+    def check_wire(self, w: Wire) -> str | None:
+        if w.qpns and len(w.qpns) < 2:
+            return f"both connections' requests went to one QP ({sorted(w.qpns)})"
+        return None
+
+
+ALL: list[type[TestCase]] = [Handshake, Transfer1B, Transfer4K, Transfer1M, Read, SendRecv,
+                             Atomics, MultiConn, Loss, BadKey, Teardown, Transfer64M]
+BY_NAME = {c.name: c for c in ALL}
+
+
+def select(names: str | None) -> list[type[TestCase]]:
+    """``-t a,b`` → those cases (ValueError naming an unknown one); None → all."""
+    if not names:
+        return list(ALL)
+    out = []
+    for n in names.split(","):
+        n = n.strip()
+        if n not in BY_NAME:
+            raise ValueError(f"unknown test case {n!r}; known: {', '.join(BY_NAME)}")
+        out.append(BY_NAME[n])
+    return out

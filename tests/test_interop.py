@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Interop runner (issue 13): the implementations file, the matrix, and end to end
+(root) emu × emu, a shell endpoint that supports nothing, and broken endpoints.
+
+The broken endpoints are what the runner exists to catch: a client that
+corrupts one byte, and a pair that "passes" without moving data (the server
+copies the client's file instead of receiving it). Each must show ✕ with a
+reason naming the case and what was wrong. No wall-clock thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from emu.interop import contract as C
+from emu.interop import impls as I
+from emu.interop import runner, wirecheck
+from emu.interop.result import CaseResult, RunResult
+from emu.interop.testcases import BY_NAME, select
+from emu.wire.sample import write as write_sample
+
+root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+
+
+def _toml(tmp_path, text: str) -> str:
+    p = tmp_path / "impls.toml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_implementations_file_errors_are_one_line(tmp_path):
+    with pytest.raises(I.ImplError, match=r"\[x\] has no 'command'"):
+        I.load(_toml(tmp_path, "[x]\ntransports = ['roce']\n"))
+    with pytest.raises(I.ImplError, match=r"daemon must be"):
+        I.load(_toml(tmp_path, "[x]\ncommand='a'\ntransports=['roce']\ndaemon='maybe'\n"))
+    with pytest.raises(I.ImplError, match="unknown implementation 'nope'"):
+        I.resolve(["nope"], I.load())
+    with pytest.raises(ValueError, match="unknown test case 'bogus'"):
+        select("handshake,bogus")
+
+
+def test_shipped_file_lists_emu_and_variants():
+    known = I.load()
+    assert known["emu"].daemon == "emu" and {"roce", "uet"} <= set(known["emu"].transports)
+    variants = [i for i in known.values() if "--uet-setting" in i.command]
+    assert variants and all(i.daemon == "own" for i in variants)
+
+
+def test_matrix_and_json_carry_every_result(tmp_path):
+    res = RunResult(["a", "b"], ["a"], ["roce"], ["handshake", "read"])
+    res.add(CaseResult("a", "a", "roce", "handshake", "succeeded"))
+    res.add(CaseResult("b", "a", "roce", "handshake", "failed", "handshake: boom"))
+    res.add(CaseResult("a", "a", "roce", "read", "unsupported"))
+    text = res.compact()
+    assert "✓" in text and "✕" in text and "?" in text
+    md = res.markdown()
+    assert "| handshake | ✓ | ✕ |" in md and "handshake: boom" in md
+    res.write_json(str(tmp_path / "r.json"))
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert [r["result"] for r in d["results"]] == ["succeeded", "failed", "unsupported"]
+    assert d["pairs"] == ["a_a", "b_a"]
+
+
+def test_wirecheck_counts_malformed_and_retransmissions(tmp_path):
+    path = str(tmp_path / "s.pcapng")
+    write_sample(path)
+    w = wirecheck.summarise(path)
+    assert w.transport_packets > 50 and not w.malformed and not w.bad_icrc
+    # a garbage file is reported, not raised
+    (tmp_path / "bad.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a garbage")
+    assert wirecheck.summarise(str(tmp_path / "bad.pcapng")).error
+
+
+def test_case_check_fails_a_client_that_moved_nothing(tmp_path):
+    """Outputs equal (the file was copied), but the capture holds no payload: ✕."""
+    s, c = tmp_path / "s", tmp_path / "c"
+    (s / "received").mkdir(parents=True)
+    c.mkdir()
+    case = BY_NAME["transfer-4k"](str(s), str(c))
+    case.prepare()
+    (s / "received" / "payload.bin").write_bytes((c / "payload.bin").read_bytes())
+    why = case.check(wirecheck.Wire())
+    assert why and "payload bytes on the wire" in why
+
+
+# ---------------------------------------------------------------------------------------
+# end to end (root)
+# ---------------------------------------------------------------------------------------
+SHELL_127 = "#!/bin/sh\nexit 127\n"
+# exits 0 without moving data: the server copies the client's file (same machine)
+CHEAT = """#!/bin/sh
+case "$TESTCASE" in transfer-4k) ;; *) exit 127 ;; esac
+if [ "$ROLE" = server ]; then cp "$DATA_DIR/../../client/data/payload.bin" "$DATA_DIR/received/"; fi
+exit 0
+"""
+# emu's endpoint, but the client flips one byte of what it sends
+CORRUPT = """#!/bin/sh
+if [ "$ROLE" = client ] && [ -f "$DATA_DIR/payload.bin" ]; then
+  mkdir -p "$LOGDIR/d" && cp "$DATA_DIR/payload.bin" "$LOGDIR/d/"
+  printf 'X' | dd of="$LOGDIR/d/payload.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+  DATA_DIR="$LOGDIR/d"; export DATA_DIR
+fi
+exec python3 -m emu.interop.endpoint
+"""
+
+
+@pytest.fixture
+def impl_file(tmp_path):
+    for name, text in (("none.sh", SHELL_127), ("cheat.sh", CHEAT), ("corrupt.sh", CORRUPT)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    return _toml(tmp_path, """
+        [emu]
+        command = "python3 -m emu.interop.endpoint"
+        transports = ["roce", "uet"]
+        [none]
+        command = "./none.sh"
+        transports = ["roce"]
+        [cheat]
+        command = "./cheat.sh"
+        transports = ["roce"]
+        [corrupt]
+        command = "./corrupt.sh"
+        transports = ["roce"]
+        """)
+
+
+def _clusters_left(prefix: str) -> list[str]:
+    return [f for f in os.listdir("/run/emu") if f.startswith(prefix) and f.endswith(".json")] \
+        if os.path.isdir("/run/emu") else []
+
+
+@root
+def test_emu_pairs_shell_and_broken_endpoints(impl_file, tmp_path):
+    known = I.load(impl_file)
+    log = str(tmp_path / "logs")
+    before = set(_clusters_left("io"))
+    res = runner.run([known["emu"]], [known["emu"], known["none"], known["corrupt"]], ["roce"],
+                     select("handshake,transfer-4k,atomics"), log, timeout=30,
+                     progress=lambda s: None)
+    by = {(r.client, r.case): r for r in res.results}
+    for case in ("handshake", "transfer-4k", "atomics"):
+        assert by[("emu", case)].result == "succeeded", by[("emu", case)].reason
+        assert by[("none", case)].symbol == "?", by[("none", case)]
+    bad = by[("corrupt", "transfer-4k")]
+    assert bad.symbol == "✕" and bad.reason.startswith("transfer-4k:") and "differs" in bad.reason
+    assert by[("corrupt", "atomics")].symbol == "✓"  # nothing to corrupt there
+    # what a run leaves: outputs, a capture that decodes, the daemons' traces
+    d = os.path.join(log, "emu_emu", "roce", "transfer-4k")
+    for f in ("capture.pcapng", "dissect.txt", "result.json", "server/output.txt",
+              "client/output.txt", "nicd-h1.trace.jsonl", "nicd-h2.trace.jsonl"):
+        assert os.path.exists(os.path.join(d, f)), f
+    assert "RC_WRITE_ONLY" in open(os.path.join(d, "dissect.txt")).read()
+    assert set(_clusters_left("io")) == before  # every cluster taken down
+
+
+@root
+def test_exit_0_without_moving_data_fails(impl_file, tmp_path):
+    known = I.load(impl_file)
+    res = runner.run([known["cheat"]], [known["cheat"]], ["roce"], select("transfer-4k"),
+                     str(tmp_path / "logs"), timeout=30, progress=lambda s: None)
+    [r] = res.results
+    assert r.symbol == "✕"
+    assert r.reason.startswith("transfer-4k:") and "payload bytes on the wire" in r.reason
+
+
+@root
+def test_compliance_failure_marks_every_case(tmp_path):
+    (tmp_path / "zero.sh").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "zero.sh").chmod(0o755)
+    known = I.load(_toml(tmp_path, "[zero]\ncommand='./zero.sh'\ntransports=['uet']\n"))
+    res = runner.run([known["zero"]], [known["zero"]], ["uet"], select("handshake"),
+                     str(tmp_path / "logs"), timeout=20, progress=lambda s: None)
+    [r] = res.results
+    assert r.symbol == "✕" and "not compliant" in r.reason and "must be 127" in r.reason
+    assert C.EXIT_UNSUPPORTED == 127
