@@ -60,7 +60,7 @@ class Cluster:
             self.traces = {h: cluster.trace_path(name, h) for h in emu_hosts}
             self.logs = {h: os.path.join(os.path.dirname(self.traces[h]),
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
-            self.per_host, _ = cluster.nic_rates(self.topology)
+            self.per_host, _, _ = cluster.nic_rates(self.topology)
             self.extra = ("--optional-transports", *daemon_args(self.topology.nic))
             self.start_daemons()
         except BaseException:
