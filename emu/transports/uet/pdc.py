@@ -335,6 +335,16 @@ class PsnMessages:
         return self.count
 
 
+class Rx(enum.Enum):
+    """A request's PSN as its target PDC sees it (:meth:`TargetPdc.classify`)."""
+
+    NEW = "new"  # in the window, not received yet: place it
+    DUPLICATE = "duplicate"  # in the window, received already: ACK again
+    STALE = "stale"  # behind the window: a stray, dropped
+    OUT_OF_WINDOW = "out_of_window"  # beyond the window: NACK PSN_OOR_WINDOW
+    AHEAD_ROD = "ahead_rod"  # ROD only: past the first missing PSN (dropped, ROD_OOO)
+
+
 @dataclass(eq=False)
 class TargetPdc:
     """The target half: which PSNs arrived, ACK accounting, SES placement state."""
@@ -370,15 +380,35 @@ class TargetPdc:
 
     def __post_init__(self) -> None:
         self.rcvd = RangeSet(PSN32, self.start_psn)
-        self.clear_psn = self.rcvd._floor
+        self.clear_psn = self.rcvd.floor_ext
 
     @property
     def first_missing(self) -> int:
         """Extended PSN of the first PSN not received (the floor after :meth:`advance`)."""
-        return self.rcvd._floor
+        return self.rcvd.floor_ext
 
     def ext(self, wire_psn: int) -> int:
-        return PSN32.unwrap(wire_psn, self.rcvd._floor)
+        return PSN32.unwrap(wire_psn, self.rcvd.floor_ext)
+
+    def classify(self, psn: int) -> Rx:
+        """What a request at extended ``psn`` is to this PDC — the one receive verdict
+        the general path (``Target.on_request``) and the WRITE fast path
+        (``Target.write_middle``) both act on (uet.md: Behaviour, Window)."""
+        fm = self.rcvd.floor_ext
+        if psn == fm:
+            return Rx.NEW  # the usual case: the next PSN in order
+        if not -self.window <= psn - fm < self.window:
+            return Rx.STALE if psn < fm else Rx.OUT_OF_WINDOW
+        if psn < fm or psn in self.rcvd:
+            return Rx.DUPLICATE
+        return Rx.AHEAD_ROD if self.mode is Mode.ROD else Rx.NEW
+
+    def clear_to(self, cp: int) -> None:
+        """CLEAR_PSN (extended ``cp``, from a request's clear_psn_offset or a CP CLEAR)
+        moves up, never past one beyond the first missing PSN: the initiator has seen
+        everything below it ACKed (uet.md: PDS headers — CLEAR_PSN)."""
+        if self.clear_psn < cp <= self.rcvd.floor_ext + 1:
+            self.clear_psn = cp
 
     def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
         """Store a message's SES response so a duplicate can fetch it again."""
