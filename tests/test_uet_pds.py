@@ -373,3 +373,21 @@ def test_target_classify_verdicts_at_the_window_edges():
         assert t.clear_psn != fm + 2
         t.clear_to(fm + 1)
         assert t.clear_psn == fm + 1
+
+
+def test_pdc_state_table_allows_exactly_its_moves():
+    """The initiator PDC's life cycle is one checked table (as RoCEv2's QP): a move it
+    does not list raises and leaves the state alone; ended PDCs stay ended."""
+    from emu.transports.uet.pdc import PDC_TRANSITIONS, InitiatorPdc, PdcState, PdcStateError
+    assert set(PDC_TRANSITIONS) == set(PdcState)
+    assert not PDC_TRANSITIONS[PdcState.CLOSED] and not PDC_TRANSITIONS[PdcState.ERROR]
+    for old, allowed in PDC_TRANSITIONS.items():
+        for new in PdcState:
+            pdc = InitiatorPdc(1, "h", ("h", 1), None, 0, 128)
+            pdc.state = old
+            if new in allowed:
+                assert pdc.move(new) is old and pdc.state is new
+            else:
+                with pytest.raises(PdcStateError, match=f"{old.value} → {new.value}"):
+                    pdc.move(new)
+                assert pdc.state is old

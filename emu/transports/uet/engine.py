@@ -343,7 +343,7 @@ class UetEngine(Engine):
         if pdc is None:
             raise VerbsError(f"no initiator PDC {pdcid}")
         if pdc.state in (PdcState.SYN_SENT, PdcState.ESTABLISHED):
-            pdc.state = PdcState.CLOSING
+            pdc.move(PdcState.CLOSING)
             if self._ini_by_key.get(pdc.key) == pdcid:
                 del self._ini_by_key[pdc.key]
         self._active[pdcid] = None

@@ -125,6 +125,25 @@ class PdcState(enum.Enum):
     ERROR = "ERROR"  # closed in error: retries exhausted or a "close PDC" NACK
 
 
+_P = PdcState
+#: every move an initiator PDC may make (:meth:`InitiatorPdc.move` refuses the rest), as
+#: RoCEv2's QP has ``qp.TRANSITIONS``: SYN_SENT → ESTABLISHED on the first ACK (it brings
+#: DPDCID); → CLOSING on ``close_pdc`` or the target's ACK REQ=CLOSE; ESTABLISHED →
+#: SYN_SENT on NEW_START_PSN (SYN again from the new Start_PSN); CLOSING → CLOSED when
+#: the CLOSE is ACKed (or was never needed); any open state → ERROR. Ended PDCs stay ended.
+PDC_TRANSITIONS: dict[PdcState, frozenset[PdcState]] = {
+    _P.SYN_SENT: frozenset({_P.ESTABLISHED, _P.CLOSING, _P.ERROR}),
+    _P.ESTABLISHED: frozenset({_P.CLOSING, _P.SYN_SENT, _P.ERROR}),
+    _P.CLOSING: frozenset({_P.CLOSED, _P.ERROR}),
+    _P.CLOSED: frozenset(),
+    _P.ERROR: frozenset(),
+}
+
+
+class PdcStateError(RuntimeError):
+    """A PDC was asked to make a move :data:`PDC_TRANSITIONS` does not have (a bug)."""
+
+
 class PdcIds:
     """16-bit PDCIDs shared by initiator and target halves of one engine; 0 is reserved
     (uet.md: Behaviour, PDC), so an ACK's DPDCID always names exactly one PDC."""
@@ -238,6 +257,14 @@ class InitiatorPdc:
 
     def __post_init__(self) -> None:
         self.next_psn = self.start_psn
+
+    def move(self, new: PdcState) -> PdcState:
+        """Change state along :data:`PDC_TRANSITIONS`; returns the old state."""
+        old = self.state
+        if new not in PDC_TRANSITIONS[old]:
+            raise PdcStateError(f"PDC {self.pdcid}: no transition {old.value} → {new.value}")
+        self.state = new
+        return old
 
     @property
     def oldest(self) -> int:

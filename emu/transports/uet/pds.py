@@ -350,7 +350,7 @@ class Initiator:
         if pdc.dpdcid is None:
             pdc.dpdcid = ack.spdcid  # the first ACK supplies DPDCID (uet.md: PDC)
             if pdc.state is PdcState.SYN_SENT:
-                pdc.state = PdcState.ESTABLISHED
+                pdc.move(PdcState.ESTABLISHED)
             if h.trace.enabled:
                 h.trace.state_changed(now, "SYN_SENT", pdc.state.value, pdc=pdc.pdcid,
                                       dpdcid=ack.spdcid)
@@ -381,7 +381,7 @@ class Initiator:
         if ack.req == D.ACK_REQ_CLEAR:
             pdc.ctl_pending.append((D.CP_CLEAR, pdc.oldest))
         elif ack.req == D.ACK_REQ_CLOSE and pdc.state is PdcState.ESTABLISHED:
-            pdc.state = PdcState.CLOSING  # the target asks us to close (uet.md: Close)
+            pdc.move(PdcState.CLOSING)  # the target asks us to close (uet.md: Close)
         if not pdc.unacked and not any(m.waiting_since is not None for m in pdc.msgs.values()):
             pdc.timers.cancel("retx")  # nothing left to time out
         if h.trace.enabled:
@@ -517,7 +517,7 @@ class Initiator:
         pdc.dpdcid = None
         pdc.close_psn = None
         if pdc.state is PdcState.ESTABLISHED:
-            pdc.state = PdcState.SYN_SENT
+            pdc.move(PdcState.SYN_SENT)
         self.h.stats["pdc_restarts"] += 1
 
     # -- timers --------------------------------------------------------------------------
@@ -586,8 +586,7 @@ class Initiator:
 
     def _end(self, pdc: InitiatorPdc, state: PdcState, reason: str,
              status: WcStatus | None) -> None:
-        old = pdc.state
-        pdc.state = state
+        old = pdc.move(state)
         pdc.unacked.clear()
         pdc.retx_now.clear()
         pdc.retx_later.clear()
