@@ -24,6 +24,7 @@ from typing import Any
 
 from emu.core.psn import PSN32
 from emu.core.reorder import PlacementTracker
+from emu.core.rto import RtoEstimator
 from emu.core.sack import RangeSet
 from emu.core.timers import TimerSet
 from emu.wire.uet_defs import NACK_CODES
@@ -249,11 +250,9 @@ class InitiatorPdc:
     acks: int = 0
     mode: Mode = Mode.RUD  # RUD or ROD (part of the lookup key)
     credit: int | None = None  # last CREDIT the target granted (CP CREDIT; for RCCC)
-    #: smoothed round trip and its variation (s), and the RTO they give; 0.0 = the engine's
-    #: fixed ``rto`` (no sample yet, or the engine's RTO does not adapt)
-    srtt: float = 0.0
-    rttvar: float = 0.0
-    rto: float = 0.0
+    #: smoothed round trip, its variation and the RTO they give (emu.core.rto); RTO 0.0
+    #: until the first sample, or when the engine's RTO does not adapt
+    rtt: RtoEstimator = field(default_factory=RtoEstimator)
 
     def __post_init__(self) -> None:
         self.next_psn = self.start_psn

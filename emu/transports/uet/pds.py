@@ -134,7 +134,7 @@ class Initiator:
     def rto_of(self, pdc: InitiatorPdc) -> float:
         """The PDC's retransmission timeout: its measured RTO, or the engine's ceiling
         until the first RTT sample (RFC 6298 starts high, too)."""
-        return pdc.rto or self.h.rto_max
+        return pdc.rtt.current(self.h.rto_max)
 
     def _arm(self, pdc: InitiatorPdc, now: float) -> None:
         """The retransmit timer fires one RTO after ``now`` unless it is due sooner."""
@@ -363,7 +363,8 @@ class Initiator:
         if h.rto_max > h.rto and not ack.p:
             pkt = pdc.unacked.get(cack + ack.ack_psn_offset)
             if pkt is not None and not pkt.resent:
-                self._rtt_sample(pdc, now - pkt.sent_at)
+                # one round trip (Karn's rule: not from a resent packet; emu.core.rto)
+                pdc.rtt.sample(now - pkt.sent_at, h.rto, h.rto_max)
         self._acked_through(pdc, cack, now)
         if not ack.p:
             self._acked(pdc, cack + ack.ack_psn_offset, now)
@@ -387,24 +388,6 @@ class Initiator:
         if h.trace.enabled:
             h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
                                  sack=bm, outstanding=len(pdc.unacked))
-
-    def _rtt_sample(self, pdc: InitiatorPdc, r: float) -> None:
-        """One round trip (RFC 6298, α = 1/8, β = 1/4): the PDC's RTO = SRTT + 4·RTTVAR
-        within ``[rto, rto_max]``.
-
-        Why adapt at all when the spec says 1–5 ms: that is a hardware NIC's
-        bound on a µs fabric. Two Python daemons on a loaded machine see round
-        trips of several ms when busy (measured: ACKs arriving 1–20 ms after
-        they left), and a fixed 5 ms then resent whole windows that had
-        arrived — each duplicate answered with an ACK of its own — which made
-        the busy receiver busier."""
-        h = self.h
-        if pdc.srtt:
-            pdc.rttvar += (abs(pdc.srtt - r) - pdc.rttvar) / 4
-            pdc.srtt += (r - pdc.srtt) / 8
-        else:
-            pdc.srtt, pdc.rttvar = r, r / 2
-        pdc.rto = min(max(pdc.srtt + 4 * pdc.rttvar, h.rto), h.rto_max)
 
     def _acked(self, pdc: InitiatorPdc, psn: int, now: float) -> None:
         pkt = pdc.unacked.pop(psn, None)
