@@ -276,8 +276,9 @@ class RangeSet:
     def add_advance(self, psn: int) -> None:
         """:meth:`add` then :meth:`advance`: the receiver's "this PSN arrived" — O(1) in
         the usual case, the PSN at the floor with nothing held above it."""
-        if not self._starts and self._ext(psn) == self._floor:
-            self._floor += 1
+        f = self._floor
+        if not self._starts and (psn - f) & self.space.mask == 0:  # the floor's wire value
+            self._floor = f + 1
             return
         self.add(psn)
         self.advance()
