@@ -136,7 +136,7 @@ def _nicd_args(a: argparse.Namespace) -> tuple[str, ...]:
 
 def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
     topo = load(str(ROOT / "namespaces/pair.toml"))
-    name = random_cluster("b")
+    name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     procs: list[Any] = []
     try:
@@ -184,7 +184,7 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
 
 def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
     topo = load(str(ROOT / "namespaces/leaf-spine.toml"))
-    name = random_cluster("b")
+    name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     spines = sorted(n for n, nd in topo.nodes.items() if nd.role == "spine")
     fam = 4 if a.ipv4 else 6
@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pin", action="store_true",
                    help="let the scheduler place the processes (default: sender side on "
                         "CPU 0, receiver side on CPU 1, for every measurement)")
+    p.add_argument("--cluster-prefix", default="b", metavar="PREFIX",
+                   help="start of the temporary cluster's name (default b), so runs on a "
+                        "shared machine are told apart")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     bench_roce.PIN = not a.no_pin
