@@ -28,11 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"emu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from emu import cluster_cli, wireshark
+    from emu.apps import doctor
     from emu.apps.perf import cli as perf_cli
-    from emu.credible import doctor
+    from emu.cluster import cli as cluster_cli
     from emu.interop import cli as interop_cli
-    from emu.wire import dissect, sample
+    from emu.wire import dissect, sample, wireshark
 
     cluster_cli.add_cli(sub)
     perf_cli.add_cli(sub)  # emu perf (emu/apps/perf)

@@ -32,8 +32,8 @@ import pytest
 from fabric_util import ns_of_cluster
 from rdma_util import write_and_verify
 
-from emu import cluster as C
 from emu.api.client import call_once
+from emu.cluster import cluster as C
 from emu.fabric import state
 from emu.fabric.naming import random_cluster
 from emu.nic.protocol import sock_path

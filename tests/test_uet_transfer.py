@@ -17,7 +17,7 @@ from uet_pair import LOSSY, A, B, MiB, clean, ok, uet_pair, write
 
 from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import MemoryTable
-from emu.transports.roce.verbs import Sge
+from emu.core.verbs import Sge
 from emu.transports.uet import UetEngine
 from emu.transports.uet import ses as S
 

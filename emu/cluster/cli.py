@@ -116,7 +116,7 @@ def _load(path: str, overrides: list[str], name: str | None = None, check_size=N
 
 def _errors():
     """Exceptions that are the user's or the machine's situation, not emu bugs."""
-    from emu.cluster import ClusterError
+    from emu.cluster.cluster import ClusterError
     from emu.fabric import FabricError
     from emu.fabric.linkctl import LinkCtlError
 
@@ -139,7 +139,7 @@ def _root() -> None:
 def _up(a: argparse.Namespace) -> int:
     _root()
     topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
-    from emu import cluster as C  # after the size check: a refusal costs no fabric imports
+    from emu.cluster import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
 
     t0 = time.perf_counter()
@@ -176,7 +176,7 @@ def _size_check(a: argparse.Namespace):
 
 
 def _down(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
     _root()
     try:
@@ -190,7 +190,7 @@ def _down(a: argparse.Namespace) -> int:
 
 
 def _status(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import render, state, status
 
     if not a.cluster and not state.clusters():
@@ -237,7 +237,7 @@ def _credible_lines(s: dict) -> str:
 
 def _with_links(s: dict, name: str) -> dict:
     """Add each link's configured settings and emu's counters (drops, CE marks) to status."""
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import linkctl
 
     try:
@@ -296,7 +296,7 @@ def _impairment_table(s: dict) -> str:
 
 
 def _exec(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import exec_argv
 
     _root()
@@ -316,7 +316,7 @@ def _exec(a: argparse.Namespace) -> int:
 
 
 def _link(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric.events import apply_event
     from emu.topology import Event
 
@@ -336,7 +336,7 @@ def _link(a: argparse.Namespace) -> int:
 
 
 def _impair(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import linkctl
     from emu.topology import Event
     from emu.topology.model import Direction
@@ -393,7 +393,7 @@ def _fmt_dir(d) -> str:
 
 
 def _clean(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
     _root()
     done, shm_files = C.clean(all_clusters=a.all, only=a.clusters or None)
@@ -416,7 +416,7 @@ def _clean(a: argparse.Namespace) -> int:
 
 
 def _graph(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import state
     from emu.topology.graph import render
 
@@ -435,7 +435,7 @@ def _graph(a: argparse.Namespace) -> int:
 
 
 def _capture(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import capture as cap
 
     _root()
@@ -482,7 +482,7 @@ _PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_rando
 
 
 def _switch(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
     _root()
     try:
@@ -544,7 +544,7 @@ def _add_nicd_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.plot import line_chart
 
     path = os.path.join(C.switch_dir(cluster, node), "series.jsonl")
