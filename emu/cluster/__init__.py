@@ -10,3 +10,8 @@
 This layer sits above the fabric, the daemons and the client API and below the
 applications (``emu perf``, ``emu doctor``) and the ``emu`` command line.
 """
+
+# Every command that loads a topology file comes through this package: register the
+# checkers of [nic] and [switch] (emu.topology.sections) before any file is loaded.
+from emu.nic import topology as _nic_topology  # noqa: E402, F401
+from emu.switch import topology as _switch_topology  # noqa: E402, F401
