@@ -39,11 +39,10 @@ import bench_roce  # noqa: E402
 from bench_roce import RECV_CPU, SEND_CPU, blast, pin, pipelined_writes  # noqa: E402
 
 from emu.api import Device  # noqa: E402
-from emu.api.client import call_once  # noqa: E402
 from emu.fabric import Fabric, down, linkctl  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
-from emu.nic.protocol import sock_path  # noqa: E402
+from emu.nic.protocol import call_once, sock_path  # noqa: E402
 from emu.topology import load  # noqa: E402
 from emu.topology.units import format_rate, parse_rate  # noqa: E402
 

@@ -14,10 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from emu import __version__
-
-
-class UserError(Exception):
-    """A mistake on the command line or in a file: printed as one line, exit status 2."""
+from emu.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,13 +25,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"emu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from emu import cluster_cli, wireshark
+    from emu.apps import doctor
     from emu.apps.perf import cli as perf_cli
-    from emu.credible import doctor
+    from emu.cluster import cli as cluster_cli
+    from emu.cluster import switch_cli
     from emu.interop import cli as interop_cli
-    from emu.wire import dissect, sample
+    from emu.nic import cli as nic_cli
+    from emu.wire import dissect, sample, wireshark
 
-    cluster_cli.add_cli(sub)
+    nic_cli.add_cli(sub)  # emu nicd (emu/nic)
+    cluster_cli.add_cli(sub)  # emu up/down/status/exec/link/impair/clean/graph/capture
+    switch_cli.add_cli(sub)  # emu switchd, emu switch
     perf_cli.add_cli(sub)  # emu perf (emu/apps/perf)
     dissect.add_cli(sub)
     sample.add_cli(sub)

@@ -140,7 +140,7 @@ def _uet(seed: int, ekw: dict, src_ports: bool, plan: list = MIXED,
          impair: dict = IMPAIR, trim_p: float = TRIM_P) -> list[Record]:
     from uet_pair import B, uet_pair
 
-    from emu.transports.roce.verbs import Sge
+    from emu.core.verbs import Sge
 
     p = uet_pair(seed=seed, ekw=ekw, trim=_trim_hook(seed, trim_p), trimmer=trim_uet,
                  src_ports=src_ports, **impair)

@@ -23,9 +23,8 @@ import time
 import pytest
 from fabric_util import ROOT, emu_cli
 
-from emu.api.client import call_once
 from emu.fabric import state
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers the shipped files need)
 from emu.credible import capacity, rates
 from emu.credible.overload import delta, warning
 from emu.nic.daemon import overload

@@ -40,7 +40,7 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     """Every daemon's overload counters and packet counts now: ``{"nic": {host: …},
     "switch": {node: …}, "unreachable": [...]}`` (a NIC daemon's entry also holds its
     pid and each engine's counters; a switch daemon's its ``switch`` totals)."""
-    from emu.api.client import call_once
+    from emu.nic.protocol import call_once
     from emu.switch.client import request
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic()}

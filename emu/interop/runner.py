@@ -48,7 +48,7 @@ class Cluster:
     """The pair cluster of one server × client pair, with emu nicd where wanted."""
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None]) -> None:
-        from emu import cluster
+        from emu.cluster import cluster
         from emu.nic.topology import daemon_args
         from emu.topology import load
 
@@ -69,7 +69,7 @@ class Cluster:
         progress(f"cluster {name} up (emu nicd on {', '.join(emu_hosts) or 'no host'})")
 
     def start_daemons(self) -> None:
-        from emu import cluster
+        from emu.cluster import cluster
 
         if self.emu_hosts:
             cluster.start_nic_daemons(self.name, self.emu_hosts, trace=True,
@@ -139,7 +139,7 @@ class Cluster:
         _emu("impair", LINK, "--clear", "--cluster", self.name)
 
     def down(self) -> None:
-        from emu import cluster
+        from emu.cluster import cluster
 
         cluster.down(self.name)
 

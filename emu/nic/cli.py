@@ -215,8 +215,7 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
 
 
 def stats_main(a: argparse.Namespace) -> int:
-    from emu.api.client import call_once
-    from emu.nic.protocol import find_sock
+    from emu.nic.protocol import call_once, find_sock
 
     if a.sock:
         paths = [a.sock]

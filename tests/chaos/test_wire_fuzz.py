@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 from fabric_util import emu_cli, pair_cluster
 
-from emu.api.client import call_once
 from emu.chaos.fuzz import Fuzzer, corpus, rejected
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")

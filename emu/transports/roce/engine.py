@@ -52,6 +52,7 @@ from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
+from emu.core.verbs import RecvWR, SendWR, WrOpcode
 from emu.transports.base import (
     ECN_CE,
     ECN_NOT_ECT,
@@ -68,7 +69,6 @@ from emu.transports.roce import packets as P
 from emu.transports.roce.qp import PMTU_VALUES, TRANSITIONS, QpAttr, QpState, QueuePair
 from emu.transports.roce.requester import Requester, SendWqe
 from emu.transports.roce.responder import RecvWqe, Responder
-from emu.transports.roce.verbs import RecvWR, SendWR, WrOpcode
 
 _RESPONSES = frozenset(range(P.READ_RESP_FIRST, P.ATOMIC_ACK + 1))
 #: opcodes that carry a payload a switch can cut (their trimmed copies are discarded)

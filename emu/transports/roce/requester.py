@@ -47,6 +47,7 @@ from typing import Any
 from emu.core.cq import WcStatus, WorkCompletion
 from emu.core.memory import gather, scatter
 from emu.core.psn import PSN24
+from emu.core.verbs import WrOpcode
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import (
     RNR_RETRY_INFINITE,
@@ -56,7 +57,6 @@ from emu.transports.roce.qp import (
     ack_timeout,
     rnr_delay,
 )
-from emu.transports.roce.verbs import WrOpcode
 from emu.wire.codec.roce import NAK_CODES
 
 _unwrap = PSN24.unwrap

@@ -64,12 +64,13 @@ from emu.transports.uet.target import Target
 from emu.transports.uet.uud import Uud
 from emu.wire.codec.uet import decode_packet
 from emu.wire.errors import DecodeError
+from emu.wire.uet_defs import PDS_TYPE
 
-_REQ_TYPES = frozenset({2, 3})  # RUD_REQ, ROD_REQ (CC_REQ: not yet)
-_ACK_TYPES = frozenset({7, 8, 9})
-_NACK_TYPES = frozenset({10, 12})
-_CP_TYPE = 11
-_RUDI_REQ, _RUDI_RESP, _UUD_REQ = 4, 5, 6
+_REQ_TYPES = frozenset({PDS_TYPE["RUD_REQ"], PDS_TYPE["ROD_REQ"]})  # (CC_REQ: not yet)
+_ACK_TYPES = frozenset({PDS_TYPE["ACK"], PDS_TYPE["ACK_CC"], PDS_TYPE["ACK_CCX"]})
+_NACK_TYPES = frozenset({PDS_TYPE["NACK"], PDS_TYPE["NACK_CCX"]})
+_CP_TYPE = PDS_TYPE["CP"]
+_RUDI_REQ, _RUDI_RESP, _UUD_REQ = PDS_TYPE["RUDI_REQ"], PDS_TYPE["RUDI_RESP"], PDS_TYPE["UUD_REQ"]
 _MAX_MSG = 1 << 32
 _MAX_SEG = (1 << 14) - 1  # payload_length is 14 bits
 

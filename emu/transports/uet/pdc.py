@@ -27,7 +27,7 @@ from emu.core.reorder import PlacementTracker
 from emu.core.rto import RtoEstimator
 from emu.core.sack import RangeSet
 from emu.core.timers import TimerSet
-from emu.wire.uet_defs import NACK_CODES
+from emu.wire.uet_defs import NACK_CODES, PDS_TYPE
 
 #: UDP destination port of UET (uet.md: Encapsulation)
 UDP_PORT = 4793
@@ -99,10 +99,10 @@ class Mode(enum.IntEnum):
     """Delivery mode; the value is the PDS request type that carries it (uet.md: PDS
     prologue). RUD and ROD run on PDCs (keyed per mode), RUDI and UUD have none."""
 
-    RUD = 2  # reliable, unordered: each packet goes to SES at once
-    ROD = 3  # reliable, ordered: only the in-order prefix is delivered (:mod:`.rod`)
-    RUDI = 4  # reliable, unordered, idempotent: no PDC, per-packet id (:mod:`.rudi`)
-    UUD = 6  # unreliable datagrams: one packet, no ACK (:mod:`.uud`)
+    RUD = PDS_TYPE["RUD_REQ"]  # reliable, unordered: each packet goes to SES at once
+    ROD = PDS_TYPE["ROD_REQ"]  # reliable, ordered: only the in-order prefix is delivered
+    RUDI = PDS_TYPE["RUDI_REQ"]  # reliable, unordered, idempotent: no PDC, per-packet id
+    UUD = PDS_TYPE["UUD_REQ"]  # unreliable datagrams: one packet, no ACK (:mod:`.uud`)
 
     @classmethod
     def parse(cls, mode: Mode | str | int) -> Mode:

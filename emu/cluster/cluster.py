@@ -260,7 +260,7 @@ def switch_counters(cluster: str) -> dict[str, dict]:
 
 
 def _start_scheduler(cluster: str) -> int:
-    argv = [sys.executable, "-m", "emu.scheduler", cluster]
+    argv = [sys.executable, "-m", "emu.cluster.scheduler", cluster]
     state.add_spawn(cluster, argv, "scheduler")
     log = open(event_log(cluster) + ".scheduler.log", "ab")  # noqa: SIM115 - child keeps it
     proc = subprocess.Popen(argv,
