@@ -8,8 +8,9 @@ backlog drops and sends behind their port's schedule (``emu.nic.daemon``
 and packets the kernel dropped before they reached the queue model
 (``emu.switch.daemon`` ``overload``); a NIC daemon that spent more than
 :data:`CPU_WAIT_MAX` of the run waiting for a CPU counts as ``cpu_wait``.
-Tools take a :func:`snapshot` before and after a run and report :func:`delta`, so a run is judged by what
-happened during it, not by an earlier run's damage.
+Tools take a :func:`snapshot` before and after a run and report
+:func:`delta`, so a run is judged by what happened during it, not by an
+earlier run's damage.
 
 Also collected: each NIC engine's transmitted and retransmitted packets, so a
 result can state its retransmitted fraction beside its overload.
