@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from emu import __version__
 from emu.errors import UserError
 
-
 #: which module registers each command (in ``emu -h`` order): a command's own module is
 #: the only one ``emu CMD …`` imports, so ``emu status`` does not pay for scapy or trio
 OWNERS: dict[str, tuple[str, ...]] = {
