@@ -7,7 +7,23 @@ every case is also judged on the capture. :func:`summarise` reads the pcapng
 with :func:`emu.wire.dissect.dissect_file` — the decoder ``emu dissect`` uses —
 and keeps what the checks need: malformed packets, bad ICRCs, payload bytes,
 connections seen, retransmissions (a request PSN sent again, or flagged RETX),
-NAKs and error responses, trimmed-packet NACKs.
+NAKs and error responses, trimmed-packet NACKs, packets that arrived out of
+order, back-to-back copies of one packet (a duplicating link) and packets with
+a trimmed DSCP.
+
+Out of order and retransmitted are told apart by whether the PSN was seen
+before on that flow: a request below the flow's highest PSN that appears for
+the first time overtook nothing of its own — it was overtaken (``reordered``),
+unless it carries RETX; one seen before is sent again (``retransmissions``).
+A *duplicate* is a transport packet byte-for-byte equal to the transport
+packet just before it on the same interface: a link's copy goes out right
+after (or before) its original, while a retransmission is separated from its
+original at least by the ACK or NAK that caused it.
+
+Trimmed packets (IP DSCP :data:`TRIMMED_DSCPS`, emu's switch defaults) have
+their payload cut by the switch. emu's switch recomputes a trimmed RoCEv2
+packet's ICRC (a NIC drops a bad-ICRC packet before it could NAK it), so the
+ICRC check applies to them like to every other packet.
 """
 
 from __future__ import annotations
@@ -18,6 +34,9 @@ from typing import Any
 
 from emu.wire.dissect import Record, dissect_file
 from emu.wire.pcapio import CaptureError
+from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
+
+TRIMMED_DSCPS = (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP)
 
 
 @dataclass
@@ -36,12 +55,20 @@ class Wire:
     naks: Counter = field(default_factory=Counter)    # RoCE AETH meanings other than ACK
     uet_nacks: Counter = field(default_factory=Counter)
     uet_error_rcs: Counter = field(default_factory=Counter)
+    reordered: int = 0        # requests that arrived after a higher PSN of their flow
+    duplicates: int = 0       # transport packets equal to the one just before them
+    trimmed: int = 0          # packets with a trimmed DSCP
+    #: duplicates the server's emu NIC daemon counted (None: not an emu daemon, not read)
+    server_duplicates: int | None = None
     error: str | None = None                          # the capture itself could not be read
 
     def describe(self) -> str:
+        extra = "".join(f", {n} {what}" for n, what in ((self.reordered, "reordered"),
+                                                         (self.duplicates, "duplicates"),
+                                                         (self.trimmed, "trimmed")) if n)
         return (f"{self.transport_packets} transport packets, {self.payload_bytes} payload bytes, "
-                f"{self.retransmissions} retransmissions, {len(self.malformed)} malformed, "
-                f"{len(self.bad_icrc)} bad ICRC")
+                f"{self.retransmissions} retransmissions{extra}, {len(self.malformed)} "
+                f"malformed, {len(self.bad_icrc)} bad ICRC")
 
 
 _ROCE_REQ = ("SEND", "WRITE", "READ_REQUEST", "CMP_SWAP", "FETCH_ADD")
@@ -53,8 +80,17 @@ def _is_request(rec: Record) -> bool:
     return rec.protocol == "UET" and "_REQ" in rec.type
 
 
-def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
-    """Account one record (``highest``: the highest request PSN per flow so far)."""
+@dataclass
+class _Flows:
+    """Per-capture state of :func:`add`."""
+
+    highest: dict[Any, int] = field(default_factory=dict)      # highest request PSN per flow
+    seen: dict[Any, set[int]] = field(default_factory=dict)    # request PSNs per flow
+    last: dict[Any, bytes] = field(default_factory=dict)       # last transport packet per iface
+
+
+def add(w: Wire, rec: Record, flows: _Flows) -> None:
+    """Account one record."""
     w.packets += 1
     if rec.error:
         w.malformed.append(f"#{rec.no} {rec.protocol} {rec.type}: {rec.error}")
@@ -62,6 +98,14 @@ def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
     if rec.protocol not in ("RoCEv2", "UET", "MRC"):
         return
     w.transport_packets += 1
+    if rec.dscp in TRIMMED_DSCPS:
+        w.trimmed += 1
+    copy = rec.raw is not None and flows.last.get(rec.interface) == rec.raw
+    if rec.raw is not None:
+        flows.last[rec.interface] = rec.raw
+    if copy:  # the link's copy: neither a retransmission nor out of order
+        w.duplicates += 1
+        return
     w.types[rec.type] += 1
     f = rec.fields
     if rec.icrc is not None and rec.icrc != "ok":
@@ -86,10 +130,18 @@ def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
         w.pdcs.add(int(f.get("spdcid", -1)))
         key = ("uet", rec.src, rec.dst, f.get("spdcid"))
         psn, mod = int(f["psn"]), 1 << 32
+    highest, seen = flows.highest, flows.seen.setdefault(key, set())
+    below = key in highest and (highest[key] - psn) % mod < mod // 2
     if "RETX" in rec.flags:
         w.retransmissions += 1
-    elif key in highest and (highest[key] - psn) % mod < mod // 2:
-        w.retransmissions += 1  # at or below the highest PSN already sent on this flow
+    elif below and psn in seen:
+        w.retransmissions += 1  # sent again: at or below the flow's highest, seen before
+    elif below:
+        # below the highest, first time seen: overtaken on the way — or sent again after
+        # the original was lost before the capture point (loss at the sender's egress)
+        w.reordered += 1
+        w.retransmissions += 1
+    seen.add(psn)
     if key not in highest or (psn - highest[key]) % mod < mod // 2:
         highest[key] = psn
 
@@ -97,10 +149,10 @@ def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
 def summarise(path: str) -> Wire:
     """Read a pcapng; a capture that cannot be read is reported, not raised."""
     w = Wire()
-    highest: dict[Any, int] = {}
+    flows = _Flows()
     try:
-        for rec in dissect_file(path):
-            add(w, rec, highest)
+        for rec in dissect_file(path, keep_raw=True):
+            add(w, rec, flows)
     except (CaptureError, OSError) as e:
         w.error = f"capture unreadable: {e}"
     return w
