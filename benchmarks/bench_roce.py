@@ -31,10 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from emu.api import Device  # noqa: E402
-from emu.api.client import call_once  # noqa: E402
 from emu.fabric import Fabric, down  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
-from emu.nic.protocol import sock_path  # noqa: E402
+from emu.nic.protocol import call_once, sock_path  # noqa: E402
 from emu.topology import load  # noqa: E402
 
 MiB = 1 << 20

@@ -39,11 +39,10 @@ import bench_roce  # noqa: E402
 from bench_roce import RECV_CPU, SEND_CPU, blast, pin, pipelined_writes  # noqa: E402
 
 from emu.api import Device  # noqa: E402
-from emu.api.client import call_once  # noqa: E402
 from emu.fabric import Fabric, down, linkctl  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
-from emu.nic.protocol import sock_path  # noqa: E402
+from emu.nic.protocol import call_once, sock_path  # noqa: E402
 from emu.topology import load  # noqa: E402
 from emu.topology.units import format_rate, parse_rate  # noqa: E402
 
@@ -136,7 +135,7 @@ def _nicd_args(a: argparse.Namespace) -> tuple[str, ...]:
 
 def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
     topo = load(str(ROOT / "namespaces/pair.toml"))
-    name = random_cluster("b")
+    name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     procs: list[Any] = []
     try:
@@ -184,7 +183,7 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
 
 def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
     topo = load(str(ROOT / "namespaces/leaf-spine.toml"))
-    name = random_cluster("b")
+    name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     spines = sorted(n for n, nd in topo.nodes.items() if nd.role == "spine")
     fam = 4 if a.ipv4 else 6
@@ -282,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pin", action="store_true",
                    help="let the scheduler place the processes (default: sender side on "
                         "CPU 0, receiver side on CPU 1, for every measurement)")
+    p.add_argument("--cluster-prefix", default="b", metavar="PREFIX",
+                   help="start of the temporary cluster's name (default b), so runs on a "
+                        "shared machine are told apart")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     bench_roce.PIN = not a.no_pin

@@ -14,33 +14,37 @@ import sys
 from collections.abc import Sequence
 
 from emu import __version__
+from emu.errors import UserError
+
+#: which module registers each command (in ``emu -h`` order): a command's own module is
+#: the only one ``emu CMD …`` imports, so ``emu status`` does not pay for scapy or trio
+OWNERS: dict[str, tuple[str, ...]] = {
+    "emu.nic.cli": ("nicd",),  # emu/nic
+    "emu.cluster.cli": ("up", "down", "status", "exec", "link", "impair", "clean", "graph",
+                        "capture"),
+    "emu.cluster.switch_cli": ("switchd", "switch"),
+    "emu.apps.perf.cli": ("perf",),
+    "emu.wire.dissect": ("dissect",),
+    "emu.wire.sample": ("sample",),
+    "emu.wire.wireshark": ("wireshark",),
+    "emu.apps.doctor": ("doctor",),
+    "emu.interop.cli": ("interop",),
+}
 
 
-class UserError(Exception):
-    """A mistake on the command line or in a file: printed as one line, exit status 2."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with ``command``'s module only."""
+    import importlib
 
-
-def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="emu",
         description="Packet-level emulator of AI-fabric RDMA transports (RoCEv2, UET, MRC).",
     )
     parser.add_argument("--version", action="version", version=f"emu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    from emu import cluster_cli, wireshark
-    from emu.apps.perf import cli as perf_cli
-    from emu.credible import doctor
-    from emu.interop import cli as interop_cli
-    from emu.wire import dissect, sample
-
-    cluster_cli.add_cli(sub)
-    perf_cli.add_cli(sub)  # emu perf (emu/apps/perf)
-    dissect.add_cli(sub)
-    sample.add_cli(sub)
-    wireshark.add_cli(sub)
-    doctor.add_cli(sub)
-    interop_cli.add_cli(sub)  # emu interop (emu/interop)
+    for module, commands in OWNERS.items():
+        if command is None or command in commands:
+            importlib.import_module(module).add_cli(sub)
     return parser
 
 
@@ -54,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import importlib
 
         return int(importlib.import_module(PASS_THROUGH[args_list[0]]).main(args_list[1:]) or 0)
-    parser = build_parser()
+    first = args_list[0] if args_list else None
+    known = first is not None and any(first in c for c in OWNERS.values())
+    parser = build_parser(first if known else None)
     args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)

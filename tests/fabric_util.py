@@ -144,11 +144,32 @@ def ns_of_cluster(cluster: str) -> list[str]:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def emu_cli(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+def emu_cli(*args: str, check: bool = True, timeout: float = 180,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     """``emu ARGS`` as a user runs it (this tree's emu); AssertionError with its output when
     ``check`` and it fails."""
     p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       cwd=ROOT, timeout=timeout,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     if check and p.returncode != 0:
         raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
+
+
+@contextlib.contextmanager
+def pair_cluster(prefix: str) -> Iterator[str]:
+    """``emu up namespaces/pair.toml`` under a fresh name starting with ``prefix``; down and
+    checked gone afterwards, also when the test fails."""
+    import secrets
+
+    from emu.fabric import state
+
+    name = prefix + secrets.token_hex(3)
+    try:
+        emu_cli("up", "namespaces/pair.toml", "--name", name)
+        yield name
+    finally:
+        if state.load(name) is not None:
+            emu_cli("down", name, check=False)
+        assert state.load(name) is None
+        assert not os.path.exists(f"/run/emu/nic/{name}")

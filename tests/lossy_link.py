@@ -75,6 +75,8 @@ class LossyLink:
     drop: Callable[[bytes, tuple, tuple], bool] | None = None
     mark: Callable[[bytes, Any, str], bool] | None = None
     trim: Callable[[bytes, tuple, tuple], bool] | None = None
+    #: how a ``trim`` verdict cuts: :func:`trim_roce` (default) or :func:`trim_uet`
+    trimmer: Callable[[bytes], bytes | None] | None = None
     src_ports: bool = False
     now: float = 0.0
     events: dict[str, list[Event]] = field(default_factory=lambda: {"a": [], "b": []})
@@ -83,6 +85,8 @@ class LossyLink:
     marked: int = 0
     trimmed: int = 0
     tap: list[tuple[float, str, bytes, int]] | None = None  # (time, from, data, ecn) if set
+    #: if set, every datagram as sent: (time, from, data, address, TxMeta)
+    wire: list[tuple[float, str, bytes, Any, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -101,7 +105,7 @@ class LossyLink:
         """Move every engine's output onto the wire; True if anything moved."""
         moved = False
         for side, eng in (("a", self.a), ("b", self.b)):
-            for data, _addr, meta in expand(eng.datagrams_to_send(self.now)):
+            for data, addr, meta in expand(eng.datagrams_to_send(self.now)):
                 moved = True
                 self.sent[side] += 1
                 data = bytes(data)
@@ -110,13 +114,15 @@ class LossyLink:
                 r = self.rng
                 if self.tap is not None:
                     self.tap.append((self.now, side, data, meta.ecn))
+                if self.wire is not None:
+                    self.wire.append((self.now, side, data, addr, meta))
                 if (self.drop is not None and self.drop(data, src, dst)) or (
                         self.loss and r.random() < self.loss):
                     self.dropped += 1
                     continue
                 cut = False
                 if self.trim is not None and self.trim(data, src, dst):
-                    t_data = trim_roce(data)
+                    t_data = (self.trimmer or trim_roce)(data)
                     if t_data is not None:
                         data, cut = t_data, True
                         self.trimmed += 1
@@ -204,7 +210,7 @@ class LossyLink:
         return [e for e in self.events[side] if isinstance(e, StateChanged)]
 
 
-def trim_roce(data: bytes) -> bytes | None:
+def trim_roce(data: bytes, port: int = 4791) -> bytes | None:
     """``data`` (a RoCEv2 UDP payload) as the switch pipeline trims it, or None if it
     has nothing to cut. It goes through :func:`emu.switch.trim.trim` inside the fixed
     IPv6/UDP header that :func:`~emu.transports.roce.packets.pseudo_header_icrc`
@@ -217,9 +223,15 @@ def trim_roce(data: bytes) -> bytes | None:
     udp_len = 8 + len(data)
     ip = (struct.pack("!IHBB", 6 << 28, udp_len, 17, 64) + bytes(15) + b"\x01"
           + bytes(15) + b"\x02")
-    udp = struct.pack("!HHHH", 0xC000, 4791, udp_len, 0)
+    udp = struct.pack("!HHHH", 0xC000, port, udp_len, 0)
     out = trim(ip + udp + bytes(data), DSCP_TRIMMED)
     return None if out is None else bytes(out[48:])
+
+
+def trim_uet(data: bytes) -> bytes | None:
+    """``data`` (a UET UDP payload) cut after its PDS/SES headers by the real switch
+    pipeline, as :func:`trim_roce` does for RoCEv2 (the LossyLink ``trimmer``)."""
+    return trim_roce(data, 4793)
 
 
 @dataclass

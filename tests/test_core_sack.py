@@ -224,3 +224,16 @@ def test_rangeset_scales_to_1e5_outstanding():
 def test_rangeset_rejects_bad_floor():
     with pytest.raises(ValueError):
         RangeSet(PSN24, 1 << 24)
+
+
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, (1 << 32) - 1))
+def test_add_advance_is_add_then_advance(offsets, start):
+    """The receiver's one-call arrival equals the two calls, wrap or not, in order or not."""
+    a, b = RangeSet(PSN32, start), RangeSet(PSN32, start)
+    for o in offsets:
+        psn = (start + o) & PSN32.mask
+        a.add_advance(psn)
+        b.add(psn)
+        b.advance()
+        assert (a.floor_ext, list(a.ranges()), len(a)) == (b.floor_ext, list(b.ranges()), len(b))
+        assert a.contiguous == (a.num_ranges == 0)

@@ -23,9 +23,8 @@ import time
 import pytest
 from fabric_util import ROOT, emu_cli
 
-from emu.api.client import call_once
 from emu.fabric import state
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
@@ -45,6 +44,10 @@ def cluster():
 
 
 def test_receive_buffer_overflow_is_reported_as_overload(cluster):
+    # the port's line rate is serialized by the kernel too (a tbf on the host's egress)
+    tc = subprocess.run(["ip", "netns", "exec", f"{cluster}-h1", "tc", "qdisc", "show", "dev",
+                         "eth0"], capture_output=True, text=True, check=True).stdout
+    assert "tbf e3e0: root" in tc and "rate 10Gbit" in tc, tc
     pid = call_once(sock_path(cluster, "h2"), "stats")["pid"]
     perf = subprocess.Popen([sys.executable, "-m", "emu", "perf", "write-bw", "--cluster",
                              cluster, "--from", "h1", "--to", "h2", "-s", "1M", "-D", "4",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers the shipped files need)
 from emu.credible import capacity, rates
 from emu.credible.overload import delta, warning
 from emu.nic.daemon import overload
@@ -134,6 +135,21 @@ def test_link_rate_then_switch_port_rate_then_nic_line_rate():
     assert {(p.rate, p.source) for p in rates.host_ports(t, 1e9)} == {(2e9, "nic.line_rate")}
 
 
+def test_each_host_port_line_rate_becomes_its_link_egress_rate():
+    """What emu up puts in a kernel tbf: the host's egress direction only, never over a
+    link's own rate, and on a copy (the caller's model keeps no rate)."""
+    t = load(NS / "leaf-spine.toml", ["switch.port.rate=100mbit"])
+    s = rates.serialized(t, rates.host_ports(t, 1e9))
+    for lk, orig in zip(s.links, t.links, strict=True):
+        for end, d, o in ((lk.a, lk.a_to_b, orig.a_to_b), (lk.b, lk.b_to_a, orig.b_to_a)):
+            host = t.nodes[end.node].kind == "host"
+            assert d.rate_bps == (100_000_000 if host else None), (lk.name, end.node)
+            assert o.rate_bps is None
+    t = load(NS / "pair.toml", ["link.rate=50mbit"])
+    s = rates.serialized(t, rates.host_ports(t, 1e9))
+    assert {s.links[0].a_to_b.rate_bps, s.links[0].b_to_a.rate_bps} == {50_000_000}
+
+
 def test_longest_leaf_spine_path_crosses_three_switches():
     t = load(NS / "leaf-spine.toml")
     path = rates.longest_path(t)
@@ -214,3 +230,28 @@ def test_lost_link_time_is_a_share_of_the_late_ports_time_not_of_the_run():
     d = delta(snap(0.0, 10.0), snap(1.5, 12.0))
     assert d["lost_link_s"] == pytest.approx(6.0)
     assert "6000.0 ms of link time lost, 75 % of the late ports' time" in warning(d)
+
+
+def test_a_daemon_starved_of_cpu_is_overload_even_without_a_late_frame():
+    """A deep transmit FIFO hides short stalls from tx_late; CPU starvation over the run
+    is still overload (schedstat's run-queue wait against the run's length)."""
+    def snap(wait_s: float, t: float) -> dict:
+        o = overload({}, {"eth0": {"late": 0, "late_s": 0.0}})
+        o["cpu_wait_s"] = wait_s
+        return {"t": t, "switch": {}, "unreachable": [],
+                "nic": {"h1": {"overload": o, "tx_packets": 0, "retransmits": 0}}}
+    ok = delta(snap(1.0, 10.0), snap(1.0 + 0.01, 12.0))  # 0.5 % of the run: wake-ups
+    assert ok["credible"], ok
+    bad = delta(snap(1.0, 10.0), snap(1.5, 12.0))  # 25 %: starved
+    assert not bad["credible"] and bad["causes"] == {"cpu_wait": 1}
+    assert bad["daemons"]["nicd h1"]["cpu_wait_s"] == pytest.approx(0.5)
+    assert "cpu_wait 1" in warning(bad) and "nicd h1" in warning(bad)
+
+
+def test_cpu_wait_reads_schedstat(tmp_path):
+    from emu.nic.daemon import cpu_wait_s
+    f = tmp_path / "schedstat"
+    f.write_text("4184204497 5266204235 8724\n")
+    assert cpu_wait_s(str(f)) == pytest.approx(5.266204235)
+    assert cpu_wait_s(str(tmp_path / "missing")) == 0.0
+    assert cpu_wait_s() >= 0.0  # this kernel's own

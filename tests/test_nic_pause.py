@@ -104,7 +104,7 @@ def _switch_request(state_dir: Path, req: dict) -> dict:
 
 
 def _nic_stats(cluster: str, host: str) -> dict:
-    from emu.api.client import call_once
+    from emu.nic.protocol import call_once
 
     return call_once(sock_path(cluster, host), "stats")
 

@@ -13,6 +13,7 @@ import trio
 
 from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import Access, MemoryTable, SharedBuffer
+from emu.core.verbs import RecvWR, SendWR, Sge
 from emu.nic import engines
 from emu.nic.config import NicConfig
 from emu.nic.daemon import NicDaemon
@@ -20,7 +21,6 @@ from emu.nic.loopback import LoopbackEngine
 from emu.nic.protocol import LineBuffer, ProtocolError
 from emu.nic.udp import PortSocket, TxPath
 from emu.transports.base import Completion, Run, StateChanged, TxMeta
-from emu.transports.roce.verbs import RecvWR, SendWR, Sge
 
 
 class TimerEngine:

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import pathlib
 import random
 from collections import Counter, deque
 
 import pytest
-from test_core_imports import forbidden_imports
 
 from emu import paths
 from emu.paths.fixed import Fixed
@@ -33,13 +31,6 @@ def test_registry_and_bad_input():
         paths.create("reps", ENTS, random.Random(1), capacity=0)
     with pytest.raises(ValueError, match="not in the flow's set"):
         paths.create("fixed", ENTS, random.Random(1), entropy=7)
-
-
-def test_sans_io_imports():
-    d = pathlib.Path(paths.__file__).parent
-    assert {f.name for f in d.glob("*.py")} >= {"__init__.py", "fixed.py", "oblivious.py",
-                                                 "reps.py"}
-    assert forbidden_imports(d) == []
 
 
 def test_fixed_pins_one_entropy_whatever_happens():

@@ -11,46 +11,28 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from emu.fabric import state
+from fabric_util import emu_cli, pair_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 H2 = "10.0.1.12"  # namespaces/pair.toml
 
 
-def emu(*args: str, check: bool = True, env: dict | None = None,
-        timeout: float = 180) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=timeout,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-    if check and p.returncode != 0:
-        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
-
 
 @pytest.fixture(scope="module")
 def cluster():
-    name = "p" + secrets.token_hex(3)
-    try:
-        emu("up", "namespaces/pair.toml", "--name", name)
+    with pair_cluster("p") as name:
         yield name
-    finally:
-        if state.load(name) is not None:
-            emu("down", name, check=False)
-        assert state.load(name) is None
-        assert not os.path.exists(f"/run/emu/nic/{name}")
 
 
 def perf(cluster: str, test: str, *args: str, check: bool = True, env: dict | None = None
          ) -> tuple[subprocess.CompletedProcess, dict]:
-    p = emu("perf", test, "--from", "h1", "--to", "h2", "--cluster", cluster, "--json", *args,
+    p = emu_cli("perf", test, "--from", "h1", "--to", "h2", "--cluster", cluster, "--json", *args,
             check=check, env=env)
     return p, json.loads(p.stdout)  # stdout is exactly one JSON document
 
@@ -119,7 +101,7 @@ def test_kernel_rtt_function_measures_a_cluster_path(cluster):
 
 
 def test_text_output_has_perftests_table(cluster):
-    p = emu("perf", "write-lat", "--from", "h1", "--to", "h2", "-c", cluster, "-n", "20")
+    p = emu_cli("perf", "write-lat", "--from", "h1", "--to", "h2", "-c", cluster, "-n", "20")
     lines = p.stdout.splitlines()
     assert " " * 20 + "RDMA_Write Latency Test" in lines
     assert any(x.startswith(" local address: LID 0000 QPN 0x") and "RKey 0x" in x
@@ -138,7 +120,7 @@ def test_server_client_pair_via_emu_exec(cluster):
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
-        client = emu("exec", f"{cluster}:h1", "--", *py, "perf", "read-bw", H2, "-p", "18611",
+        client = emu_cli("exec", f"{cluster}:h1", "--", *py, "perf", "read-bw", H2, "-p", "18611",
                      "-s", "16384", "-n", "50", "--json")
         out, err = server.communicate(timeout=60)
     finally:
@@ -175,11 +157,11 @@ def test_min_bw_missed_exits_1_and_plot_is_written(cluster, tmp_path):
 
 
 def test_setup_errors_exit_2(cluster):
-    p = emu("perf", "write-bw", "--from", "h1", "--to", "nosuch", "-c", cluster, check=False)
+    p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "nosuch", "-c", cluster, check=False)
     assert p.returncode == 2 and "nosuch" in p.stderr
-    p = emu("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster + "x", check=False)
+    p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster + "x", check=False)
     assert p.returncode == 2 and "no cluster" in p.stderr
     # a client with nobody to talk to gives up after --timeout
-    p = emu("exec", f"{cluster}:h1", "--", sys.executable, "-m", "emu", "perf", "write-bw", H2,
+    p = emu_cli("exec", f"{cluster}:h1", "--", sys.executable, "-m", "emu", "perf", "write-bw", H2,
             "-p", "18612", "--timeout", "1", "--json", check=False)
     assert p.returncode == 2 and json.loads(p.stdout)["passed"] is False

@@ -45,13 +45,12 @@ from pathlib import Path
 import pytest
 from fabric_util import host_addr, inside, ns_of_cluster, pair
 
-from emu import wireshark
-from emu.api.client import call_once
 from emu.fabric import Fabric, down, linkctl, state
 from emu.fabric.capture import Target, capture
 from emu.fabric.naming import random_cluster
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 from emu.topology.model import Direction
+from emu.wire import wireshark
 from emu.wire.icrc import verify_icrc
 from emu.wire.pcapio import read_frames
 from tests.rdma_util import start_nicd, stop_nicds, write_and_verify

@@ -32,11 +32,10 @@ import pytest
 from fabric_util import ns_of_cluster
 from rdma_util import write_and_verify
 
-from emu import cluster as C
-from emu.api.client import call_once
+from emu.cluster import cluster as C
 from emu.fabric import state
 from emu.fabric.naming import random_cluster
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 from emu.topology import loader
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from emu import wireshark
 from emu.switch import trim as T
-from emu.wire import icrc, sample
+from emu.wire import icrc, sample, wireshark
 from emu.wire.codec import roce as RC
 from emu.wire.codec import uet as UC
 from emu.wire.errors import DecodeError

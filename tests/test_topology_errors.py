@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import emu.cluster  # noqa: F401  (registers the [nic] and [switch] checkers: emu.topology.sections)
 from emu.topology import TopologyError, load
 
 LS = '[topology]\nkind = "leaf-spine"\nname = "t"\n'
@@ -160,3 +163,24 @@ def test_capacity_error_custom(tmp_path: Path) -> None:
                     '[[node]]\nname = "s1"\nkind = "switch"\n' + nodes + links)
     with pytest.raises(TopologyError, match=r"node\[0\].*241 host ports.*240"):
         load(path)
+
+
+def test_section_without_its_checker_is_refused_not_accepted() -> None:
+    """The topology layer cannot check [nic]/[switch] itself (their owners sit above it):
+    loaded alone, it refuses such a file with a line naming the module to import, and
+    the same text checks normally once the owner registered its checker."""
+    text = LS + '[nic.uet]\ncc = "tcp"\n'
+    code = (
+        "from emu.topology import loads, TopologyError\n"
+        f"text = {text!r}\n"
+        "try:\n    loads(text); print('accepted')\n"
+        "except TopologyError as e:\n    print(e)\n"
+        "import emu.nic.topology\n"
+        "try:\n    loads(text); print('accepted')\n"
+        "except TopologyError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0] == "<string>: nic: [nic] cannot be checked: its checker is not loaded " \
+                     "(import emu.nic.topology)", out
+    assert out[1].startswith("<string>:5: nic.uet.cc:") and "'tcp'" in out[1], out

@@ -157,7 +157,7 @@ def test_adaptive_rto_follows_a_long_round_trip_instead_of_resending_what_arrive
         ok(p.link.completions("a"), 1)
         assert bytes(dst.view[:len(data)]) == data
         pdc = next(iter(p.ea.ini.values()))
-        runs[label] = (p.ea.counters().get("rto_retransmits", 0), pdc.rto, pdc.srtt)
+        runs[label] = (p.ea.counters().get("rto_retransmits", 0), pdc.rtt.rto, pdc.rtt.srtt)
     assert runs["fixed"][0] > 0 and runs["fixed"][1] == 0.0  # fixed: no estimate kept
     n, rto, srtt = runs["adaptive"]
     assert n == 0 and 6e-3 <= srtt < 8e-3 and srtt <= rto <= 0.05

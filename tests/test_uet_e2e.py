@@ -19,11 +19,11 @@ import pytest
 from fabric_util import host_addr, leaf_spine, pair
 from uet_cluster import UetCluster, uet_frames
 
-from emu import wireshark
 from emu.api import Device, NicError
 from emu.fabric import Fabric, down, linkctl, state
 from emu.fabric.naming import random_cluster
 from emu.topology.model import Direction
+from emu.wire import wireshark
 
 MiB = 1 << 20
 TSHARK = shutil.which("tshark")

@@ -16,8 +16,8 @@ from uet_pair import LOSSY, A, B, clean, ok, uet_pair, write
 
 from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import Access
+from emu.core.verbs import Sge
 from emu.transports.base import VerbsError
-from emu.transports.roce.verbs import Sge
 from emu.transports.uet import fastpath as FP
 from emu.transports.uet import ses as S
 from emu.wire.codec.uet import PdsRequest, decode_packet, encode_packet

@@ -351,3 +351,43 @@ def test_ce_marked_arrival_is_counted_by_the_initiator():
     p.eb.receive_datagram(d, A, 0.0, ecn=ECN_CE)
     ((ack, _, _),) = p.eb.datagrams_to_send(0.0)
     assert decode_packet(ack).pds.m == 1
+
+
+def test_target_classify_verdicts_at_the_window_edges():
+    """One verdict per request PSN: what on_request and the WRITE fast path both act on."""
+    from emu.transports.uet.pdc import Mode, Rx, TargetPdc
+    for mode in (Mode.RUD, Mode.ROD):
+        t = TargetPdc(1, "h", ("h", 1), 2, (1 << 32) - 3, 128, mode=mode)
+        fm = t.first_missing
+        t.rcvd.add_advance(fm & 0xFFFFFFFF)  # fm received, in order
+        t.rcvd.add_advance((fm + 2) & 0xFFFFFFFF)  # fm + 2 ahead: fm + 1 is missing
+        fm += 1
+        assert t.first_missing == fm
+        assert t.classify(fm) is Rx.NEW
+        assert t.classify(fm - 1) is Rx.DUPLICATE and t.classify(fm + 1) is Rx.DUPLICATE
+        assert t.classify(fm + 3) is (Rx.AHEAD_ROD if mode is Mode.ROD else Rx.NEW)
+        assert t.classify(fm - 128) is Rx.DUPLICATE and t.classify(fm - 129) is Rx.STALE
+        assert t.classify(fm + 127) is not Rx.OUT_OF_WINDOW
+        assert t.classify(fm + 128) is Rx.OUT_OF_WINDOW
+        t.clear_to(fm + 2)  # never past one beyond the first missing PSN
+        assert t.clear_psn != fm + 2
+        t.clear_to(fm + 1)
+        assert t.clear_psn == fm + 1
+
+
+def test_pdc_state_table_allows_exactly_its_moves():
+    """The initiator PDC's life cycle is one checked table (as RoCEv2's QP): a move it
+    does not list raises and leaves the state alone; ended PDCs stay ended."""
+    from emu.transports.uet.pdc import PDC_TRANSITIONS, InitiatorPdc, PdcState, PdcStateError
+    assert set(PDC_TRANSITIONS) == set(PdcState)
+    assert not PDC_TRANSITIONS[PdcState.CLOSED] and not PDC_TRANSITIONS[PdcState.ERROR]
+    for old, allowed in PDC_TRANSITIONS.items():
+        for new in PdcState:
+            pdc = InitiatorPdc(1, "h", ("h", 1), None, 0, 128)
+            pdc.state = old
+            if new in allowed:
+                assert pdc.move(new) is old and pdc.state is new
+            else:
+                with pytest.raises(PdcStateError, match=f"{old.value} → {new.value}"):
+                    pdc.move(new)
+                assert pdc.state is old

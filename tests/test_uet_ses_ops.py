@@ -13,8 +13,8 @@ from uet_pair import LOSSY, B, MiB, clean, ok, uet_pair
 
 from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import Access
+from emu.core.verbs import Sge
 from emu.transports.base import VerbsError
-from emu.transports.roce.verbs import Sge
 from emu.transports.uet import ses_amo as AMO
 from emu.transports.uet import ses_tagged as TG
 from emu.wire.codec.uet import (

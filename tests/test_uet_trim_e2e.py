@@ -28,7 +28,7 @@ import pytest
 from fabric_util import ns_of_cluster
 from uet_cluster import UetCluster
 
-from emu import cluster as C
+from emu.cluster import cluster as C
 from emu.core.trace import read_trace, select
 from emu.fabric import state
 from emu.fabric.naming import random_cluster

@@ -16,9 +16,9 @@ from lossy_link import LossyLink, register
 
 from emu.core.cq import WcOpcode, WcStatus
 from emu.core.memory import MemoryTable
+from emu.core.verbs import RecvWR, SendWR, Sge, WrOpcode
 from emu.nic.session import TaggedRecvWR, TaggedSendWR
 from emu.transports.base import VerbsError
-from emu.transports.roce.verbs import RecvWR, SendWR, Sge, WrOpcode
 from emu.transports.uet import UetEngine
 from emu.transports.uet.verbs import NotSupported, UetVerbs
 

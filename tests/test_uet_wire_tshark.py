@@ -37,10 +37,10 @@ import pytest
 from lossy_link import register
 from uet_pair import A, B, UetPair, ok, uet_pair, write
 
-from emu import wireshark
+from emu.core.verbs import Sge
 from emu.switch.trim import checksum, trim
-from emu.transports.roce.verbs import Sge
 from emu.transports.uet import pdc as D
+from emu.wire import wireshark
 from emu.wire.codec import uet as C
 from emu.wire.pcapio import PcapngWriter
 from emu.wire.uet_defs import PDS_TYPES

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from emu import wireshark
+from emu.wire import wireshark
 
 scapy_all = pytest.importorskip("scapy.all")
 Ether, IP, IPv6, UDP, Raw = (scapy_all.Ether, scapy_all.IP, scapy_all.IPv6, scapy_all.UDP,

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from emu import wireshark
+from emu.wire import wireshark
 
 pytest.importorskip("scapy.all")
 from scapy.layers.inet import IP, UDP  # noqa: E402

@@ -20,10 +20,9 @@ from typing import Any
 from rdma_util import start_nicd, stop_nicds
 
 from emu.api import Device
-from emu.api.client import call_once
 from emu.fabric import Fabric
 from emu.fabric.capture import Target, capture
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 from emu.wire.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parent.parent

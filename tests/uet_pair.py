@@ -11,7 +11,7 @@ from lossy_link import LossyLink, register
 
 from emu.core.cq import WcStatus
 from emu.core.memory import MemoryTable
-from emu.transports.roce.verbs import Sge
+from emu.core.verbs import Sge
 from emu.transports.uet import UetEngine
 
 MiB = 1 << 20

@@ -25,9 +25,10 @@ See :mod:`emu.api.client` for the objects and ``docs/nic-protocol.md`` for the w
 """
 
 from emu.api import exchange
-from emu.api.client import CQ, DEFAULT_ACCESS, MR, QP, Connection, Device, NicError, call_once
+from emu.api.client import CQ, DEFAULT_ACCESS, MR, QP, Connection, Device
 from emu.api.endpoint import Endpoint
 from emu.core.memory import Access
+from emu.nic.protocol import NicError, call_once
 
 __all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "Device", "Endpoint",
            "NicError", "call_once", "exchange"]

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import Access, SharedBuffer
-from emu.nic.protocol import LineBuffer, ProtocolError, decode, encode, find_sock, sock_path
+from emu.nic.protocol import (
+    LineBuffer,
+    NicError,
+    ProtocolError,
+    decode,
+    encode,
+    find_sock,
+    sock_path,
+)
 
 DEFAULT_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | \
     Access.REMOTE_ATOMIC
@@ -39,14 +47,6 @@ SgList = Sequence[Sequence[int]]
 
 if TYPE_CHECKING:
     from emu.api.endpoint import Endpoint
-
-
-class NicError(OSError):
-    """An error reply (``code`` is the protocol's errno-like name) or a lost daemon."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
 
 
 class _Pending:
@@ -260,27 +260,6 @@ class Connection:
         self.sock.close()
         if self._reader is not threading.current_thread():
             self._reader.join(2.0)
-
-
-def call_once(path: str, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
-    """One request without a reader thread (``emu nicd stats``)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(encode({"id": 1, "op": op, **args}))
-        lb = LineBuffer()
-        while True:
-            data = s.recv(1 << 16)
-            if not data:
-                raise NicError("ECONNRESET", f"{path}: connection closed")
-            for line in lb.feed(data):
-                msg = decode(line)
-                if msg.get("event") == "refused":
-                    raise NicError("EACCES", str(msg.get("error")))
-                if msg.get("id") == 1:
-                    if not msg.get("ok"):
-                        raise NicError(str(msg.get("code")), str(msg.get("error")))
-                    return msg["result"]
 
 
 def _wc(d: dict[str, Any]) -> WorkCompletion:

@@ -130,6 +130,16 @@ class RangeSet:
         """The lowest PSN the set can hold (wire value)."""
         return self._floor & self.space.mask
 
+    @property
+    def floor_ext(self) -> int:
+        """The floor as an extended PSN (what callers that count without wrapping use)."""
+        return self._floor
+
+    @property
+    def contiguous(self) -> bool:
+        """Nothing is held above the floor (every PSN received so far is below it)."""
+        return not self._starts
+
     def __len__(self) -> int:
         return self._count
 
@@ -262,6 +272,16 @@ class RangeSet:
             ends.insert(i, x + 1)
         self._count += 1
         return True
+
+    def add_advance(self, psn: int) -> None:
+        """:meth:`add` then :meth:`advance`: the receiver's "this PSN arrived" — O(1) in
+        the usual case, the PSN at the floor with nothing held above it."""
+        f = self._floor
+        if not self._starts and (psn - f) & self.space.mask == 0:  # the floor's wire value
+            self._floor = f + 1
+            return
+        self.add(psn)
+        self.advance()
 
     def add_range(self, start: int, count: int) -> int:
         """Insert ``start .. start+count-1``; returns how many PSNs were new."""

@@ -6,9 +6,11 @@ the emulated hardware would not have: NIC daemons count socket-buffer and
 backlog drops and sends behind their port's schedule (``emu.nic.daemon``
 ``overload``); switch daemons count releases behind their departure times
 and packets the kernel dropped before they reached the queue model
-(``emu.switch.daemon`` ``overload``). Tools take a :func:`snapshot` before
-and after a run and report :func:`delta`, so a run is judged by what
-happened during it, not by an earlier run's damage.
+(``emu.switch.daemon`` ``overload``); a NIC daemon that spent more than
+:data:`CPU_WAIT_MAX` of the run waiting for a CPU counts as ``cpu_wait``.
+Tools take a :func:`snapshot` before and after a run and report
+:func:`delta`, so a run is judged by what happened during it, not by an
+earlier run's damage.
 
 Also collected: each NIC engine's transmitted and retransmitted packets, so a
 result can state its retransmitted fraction beside its overload.
@@ -28,13 +30,18 @@ NIC_RUN_DIR = "/run/emu/nic"
 SWITCH_RUN_DIR = "/run/emu/switch"
 #: engine counters that count retransmitted packets (RoCE go-back-N; UET RTO/NACK; RUDI)
 RETX_KEYS = ("tx_retransmits", "rto_retransmits", "tx_rudi_retransmits")
+#: a NIC daemon that waited for a CPU (runnable, not running) longer than this share of a
+#: run was starved: its port, timers and receive path ran late by the scheduler's doing,
+#: whether or not a frame was queued at that moment (a deep transmit FIFO hides the gaps
+#: from ``tx_late``; this does not). Short waits — a wake-up's latency — stay far below it
+CPU_WAIT_MAX = 0.05
 
 
 def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     """Every daemon's overload counters and packet counts now: ``{"nic": {host: …},
     "switch": {node: …}, "unreachable": [...]}`` (a NIC daemon's entry also holds its
     pid and each engine's counters; a switch daemon's its ``switch`` totals)."""
-    from emu.api.client import call_once
+    from emu.nic.protocol import call_once
     from emu.switch.client import request
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic()}
@@ -81,6 +88,7 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     causes: dict[str, float] = {}
     daemons: dict[str, Any] = {}
     tx = retx = 0
+    elapsed = after.get("t", 0.0) - before.get("t", 0.0)
     for kind in ("nic", "switch"):
         for name, b in after[kind].items():
             a = before[kind].get(name, {})
@@ -94,9 +102,14 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             for k, v in d.items():
                 if k != "total" and not k.endswith("_s") and v:
                     causes[k] = causes.get(k, 0) + v
+            waited = d.get("cpu_wait_s", 0.0)
+            if kind == "nic" and elapsed > 0 and waited > CPU_WAIT_MAX * elapsed:
+                causes["cpu_wait"] = causes.get("cpu_wait", 0) + 1
+                who = f"nicd {name}"
+                daemons[who] = {**daemons.get(who, {}), "cpu_wait": 1,
+                                "cpu_wait_s": waited}
     total = int(sum(causes.values()))
     unreachable = sorted(set(before.get("unreachable", []) + after.get("unreachable", [])))
-    elapsed = after.get("t", 0.0) - before.get("t", 0.0)
     # link time the NIC ports stood idle while frames waited for a late daemon
     lost = sum(d.get("tx_late_s", 0.0) for d in daemons.values())
     return {"total": total, "causes": causes, "daemons": daemons, "elapsed_s": round(elapsed, 6),

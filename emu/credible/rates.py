@@ -13,6 +13,14 @@ A host port's **line rate**, first that applies:
    (:func:`emu.credible.capacity.propose`: measured by ``emu doctor``, or
    the built-in costs of the 2-core reference VM).
 
+Each host port's line rate is then also the rate of its link's egress
+direction (:func:`serialized`): ``emu up`` puts it in a kernel ``tbf`` on the
+host's interface, as for a link ``rate``. The kernel serializes at the line
+rate exactly and holds up to ~10 ms, so the NIC daemon may run a few
+milliseconds ahead of the wire (``emu nicd --tx-lead``) and a stall of the
+daemon shorter than that does not leave the emulated port idle — a NIC's
+transmit ring keeps a port busy while its driver is descheduled.
+
 The **base round trip** of a host pair is what the emulated hardware would
 take unloaded: per hop, a full frame's serialization at that hop's rate and
 the configured delay, there and back with a small ACK, plus the emulator's
@@ -25,7 +33,7 @@ the line rate instead of fixed numbers.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from emu.topology.model import Topology
 
@@ -79,6 +87,21 @@ def host_ports(topo: Topology, default: float) -> list[HostPort]:
                 rate, src = float(default), "default"
             out.append(HostPort(here.node, here.ifname, rate, src))
     return out
+
+
+def serialized(topo: Topology, ports: list[HostPort]) -> Topology:
+    """``topo`` with each host port's line rate on its link's egress direction where the
+    link has no rate of its own (a copy: the caller's model is left alone)."""
+    rate = {(p.host, p.ifname): p.rate for p in ports if p.source != "link"}
+    links = []
+    for lk in topo.links:
+        a, b = rate.get((lk.a.node, lk.a.ifname)), rate.get((lk.b.node, lk.b.ifname))
+        if a and not lk.a_to_b.rate_bps:
+            lk = replace(lk, a_to_b=replace(lk.a_to_b, rate_bps=int(a)))
+        if b and not lk.b_to_a.rate_bps:
+            lk = replace(lk, b_to_a=replace(lk.b_to_a, rate_bps=int(b)))
+        links.append(lk)
+    return replace(topo, links=links)
 
 
 def longest_path(topo: Topology) -> list[tuple[str, str]]:

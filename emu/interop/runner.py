@@ -52,7 +52,7 @@ class Cluster:
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
                  network: networks.Network = networks.PAIR, directory: str = ".") -> None:
-        from emu import cluster
+        from emu.cluster import cluster
         from emu.nic.topology import daemon_args
         from emu.topology import load
 
@@ -65,7 +65,7 @@ class Cluster:
             self.traces = {h: cluster.trace_path(name, h) for h in emu_hosts}
             self.logs = {h: os.path.join(os.path.dirname(self.traces[h]),
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
-            self.per_host, _ = cluster.nic_rates(self.topology)
+            self.per_host, _, _ = cluster.nic_rates(self.topology)
             self.extra = ("--optional-transports", *daemon_args(self.topology.nic))
             self.start_daemons()
         except BaseException:
@@ -75,7 +75,7 @@ class Cluster:
                  f"{', '.join(emu_hosts) or 'no host'})")
 
     def start_daemons(self) -> None:
-        from emu import cluster
+        from emu.cluster import cluster
 
         if self.emu_hosts:
             cluster.start_nic_daemons(self.name, self.emu_hosts, trace=True,
@@ -161,7 +161,7 @@ class Cluster:
 
     def switch_port(self) -> dict[str, Any]:
         """Counters of the switch's port toward the server ({} without a switch)."""
-        from emu import cluster
+        from emu.cluster import cluster
 
         if not self.network.switch:
             return {}
@@ -172,7 +172,7 @@ class Cluster:
         return dict(reply.get("ports", {}).get(SERVER_HOST, {}))
 
     def down(self) -> None:
-        from emu import cluster
+        from emu.cluster import cluster
 
         cluster.down(self.name)
 

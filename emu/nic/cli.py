@@ -59,6 +59,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--line-rate", action="append", default=[], metavar="[IFNAME=]RATE",
                    help="pace everything sent on a port (or every port) to this line rate, "
                         "e.g. 1gbit or eth0=10gbit (repeatable; default: unpaced)")
+    p.add_argument("--tx-lead", type=_seconds, default=1e-3, metavar="SECONDS",
+                   help="how far ahead of the wire a paced port's frames may go to the kernel "
+                        "(default 1ms; emu up gives 4ms, having put the line rate in a tbf "
+                        "on each host port)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
@@ -80,6 +84,19 @@ def _line_rates(specs: list[str]) -> dict[str, float]:
         if bps is not None:
             out[name if eq else "*"] = float(bps)
     return out
+
+
+def _seconds(spec: str) -> float:
+    """``--tx-lead 4ms`` → 0.004 (argparse type: a bad value is one line and exit 2)."""
+    from emu.topology.units import UnitError, parse_time
+
+    try:
+        t = parse_time(spec)
+    except UnitError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 < t <= 1:
+        raise argparse.ArgumentTypeError(f"{spec!r} must be more than 0 and at most 1 s")
+    return t
 
 
 def config_from(a: argparse.Namespace) -> Any:
@@ -115,6 +132,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      engine_options=opts,
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
                      trace=a.trace, line_rates=_line_rates(a.line_rate), family=a.family,
+                     tx_lead=a.tx_lead,
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 
@@ -197,8 +215,7 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
 
 
 def stats_main(a: argparse.Namespace) -> int:
-    from emu.api.client import call_once
-    from emu.nic.protocol import find_sock
+    from emu.nic.protocol import call_once, find_sock
 
     if a.sock:
         paths = [a.sock]

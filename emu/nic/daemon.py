@@ -195,7 +195,8 @@ class NicDaemon:
         for _, i in addrs:
             rate = lr.get(i.name, lr.get("*")) if i.name else None
             if rate and i.name not in self.pacers:
-                self.pacers[i.name] = PortPacer(i.name, rate, mtu=i.mtu)
+                self.pacers[i.name] = PortPacer(i.name, rate, mtu=i.mtu,
+                                                burst_s=self.cfg.tx_lead)
         return [p.rate for p in self.pacers.values()]
 
     def _open_pause(self, ifnames: set[str]) -> None:
@@ -564,12 +565,26 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     Drops at the daemon's own queues (socket buffers, backlogs) and sends
     later than the port's serializer schedule (``tx_late``: the daemon was
     behind; ``tx_late_s`` link time lost). ``total`` > 0 makes any result
-    measured through this daemon not credible."""
+    measured through this daemon not credible. ``cpu_wait_s`` (cumulative, not in
+    ``total``): time the daemon waited for a CPU."""
     out: dict[str, Any] = {k: int(totals.get(v, 0)) for k, v in OVERLOAD_CAUSES.items()}
     out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
     out["total"] = sum(out.values())
     out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
+    out["cpu_wait_s"] = cpu_wait_s()
     return out
+
+
+def cpu_wait_s(path: str = "/proc/self/schedstat") -> float:
+    """Seconds this process has waited on a run queue, runnable but not running
+    (``schedstat``'s second field): the emulated hardware waiting for a CPU. Its growth
+    over a run, against the run's length, is judged by ``emu.credible.overload.delta``;
+    0.0 where the kernel keeps no schedstat."""
+    try:
+        with open(path) as f:
+            return round(int(f.read().split()[1]) / 1e9, 6)
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:

@@ -30,7 +30,7 @@ wraps it)::
     post_send(qpn, SendWR, now); post_recv(qpn, RecvWR, now)
     destroy_qp(qpn, now)
 
-Work requests are :mod:`emu.transports.roce.verbs`' ``SendWR``/``RecvWR``
+Work requests are :mod:`emu.core.verbs`' ``SendWR``/``RecvWR``
 (verbs opcodes and SGEs; transport-neutral data), built by the control
 server from the protocol's JSON. ``VerbsError`` (or ``ValueError``) from a
 verbs call becomes an error reply to the client.
@@ -46,8 +46,8 @@ from typing import Any, Protocol
 
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
+from emu.core.verbs import RecvWR, SendWR
 from emu.transports.base import Engine, VerbsError
-from emu.transports.roce.verbs import RecvWR, SendWR
 
 __all__ = ["ENGINES", "Engine", "EngineContext", "Verbs", "VerbsError", "create", "register"]
 

@@ -27,9 +27,9 @@ from typing import Any
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import MemoryAccessError
 from emu.core.timers import TimerSet
+from emu.core.verbs import RecvWR, SendWR, WrOpcode
 from emu.nic.engines import EngineContext
 from emu.transports.base import Completion, Engine, Event, StateChanged, TxMeta, VerbsError
-from emu.transports.roce.verbs import RecvWR, SendWR, WrOpcode
 
 HDR = struct.Struct("!HBBII")
 RETH = struct.Struct("!QI")

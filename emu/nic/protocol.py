@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -34,6 +35,17 @@ DEFAULT_PORTS: dict[str, int] = {"roce": 4791, "uet": 4793, "mrc": 4793, "loopba
 #: ``ibv_wr_opcode`` names accepted in work requests
 WR_OPCODES = ("RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
               "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD")
+
+
+class NicError(OSError):
+    """An error reply from a daemon (``code`` is the protocol's errno-like name) or a lost daemon.
+
+    Here, with the framing, so that one-shot callers below the client API (``emu nicd
+    stats``) raise the same error the client API does."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
 
 
 class ProtocolError(Exception):
@@ -123,3 +135,24 @@ def find_sock(run_dir: str = RUN_DIR) -> str:
         raise FileNotFoundError("no NIC daemon serves this namespace (run inside a host: "
                                 "`emu exec h1 -- …`, or give cluster/host or $EMU_NIC_SOCK)")
     raise FileNotFoundError(f"several daemons match this namespace: {found}")
+
+
+def call_once(path: str, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """One request without a reader thread (``emu nicd stats``, overload snapshots)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(encode({"id": 1, "op": op, **args}))
+        lb = LineBuffer()
+        while True:
+            data = s.recv(1 << 16)
+            if not data:
+                raise NicError("ECONNRESET", f"{path}: connection closed")
+            for line in lb.feed(data):
+                msg = decode(line)
+                if msg.get("event") == "refused":
+                    raise NicError("EACCES", str(msg.get("error")))
+                if msg.get("id") == 1:
+                    if not msg.get("ok"):
+                        raise NicError(str(msg.get("code")), str(msg.get("error")))
+                    return msg["result"]

@@ -3,7 +3,7 @@
 
 Split from :mod:`emu.nic.control` so the server reads as behaviour; these are
 the records it hands around. Work requests become the engines' ``SendWR`` /
-``RecvWR`` (:mod:`emu.transports.roce.verbs`: verbs opcodes and SGEs, no
+``RecvWR`` (:mod:`emu.core.verbs`: verbs opcodes and SGEs, no
 RoCE specifics) here, once, so engines never see JSON.
 """
 
@@ -17,7 +17,7 @@ import trio
 
 from emu.core.cq import CompletionQueue
 from emu.core.memory import MemoryRegion, ProtectionDomain
-from emu.transports.roce.verbs import RecvWR, SendWR, Sge, WrOpcode
+from emu.core.verbs import RecvWR, SendWR, Sge, WrOpcode
 
 if TYPE_CHECKING:
     from emu.nic.daemon import EngineSlot

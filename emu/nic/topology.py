@@ -24,6 +24,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.topology import sections
+from emu.topology.model import Topology
+
 #: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
 NIC_TRANSPORTS = ("roce", "uet")
 
@@ -48,8 +51,10 @@ def _factory(transport: str) -> tuple[Any, tuple[str, ...]]:
     return f.create_engine, tuple(f.ENGINE_OPTIONS)
 
 
-def check_section(raw: dict[str, Any]) -> tuple[str, str] | None:
-    """``(key path, reason)`` of the first problem in a ``[nic]`` table, or None."""
+def check_section(raw: dict[str, Any], topology: Topology | None = None
+                  ) -> tuple[str, str] | None:
+    """``(key path, reason)`` of the first problem in a ``[nic]`` table, or None (the
+    topology is not needed: engine options are the same on every host)."""
     for transport, opts in raw.items():
         where = f"nic.{transport}"
         if transport == "line_rate":  # every NIC port's rate unless its link/switch says
@@ -98,6 +103,9 @@ def _refused(create: Any, opts: dict[str, Any]) -> str | None:
     except (ValueError, TypeError, KeyError) as e:
         return str(e)
     return None
+
+
+sections.register("nic", check_section)
 
 
 def daemon_args(nic: dict[str, dict[str, Any]]) -> tuple[str, ...]:

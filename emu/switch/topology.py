@@ -28,6 +28,7 @@ from dataclasses import fields
 from typing import Any
 
 from emu.switch.config import ConfigError, PortConfig, SwitchConfig, apply_settings
+from emu.topology import sections
 from emu.topology.model import Topology
 
 _SWITCH_WIDE = {f.name for f in fields(SwitchConfig)} - {"ports"}
@@ -65,6 +66,9 @@ def check_section(raw: dict[str, Any], topology: Topology) -> tuple[str, str] | 
     except ConfigError as e:
         return "switch", str(e)
     return None
+
+
+sections.register("switch", check_section)
 
 
 def enabled(topology: Topology) -> bool:

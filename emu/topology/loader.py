@@ -34,7 +34,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from emu.topology import addressing
+from emu.topology import addressing, sections
 from emu.topology.generators import GENERATORS, Builder, Size
 from emu.topology.locate import Locator, line_index
 from emu.topology.model import MAX_IFNAME, Topology, TopologyError
@@ -206,20 +206,12 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
                                      "routing.hash_seed", loc)
     topo.events = parse_events(topo, data.get("event", []), loc)
     if "switch" in data:
-        from emu.switch.topology import check_section
-
         section = check_table(data["switch"], "switch", loc)
-        problem = check_section(section, topo)
-        if problem:
-            raise loc.error(*problem)
+        _check_section("switch", section, topo, loc)
         topo.switch = section
     if "nic" in data:
-        from emu.nic.topology import check_section as check_nic
-
         nic = check_table(data["nic"], "nic", loc)
-        problem = check_nic(nic)
-        if problem:
-            raise loc.error(*problem)
+        _check_section("nic", nic, topo, loc)
         topo.nic = {t: (dict(o) if isinstance(o, dict) else o) for t, o in nic.items()}
         if "line_rate" in topo.nic:
             from emu.topology.units import parse_rate
@@ -329,3 +321,14 @@ def _check_graph(topo: Topology, loc: Locator, custom: bool) -> None:
             if problem:
                 raise loc.error(path, f"interface {name!r} on {end.node!r} {problem}")
             seen[end.node, name] = i
+
+
+def _check_section(name: str, table: dict, topo: Topology, loc: Locator) -> None:
+    """Run the checker the section's owner registered (:mod:`emu.topology.sections`)."""
+    check = sections.checker(name)
+    if check is None:
+        raise loc.error(name, f"[{name}] cannot be checked: its checker is not loaded "
+                              f"(import {sections.OWNERS[name]})")
+    problem = check(table, topo)
+    if problem:
+        raise loc.error(*problem)

@@ -45,6 +45,7 @@ Rules every engine keeps:
 
 from __future__ import annotations
 
+import ipaddress
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -175,6 +176,33 @@ def expand(out: list[tuple[Any, Addr, Any]]) -> list[tuple[Any, Addr, TxMeta]]:
         else:
             res.append((d, a, m))
     return res
+
+
+class HostNames:
+    """Canonical text of peer addresses (``%scope`` dropped, v4-mapped IPv6 → IPv4),
+    cached: what engines key peers by, so one host is one key however it writes its
+    address. The cache is bounded (cleared past ``limit`` entries) because addresses
+    come off the wire."""
+
+    __slots__ = ("_cache", "limit")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._cache: dict[Any, str] = {}
+        self.limit = limit
+
+    def __call__(self, a: Any) -> str:
+        h = self._cache.get(a)
+        if h is None:
+            t = str(a).split("%", 1)[0]
+            try:
+                ip = ipaddress.ip_address(t)
+                h = str(getattr(ip, "ipv4_mapped", None) or ip)
+            except ValueError:
+                h = t
+            if len(self._cache) > self.limit:
+                self._cache.clear()
+            self._cache[a] = h
+        return h
 
 
 # -- events -------------------------------------------------------------------

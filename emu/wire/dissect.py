@@ -191,7 +191,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from emu.cli import UserError
+    from emu.errors import UserError
 
     counts = {"packets": 0, "shown": 0, "malformed": 0, "icrc_bad": 0}
     try:

@@ -59,7 +59,7 @@ def status(cluster: str) -> dict | None:
 
 def _argv_mentions(cluster: str) -> list[tuple[int, list[str]]]:
     """Processes whose argv names the cluster: a NIC daemon (``--cluster C``), a switch
-    daemon (``--netns C-node``), the scheduler (``emu.scheduler C``)."""
+    daemon (``--netns C-node``), the scheduler (``emu.cluster.scheduler C``)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -72,7 +72,8 @@ def _argv_mentions(cluster: str) -> list[tuple[int, list[str]]]:
                     continue  # dead, not yet reaped
         except OSError:
             continue
-        if not any(m in argv for m in ("emu.nic.daemon", "emu.switch.daemon", "emu.scheduler")):
+        if not any(m in argv for m in ("emu.nic.daemon", "emu.switch.daemon",
+                                       "emu.cluster.scheduler")):
             continue
         if cluster in argv or any(a.startswith(f"{cluster}-") for a in argv):
             out.append((int(d), argv))

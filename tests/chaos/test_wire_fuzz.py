@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -20,11 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fabric_util import emu_cli, pair_cluster
 
-from emu.api.client import call_once
 from emu.chaos.fuzz import Fuzzer, corpus, rejected
-from emu.fabric import state
-from emu.nic.protocol import sock_path
+from emu.nic.protocol import call_once, sock_path
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
@@ -33,25 +31,11 @@ RATE = 5000
 SPORT = 40001
 
 
-def emu(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"emu {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
-
 
 @pytest.fixture(scope="module")
 def cluster():
-    name = "hw" + secrets.token_hex(3)
-    try:
-        emu("up", "namespaces/pair.toml", "--name", name)
+    with pair_cluster("hw") as name:
         yield name
-    finally:
-        if state.load(name) is not None:
-            emu("down", name, check=False)
-        assert state.load(name) is None
-        assert not os.path.exists(f"/run/emu/nic/{name}")
 
 
 @pytest.fixture
@@ -96,7 +80,7 @@ def test_write_bw_survives_fuzz_from_an_unprivileged_user(cluster, transport, ch
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # the transfer is under way
-        fz = emu("exec", f"{cluster}:h1", "--", "setpriv", "--reuid=nobody", "--regid=nogroup",
+        fz = emu_cli("exec", f"{cluster}:h1", "--", "setpriv", "--reuid=nobody", "--regid=nogroup",
                  "--clear-groups", "/usr/bin/python3", str(ROOT / "emu/chaos/send.py"),
                  str(cpath), H2, str(SPORT), str(RATE), str(chaos_budget))
         out, err = perf.communicate(timeout=300)

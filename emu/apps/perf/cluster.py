@@ -27,7 +27,7 @@ GRACE = 3.0  # seconds the client gets to notice a failed server by itself
 
 def server_address(cluster: str, node: str) -> str:
     """The first IPv4 address of ``node``'s first port (IPv6 if it has no IPv4)."""
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
     topo = C.model(cluster)
     if node not in topo.nodes:
@@ -63,7 +63,7 @@ def _env() -> dict[str, str]:
 
 
 def run(o: Options) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric.status import exec_argv
 
     if os.geteuid() != 0:

@@ -96,8 +96,8 @@ def kernel_rtt(cluster: str, src: str, dst: str, *, count: int = DEFAULT_COUNT,
                interval: float = DEFAULT_INTERVAL) -> PathRtt:
     """Host ``src`` → host ``dst`` of a running cluster: the path ``emu perf --from src
     --to dst`` measures (``dst``'s first address, as the perf client is given)."""
-    from emu import cluster as C
     from emu.apps.perf.cluster import server_address
+    from emu.cluster import cluster as C
     from emu.fabric.status import exec_argv
 
     name = C.resolve(cluster)

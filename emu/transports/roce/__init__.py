@@ -5,14 +5,14 @@
 * :mod:`.factory` — ``create_engine(ctx)``, the daemon's constructor hook
 * :mod:`.qp` — QP states, attributes, timer codes, shared per-QP state
 * :mod:`.requester` / :mod:`.responder` — the two halves of RC reliability
-* :mod:`.verbs` — work requests (``SendWR``, ``RecvWR``, ``Sge``)
+* work requests (``SendWR``, ``RecvWR``, ``Sge``) are transport-neutral: :mod:`emu.core.verbs`
 * :mod:`.packets` — hot-path packet build/parse and the test ICRC
 """
 
+from emu.core.verbs import RecvWR, SendWR, Sge, WrOpcode
 from emu.transports.roce.engine import RoceEngine
 from emu.transports.roce.factory import create_engine, pmtu_for
 from emu.transports.roce.qp import QpAttr, QpState
-from emu.transports.roce.verbs import RecvWR, SendWR, Sge, WrOpcode
 
 __all__ = ["RoceEngine", "create_engine", "pmtu_for", "QpAttr", "QpState", "RecvWR", "SendWR",
            "Sge", "WrOpcode"]

@@ -42,7 +42,6 @@ headers it sends and receives.
 
 from __future__ import annotations
 
-import ipaddress
 import struct
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable
@@ -53,6 +52,7 @@ from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
+from emu.core.verbs import RecvWR, SendWR, WrOpcode
 from emu.transports.base import (
     ECN_CE,
     ECN_NOT_ECT,
@@ -60,6 +60,7 @@ from emu.transports.base import (
     Completion,
     Engine,
     Event,
+    HostNames,
     StateChanged,
     TxMeta,
     VerbsError,
@@ -68,7 +69,6 @@ from emu.transports.roce import packets as P
 from emu.transports.roce.qp import PMTU_VALUES, TRANSITIONS, QpAttr, QpState, QueuePair
 from emu.transports.roce.requester import Requester, SendWqe
 from emu.transports.roce.responder import RecvWqe, Responder
-from emu.transports.roce.verbs import RecvWR, SendWR, WrOpcode
 
 _RESPONSES = frozenset(range(P.READ_RESP_FIRST, P.ATOMIC_ACK + 1))
 #: opcodes that carry a payload a switch can cut (their trimmed copies are discarded)
@@ -134,7 +134,8 @@ class RoceEngine(Engine):
         if default_pmtu not in PMTU_VALUES:
             raise ValueError(f"default_pmtu must be one of {PMTU_VALUES}")
         self.default_pmtu = default_pmtu
-        self._addr_cache: dict[Any, str] = {}
+        #: canonical host text of a peer address (cached)
+        self._host = HostNames()
         self.stats: defaultdict[str, int] = defaultdict(int)
         self._qps: dict[int, QueuePair] = {}
         self._next_qpn = first_qpn
@@ -364,22 +365,6 @@ class RoceEngine(Engine):
             if self.trace.enabled:
                 self.trace.packet_dropped(now, qp=qp.qpn, reason=f"internal: {e!r}")
         self._activate(qp.qpn)
-
-    def _host(self, a: Any) -> str:
-        """Canonical text of an address (``%scope`` dropped, v4-mapped IPv6 → IPv4), cached."""
-        h = self._addr_cache.get(a)
-        if h is None:
-            t = str(a).split("%", 1)[0]
-            try:
-                ip = ipaddress.ip_address(t)
-                m = getattr(ip, "ipv4_mapped", None)
-                h = str(m or ip)
-            except ValueError:
-                h = t
-            if len(self._addr_cache) > 4096:
-                self._addr_cache.clear()
-            self._addr_cache[a] = h
-        return h
 
     def _dispatch(self, qp: QueuePair, p: P.Pkt, now: float, ecn: int,
                   trimmed: bool = False) -> None:

@@ -3,9 +3,10 @@
 
 Why not :mod:`emu.wire.codec.roce`'s header objects: constructing a checked
 ``BTH`` dataclass costs more than the whole packet build here, and the
-receive side needs a handful of fields, not objects. The layouts are the
-codec's (``tests/test_roce_engine_parts.py`` holds the two against each
-other), so captures decode the same in both.
+receive side needs a handful of fields, not objects. The opcode numbers and
+layouts are derived from the codec's tables (``OPERATIONS``, ``CHAINS``), so
+captures decode the same in both; ``tests/test_roce_engine_parts.py`` parses
+every opcode the codec encodes.
 """
 
 from __future__ import annotations
@@ -14,16 +15,38 @@ import struct
 from collections.abc import Callable
 
 from emu.transports.base import Gather
-from emu.wire.codec.roce import AETH_ACK, AETH_NAK, AETH_RNR_NAK, CNP_OPCODE
+from emu.wire.codec.roce import (
+    AETH,
+    AETH_ACK,
+    AETH_NAK,
+    AETH_RNR_NAK,
+    CHAINS,
+    CNP_OPCODE,
+    IETH,
+    OPERATIONS,
+    RETH,
+    TRANSPORT_PREFIX,
+    AtomicAckETH,
+    AtomicETH,
+    CNPPadding,
+    ImmDt,
+)
 from emu.wire.icrc import icrc_parts
 
-# RC opcodes (specs/rocev2.md)
-SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = range(6)
-WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = range(6, 12)
-READ_REQUEST = 0x0C
-READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY = 0x0D, 0x0E, 0x0F, 0x10
-ACKNOWLEDGE, ATOMIC_ACK, CMP_SWAP, FETCH_ADD = 0x11, 0x12, 0x13, 0x14
-SEND_LAST_INV, SEND_ONLY_INV = 0x16, 0x17
+# RC opcodes: the codec's numbers (specs/rocev2.md), named here for the state machines
+_OP = {name: TRANSPORT_PREFIX["RC"] | op for op, name in OPERATIONS.items()}
+SEND_FIRST, SEND_MIDDLE = _OP["SEND_FIRST"], _OP["SEND_MIDDLE"]
+SEND_LAST, SEND_LAST_IMM = _OP["SEND_LAST"], _OP["SEND_LAST_IMM"]
+SEND_ONLY, SEND_ONLY_IMM = _OP["SEND_ONLY"], _OP["SEND_ONLY_IMM"]
+WRITE_FIRST, WRITE_MIDDLE = _OP["WRITE_FIRST"], _OP["WRITE_MIDDLE"]
+WRITE_LAST, WRITE_LAST_IMM = _OP["WRITE_LAST"], _OP["WRITE_LAST_IMM"]
+WRITE_ONLY, WRITE_ONLY_IMM = _OP["WRITE_ONLY"], _OP["WRITE_ONLY_IMM"]
+READ_REQUEST, READ_RESP_FIRST = _OP["READ_REQUEST"], _OP["READ_RESP_FIRST"]
+READ_RESP_MIDDLE, READ_RESP_LAST = _OP["READ_RESP_MIDDLE"], _OP["READ_RESP_LAST"]
+READ_RESP_ONLY, ACKNOWLEDGE = _OP["READ_RESP_ONLY"], _OP["ACKNOWLEDGE"]
+ATOMIC_ACK, CMP_SWAP = _OP["ATOMIC_ACK"], _OP["CMP_SWAP"]
+FETCH_ADD, SEND_LAST_INV = _OP["FETCH_ADD"], _OP["SEND_LAST_INV"]
+SEND_ONLY_INV = _OP["SEND_ONLY_INV"]
 CNP = CNP_OPCODE
 
 NAK_PSN_SEQ, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP = 0, 1, 2, 3
@@ -40,20 +63,15 @@ _ATOMIC = struct.Struct("!QIQQ")
 _U64 = struct.Struct("!Q")
 _ICRC = struct.Struct("<I")
 
-# opcode -> (ext header bytes, flags); flags: R=RETH A=AETH I=ImmDt/IETH T=AtomicETH K=AtomicAckETH
+# opcode -> (ext header bytes, flags), derived from the codec's one table (CHAINS): the
+# parser reads fields straight from the bytes, so it needs offsets, not header objects.
+# flags: R=RETH A=AETH I=ImmDt/IETH T=AtomicETH K=AtomicAckETH
 HAS_RETH, HAS_AETH, HAS_IMM, HAS_ATOMIC, HAS_ATOMIC_ACK, HAS_IETH = 1, 2, 4, 8, 16, 32
+_FLAG = {RETH: HAS_RETH, AETH: HAS_AETH, ImmDt: HAS_IMM, AtomicETH: HAS_ATOMIC,
+         AtomicAckETH: HAS_ATOMIC_ACK, IETH: HAS_IETH, CNPPadding: 0}
 _LAYOUT: dict[int, tuple[int, int]] = {
-    SEND_FIRST: (0, 0), SEND_MIDDLE: (0, 0), SEND_LAST: (0, 0), SEND_LAST_IMM: (4, HAS_IMM),
-    SEND_ONLY: (0, 0), SEND_ONLY_IMM: (4, HAS_IMM),
-    WRITE_FIRST: (16, HAS_RETH), WRITE_MIDDLE: (0, 0), WRITE_LAST: (0, 0),
-    WRITE_LAST_IMM: (4, HAS_IMM), WRITE_ONLY: (16, HAS_RETH),
-    WRITE_ONLY_IMM: (20, HAS_RETH | HAS_IMM),
-    READ_REQUEST: (16, HAS_RETH),
-    READ_RESP_FIRST: (4, HAS_AETH), READ_RESP_MIDDLE: (0, 0), READ_RESP_LAST: (4, HAS_AETH),
-    READ_RESP_ONLY: (4, HAS_AETH), ACKNOWLEDGE: (4, HAS_AETH),
-    ATOMIC_ACK: (12, HAS_AETH | HAS_ATOMIC_ACK), CMP_SWAP: (28, HAS_ATOMIC),
-    FETCH_ADD: (28, HAS_ATOMIC), SEND_LAST_INV: (4, HAS_IETH), SEND_ONLY_INV: (4, HAS_IETH),
-    CNP: (16, 0),
+    op: (sum(h.SIZE for h in chain), sum(_FLAG[h] for h in chain))
+    for op, chain in ((op, CHAINS[op]) for op in (*_OP.values(), CNP_OPCODE))
 }
 
 #: A function of the UDP payload (ICRC slot included, its value ignored) -> ICRC.

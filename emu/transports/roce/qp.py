@@ -164,15 +164,26 @@ class QueuePair:
     def may_send(self, now: float) -> bool:
         return self.next_tx <= now
 
-    def on_paced_send(self, nbytes: int, now: float) -> None:
-        """Charge ``nbytes`` to the pacer; credit saved while idle is capped at ``burst_s``."""
+    def _pace_start(self, now: float) -> float:
+        """When the pacer's next packet is due: credit saved while idle is capped at
+        ``burst_s``."""
         start = self.next_tx
         floor = now - self.burst_s
-        if start < floor:
-            start = floor
-        self.next_tx = start + nbytes * 8.0 / self.rate
+        return floor if start < floor else start
+
+    def paced_count(self, nbytes: int, now: float, most: int) -> int:
+        """How many packets of ``nbytes`` the pacer lets out now, at most ``most``."""
+        start = self._pace_start(now)
+        if start > now:
+            return 0
+        return min(most, int((now - start) / (nbytes * 8.0 / self.rate)) + 1)
+
+    def on_paced_send(self, nbytes: int, now: float, count: int = 1) -> None:
+        """Charge ``count`` packets of ``nbytes`` to the pacer and the controller — the
+        one pacing rule of single packets and bursts."""
+        self.next_tx = self._pace_start(now) + count * (nbytes * 8.0 / self.rate)
         if self.cc is not None:
-            self.cc.on_sent(nbytes, now)
+            self.cc.on_sent(count * nbytes, now)
 
     def get_timer(self) -> float | None:
         t = self.timers.earliest()

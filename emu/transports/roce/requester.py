@@ -47,6 +47,7 @@ from typing import Any
 from emu.core.cq import WcStatus, WorkCompletion
 from emu.core.memory import gather, scatter
 from emu.core.psn import PSN24
+from emu.core.verbs import WrOpcode
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import (
     RNR_RETRY_INFINITE,
@@ -56,7 +57,6 @@ from emu.transports.roce.qp import (
     ack_timeout,
     rnr_delay,
 )
-from emu.transports.roce.verbs import WrOpcode
 from emu.wire.codec.roce import NAK_CODES
 
 _unwrap = PSN24.unwrap
@@ -173,42 +173,45 @@ class Requester:
         a = qp.attr
         pmtu = a.pmtu
         size = pmtu + P.BTH_SIZE + P.ICRC_SIZE  # middles are full: no pad
-        start = qp.next_tx
-        floor = now - qp.burst_s
-        if start < floor:
-            start = floor
-        if start > now:
+        cnt = qp.paced_count(size, now, w.npkts - 1 - k)  # type: ignore[operator]
+        if not cnt:
             return 0
-        dt = size * 8.0 / qp.rate
-        cnt = min(w.npkts - 1 - k, int((now - start) / dt) + 1)  # type: ignore[operator]
         v = w.views[0]
         dqpn, pkey = a.dest_qp_num, a.pkey
         psn0 = w.psn + k  # type: ignore[operator]
-        since, every = self.since_ackreq, self.eng.ack_req_every
+        ackreq = self._ackreq
         build = P.build_gather
         append = out.append
         off = k * pmtu
         for psn in range(psn0, psn0 + cnt):
-            since += 1
-            if since >= every:
-                since = 0
-                b = build(mid, dqpn, psn & _MASK, v[off:off + pmtu], ackreq=1, pkey=pkey)
-            else:
-                b = build(mid, dqpn, psn & _MASK, v[off:off + pmtu], pkey=pkey)
-            append((b, dst, meta))
+            append((build(mid, dqpn, psn & _MASK, v[off:off + pmtu], ackreq=ackreq(False),
+                          pkey=pkey), dst, meta))
             off += pmtu
-        self.since_ackreq = since
         self.tx_pkt = k + cnt
-        end = psn0 + cnt
-        if psn0 < self.sent_high:
-            self.eng.stats["tx_retransmits"] += min(end, self.sent_high) - psn0
-        if end > self.sent_high:
-            self.sent_high = end
-        self._arm_retx(now)
-        qp.next_tx = start + cnt * dt
-        if qp.cc is not None:
-            qp.cc.on_sent(cnt * size, now)
+        self._sent(psn0, psn0 + cnt, now)
+        qp.on_paced_send(size, now, cnt)
         return cnt
+
+    def _ackreq(self, last: bool) -> int:
+        """AckReq on a message's last packet and on every ``ack_req_every``-th packet —
+        the one rule of bursts, middles and other packets."""
+        self.since_ackreq += 1
+        if last or self.since_ackreq >= self.eng.ack_req_every:
+            self.since_ackreq = 0
+            return 1
+        return 0
+
+    def _sent(self, first: int, end: int, now: float, high: int | None = None) -> None:
+        """PSNs ``first`` … ``end`` - 1 went out: those below the highest sent so far are
+        retransmissions (counted); the highest moves up (to ``high`` when given: a READ
+        reserves the PSNs of all its responses); the ACK timeout runs."""
+        sh = self.sent_high
+        if first < sh:
+            self.eng.stats["tx_retransmits"] += min(end, sh) - first
+        top = end if high is None else high
+        if top > sh:
+            self.sent_high = top
+        self._arm_retx(now)
 
     def next_packet(self, now: float) -> bytearray | None:
         """The next request packet to send (new or retransmitted), or None if blocked."""
@@ -224,11 +227,7 @@ class Requester:
             if mid is not None:
                 # fast path: a full-size middle packet of a SEND/WRITE (the bulk of the bytes)
                 psn_ext = w.psn + k  # type: ignore[operator]
-                self.since_ackreq += 1
-                ackreq = 0
-                if self.since_ackreq >= self.eng.ack_req_every:
-                    ackreq = 1
-                    self.since_ackreq = 0
+                ackreq = self._ackreq(False)
                 off = k * pmtu
                 views = w.views
                 if len(views) == 1:
@@ -243,11 +242,7 @@ class Requester:
                     buf = P.build(mid, a.dest_qp_num, psn_ext & _MASK, b"",
                                   gather(views, off, pmtu), ackreq=ackreq, pkey=a.pkey)
                 self.tx_pkt = k + 1
-                if psn_ext < self.sent_high:
-                    self.eng.stats["tx_retransmits"] += 1
-                else:
-                    self.sent_high = psn_ext + 1
-                self._arm_retx(now)
+                self._sent(psn_ext, psn_ext + 1, now)
                 return buf
         if w.psn is None:
             w.psn = self.next_psn
@@ -298,10 +293,7 @@ class Requester:
             is_last = k == n - 1
             if is_last and w.imm is not None:
                 ext += P.u32(w.imm)
-            self.since_ackreq += 1
-            ackreq = 1 if is_last or self.since_ackreq >= self.eng.ack_req_every else 0
-            if ackreq:
-                self.since_ackreq = 0
+            ackreq = self._ackreq(is_last)
             payload = gather(w.views, off, chunk) if chunk > 0 else b""
             buf = P.build(opc, dqpn, psn, ext, payload, ackreq=ackreq,
                           se=1 if is_last and w.solicited else 0, pkey=a.pkey)
@@ -310,13 +302,9 @@ class Requester:
                 self.tx_pkt = 0
             else:
                 self.tx_pkt = k + 1
-        if psn_ext < self.sent_high:
-            self.eng.stats["tx_retransmits"] += 1
         # a READ request reserves the PSNs of all its responses
-        end = w.psn + w.npkts if op is WrOpcode.RDMA_READ else psn_ext + 1
-        if end > self.sent_high:
-            self.sent_high = end
-        self._arm_retx(now)
+        self._sent(psn_ext, psn_ext + 1, now,
+                   w.psn + w.npkts if op is WrOpcode.RDMA_READ else None)
         return buf
 
     # -- responses ----------------------------------------------------------

@@ -180,12 +180,18 @@ class Responder:
             return False  # a middle cannot end the message: the general path rejects it
         cur.view[off:end] = memoryview(data)[12:12 + pmtu]
         cur.off = end
-        self.epsn += 1
+        self._accepted(self.epsn, w3 >> 31)
+        return True
+
+    def _accepted(self, psn: int, ackreq: int) -> None:
+        """The request at the expected ``psn`` was executed: expect the next, end a NAK
+        episode, and ACK when it asks (AckReq) or every ``ack_every`` packets — the
+        one ACK rule of the general path and the WRITE-middle fast path."""
+        self.epsn = psn + 1
         self.nak_episode = False
         self.since_ack += 1
-        if w3 >> 31 or self.since_ack >= self.eng.ack_every:
+        if ackreq or self.since_ack >= self.eng.ack_every:
             self._queue_ack()
-        return True
 
     def _queue(self, syndrome: int, psn: int) -> None:
         a = self.qp.attr
@@ -233,11 +239,7 @@ class Responder:
         else:
             raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
                           f"opcode 0x{op:02x} is not a request")
-        self.epsn = psn + 1
-        self.nak_episode = False
-        self.since_ack += 1
-        if p.ackreq or self.since_ack >= self.eng.ack_every:
-            self._queue_ack()
+        self._accepted(psn, p.ackreq)
 
     def _rnr(self, psn: int) -> bool:
         """No receive WQE: RNR NAK ``psn`` (it will be resent) and hold the sequence."""

@@ -27,7 +27,6 @@ its SES header declares (a switch with a DSCP the NIC was not told about).
 
 from __future__ import annotations
 
-import ipaddress
 from collections import defaultdict, deque
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -44,6 +43,7 @@ from emu.transports.base import (
     Completion,
     Engine,
     Event,
+    HostNames,
     Run,
     StateChanged,
     TxMeta,
@@ -64,12 +64,13 @@ from emu.transports.uet.target import Target
 from emu.transports.uet.uud import Uud
 from emu.wire.codec.uet import decode_packet
 from emu.wire.errors import DecodeError
+from emu.wire.uet_defs import PDS_TYPE
 
-_REQ_TYPES = frozenset({2, 3})  # RUD_REQ, ROD_REQ (CC_REQ: not yet)
-_ACK_TYPES = frozenset({7, 8, 9})
-_NACK_TYPES = frozenset({10, 12})
-_CP_TYPE = 11
-_RUDI_REQ, _RUDI_RESP, _UUD_REQ = 4, 5, 6
+_REQ_TYPES = frozenset({PDS_TYPE["RUD_REQ"], PDS_TYPE["ROD_REQ"]})  # (CC_REQ: not yet)
+_ACK_TYPES = frozenset({PDS_TYPE["ACK"], PDS_TYPE["ACK_CC"], PDS_TYPE["ACK_CCX"]})
+_NACK_TYPES = frozenset({PDS_TYPE["NACK"], PDS_TYPE["NACK_CCX"]})
+_CP_TYPE = PDS_TYPE["CP"]
+_RUDI_REQ, _RUDI_RESP, _UUD_REQ = PDS_TYPE["RUDI_REQ"], PDS_TYPE["RUDI_RESP"], PDS_TYPE["UUD_REQ"]
 _MAX_MSG = 1 << 32
 _MAX_SEG = (1 << 14) - 1  # payload_length is 14 bits
 
@@ -144,7 +145,8 @@ class UetEngine(Engine):
         self._ctrl_dscp = ctrl_dscp
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytearray, Addr, TxMeta]] = []
-        self._addr_cache: dict[Any, str] = {}
+        #: canonical host text of a peer address (cached)
+        self._host = HostNames()
         self.ids = PdcIds(first_pdcid)
         self.eps: dict[int, S.Endpoint] = {}
         self._next_ep = 1
@@ -343,7 +345,7 @@ class UetEngine(Engine):
         if pdc is None:
             raise VerbsError(f"no initiator PDC {pdcid}")
         if pdc.state in (PdcState.SYN_SENT, PdcState.ESTABLISHED):
-            pdc.state = PdcState.CLOSING
+            pdc.move(PdcState.CLOSING)
             if self._ini_by_key.get(pdc.key) == pdcid:
                 del self._ini_by_key[pdc.key]
         self._active[pdcid] = None
@@ -464,21 +466,6 @@ class UetEngine(Engine):
             self._active[pdc.pdcid] = None
         else:
             self.stats["rx_drop_unsupported_type"] += 1
-
-    def _host(self, a: Any) -> str:
-        """Canonical text of an address (``%scope`` dropped, v4-mapped IPv6 → IPv4), cached."""
-        h = self._addr_cache.get(a)
-        if h is None:
-            t = str(a).split("%", 1)[0]
-            try:
-                ip = ipaddress.ip_address(t)
-                h = str(getattr(ip, "ipv4_mapped", None) or ip)
-            except ValueError:
-                h = t
-            if len(self._addr_cache) > 4096:
-                self._addr_cache.clear()
-            self._addr_cache[a] = h
-        return h
 
     def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None:
         """Queue one datagram. ``entropy`` None = spray (oblivious: a random one from the

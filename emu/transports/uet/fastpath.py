@@ -28,6 +28,7 @@ from emu.transports.uet import ses_shape as SH
 from emu.wire.codec.uet import UetPacket
 from emu.wire.codec.uet_pds import PdsRequest
 from emu.wire.codec.uet_ses import SesStandardRequest, SesStandardRequestSom
+from emu.wire.uet_defs import PDS_TYPE
 
 #: PDS RUD/ROD_REQ (12 B, no SYN) + SES standard request without SOM (44 B)
 _REQ_STD = struct.Struct("!HhIHH" + "BBHIHHQIQIII")
@@ -37,7 +38,8 @@ _REQ_STD_SOM = struct.Struct("!HhIHH" + "BBHIHHQIQQI")
 _ACK_NSCC = struct.Struct("!HhIHHBBhQHIH")
 REQ_SIZE = 56
 _NH_STANDARD = 3
-_TYPES_REQ = (2, 3)  # RUD_REQ, ROD_REQ
+_RUD_REQ, _ROD_REQ = PDS_TYPE["RUD_REQ"], PDS_TYPE["ROD_REQ"]
+_TYPES_REQ = (_RUD_REQ, _ROD_REQ)
 #: request opcodes with no extension header after a standard header (uet_defs.ext_layout)
 _PLAIN_OPCODES = frozenset({0x01, 0x05, 0x07, 0x08, 0x09})
 _EMPTY = b""
@@ -146,7 +148,7 @@ def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None
     b0 = data[0]
     typ = b0 >> 3
     # type RUD/ROD, standard next header, no SYN (bit 2); WRITE; no SOM
-    if (typ != 2 and typ != 3) or data[12] != SH.OP_WRITE or data[13] & 1:
+    if (typ != _RUD_REQ and typ != _ROD_REQ) or data[12] != SH.OP_WRITE or data[13] & 1:
         return None
     w0 = (b0 << 8) | data[1]
     if w0 & 0x4 or ((w0 >> 7) & 0xF) != _NH_STANDARD:

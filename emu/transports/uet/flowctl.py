@@ -160,16 +160,6 @@ class FlowCtl:
         self.h.control.request_credit(pdc, now)
         pdc.timers.set_if_earlier("credit", now + self.credit_retry)  # wakes a pull
 
-    def sent(self, pdc: InitiatorPdc, psn: int, nbytes: int, now: float) -> int:
-        """A new data packet goes out: account for it; returns its entropy."""
-        f = self.flow(pdc)
-        e = f.path.choose(now)
-        f.sent[psn] = (e, now)
-        f.in_flight += nbytes
-        if f.cc is not None:
-            f.cc.on_sent(nbytes, now)
-        return e
-
     def allowance(self, pdc: InitiatorPdc) -> int | None:
         """Bytes of new data the controller lets out now (None: no limit). Ask
         :meth:`may_send` first: it has the side effects (credit requests, resets)."""
@@ -178,10 +168,9 @@ class FlowCtl:
             return None
         return f.cc.send_allowance(f.in_flight)
 
-    def sent_run(self, pdc: InitiatorPdc, psn: int, k: int, nbytes: int, now: float
-                 ) -> list[int]:
-        """``k`` data packets of ``nbytes`` each at PSNs ``psn …`` go out at once: what
-        ``k`` calls of :meth:`sent` would do; returns their entropies."""
+    def sent(self, pdc: InitiatorPdc, psn: int, k: int, nbytes: int, now: float) -> list[int]:
+        """``k`` new data packets of ``nbytes`` each at PSNs ``psn …`` go out (a batch; one
+        packet is a batch of one): account for them; returns their entropies."""
         f = self.flow(pdc)
         ents = f.path.choose_many(now, k)
         sent = f.sent

@@ -24,9 +24,10 @@ from typing import Any
 
 from emu.core.psn import PSN32
 from emu.core.reorder import PlacementTracker
+from emu.core.rto import RtoEstimator
 from emu.core.sack import RangeSet
 from emu.core.timers import TimerSet
-from emu.wire.uet_defs import NACK_CODES
+from emu.wire.uet_defs import NACK_CODES, PDS_TYPE
 
 #: UDP destination port of UET (uet.md: Encapsulation)
 UDP_PORT = 4793
@@ -98,10 +99,10 @@ class Mode(enum.IntEnum):
     """Delivery mode; the value is the PDS request type that carries it (uet.md: PDS
     prologue). RUD and ROD run on PDCs (keyed per mode), RUDI and UUD have none."""
 
-    RUD = 2  # reliable, unordered: each packet goes to SES at once
-    ROD = 3  # reliable, ordered: only the in-order prefix is delivered (:mod:`.rod`)
-    RUDI = 4  # reliable, unordered, idempotent: no PDC, per-packet id (:mod:`.rudi`)
-    UUD = 6  # unreliable datagrams: one packet, no ACK (:mod:`.uud`)
+    RUD = PDS_TYPE["RUD_REQ"]  # reliable, unordered: each packet goes to SES at once
+    ROD = PDS_TYPE["ROD_REQ"]  # reliable, ordered: only the in-order prefix is delivered
+    RUDI = PDS_TYPE["RUDI_REQ"]  # reliable, unordered, idempotent: no PDC, per-packet id
+    UUD = PDS_TYPE["UUD_REQ"]  # unreliable datagrams: one packet, no ACK (:mod:`.uud`)
 
     @classmethod
     def parse(cls, mode: Mode | str | int) -> Mode:
@@ -123,6 +124,25 @@ class PdcState(enum.Enum):
     CLOSING = "CLOSING"  # no new messages; CLOSE goes out once everything is ACKed
     CLOSED = "CLOSED"
     ERROR = "ERROR"  # closed in error: retries exhausted or a "close PDC" NACK
+
+
+_P = PdcState
+#: every move an initiator PDC may make (:meth:`InitiatorPdc.move` refuses the rest), as
+#: RoCEv2's QP has ``qp.TRANSITIONS``: SYN_SENT → ESTABLISHED on the first ACK (it brings
+#: DPDCID); → CLOSING on ``close_pdc`` or the target's ACK REQ=CLOSE; ESTABLISHED →
+#: SYN_SENT on NEW_START_PSN (SYN again from the new Start_PSN); CLOSING → CLOSED when
+#: the CLOSE is ACKed (or was never needed); any open state → ERROR. Ended PDCs stay ended.
+PDC_TRANSITIONS: dict[PdcState, frozenset[PdcState]] = {
+    _P.SYN_SENT: frozenset({_P.ESTABLISHED, _P.CLOSING, _P.ERROR}),
+    _P.ESTABLISHED: frozenset({_P.CLOSING, _P.SYN_SENT, _P.ERROR}),
+    _P.CLOSING: frozenset({_P.CLOSED, _P.ERROR}),
+    _P.CLOSED: frozenset(),
+    _P.ERROR: frozenset(),
+}
+
+
+class PdcStateError(RuntimeError):
+    """A PDC was asked to make a move :data:`PDC_TRANSITIONS` does not have (a bug)."""
 
 
 class PdcIds:
@@ -230,14 +250,20 @@ class InitiatorPdc:
     acks: int = 0
     mode: Mode = Mode.RUD  # RUD or ROD (part of the lookup key)
     credit: int | None = None  # last CREDIT the target granted (CP CREDIT; for RCCC)
-    #: smoothed round trip and its variation (s), and the RTO they give; 0.0 = the engine's
-    #: fixed ``rto`` (no sample yet, or the engine's RTO does not adapt)
-    srtt: float = 0.0
-    rttvar: float = 0.0
-    rto: float = 0.0
+    #: smoothed round trip, its variation and the RTO they give (emu.core.rto); RTO 0.0
+    #: until the first sample, or when the engine's RTO does not adapt
+    rtt: RtoEstimator = field(default_factory=RtoEstimator)
 
     def __post_init__(self) -> None:
         self.next_psn = self.start_psn
+
+    def move(self, new: PdcState) -> PdcState:
+        """Change state along :data:`PDC_TRANSITIONS`; returns the old state."""
+        old = self.state
+        if new not in PDC_TRANSITIONS[old]:
+            raise PdcStateError(f"PDC {self.pdcid}: no transition {old.value} → {new.value}")
+        self.state = new
+        return old
 
     @property
     def oldest(self) -> int:
@@ -335,6 +361,16 @@ class PsnMessages:
         return self.count
 
 
+class Rx(enum.Enum):
+    """A request's PSN as its target PDC sees it (:meth:`TargetPdc.classify`)."""
+
+    NEW = "new"  # in the window, not received yet: place it
+    DUPLICATE = "duplicate"  # in the window, received already: ACK again
+    STALE = "stale"  # behind the window: a stray, dropped
+    OUT_OF_WINDOW = "out_of_window"  # beyond the window: NACK PSN_OOR_WINDOW
+    AHEAD_ROD = "ahead_rod"  # ROD only: past the first missing PSN (dropped, ROD_OOO)
+
+
 @dataclass(eq=False)
 class TargetPdc:
     """The target half: which PSNs arrived, ACK accounting, SES placement state."""
@@ -370,15 +406,35 @@ class TargetPdc:
 
     def __post_init__(self) -> None:
         self.rcvd = RangeSet(PSN32, self.start_psn)
-        self.clear_psn = self.rcvd._floor
+        self.clear_psn = self.rcvd.floor_ext
 
     @property
     def first_missing(self) -> int:
         """Extended PSN of the first PSN not received (the floor after :meth:`advance`)."""
-        return self.rcvd._floor
+        return self.rcvd.floor_ext
 
     def ext(self, wire_psn: int) -> int:
-        return PSN32.unwrap(wire_psn, self.rcvd._floor)
+        return PSN32.unwrap(wire_psn, self.rcvd.floor_ext)
+
+    def classify(self, psn: int) -> Rx:
+        """What a request at extended ``psn`` is to this PDC — the one receive verdict
+        the general path (``Target.on_request``) and the WRITE fast path
+        (``Target.write_middle``) both act on (uet.md: Behaviour, Window)."""
+        fm = self.rcvd.floor_ext
+        if psn == fm:
+            return Rx.NEW  # the usual case: the next PSN in order
+        if not -self.window <= psn - fm < self.window:
+            return Rx.STALE if psn < fm else Rx.OUT_OF_WINDOW
+        if psn < fm or psn in self.rcvd:
+            return Rx.DUPLICATE
+        return Rx.AHEAD_ROD if self.mode is Mode.ROD else Rx.NEW
+
+    def clear_to(self, cp: int) -> None:
+        """CLEAR_PSN (extended ``cp``, from a request's clear_psn_offset or a CP CLEAR)
+        moves up, never past one beyond the first missing PSN: the initiator has seen
+        everything below it ACKed (uet.md: PDS headers — CLEAR_PSN)."""
+        if self.clear_psn < cp <= self.rcvd.floor_ext + 1:
+            self.clear_psn = cp
 
     def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
         """Store a message's SES response so a duplicate can fetch it again."""

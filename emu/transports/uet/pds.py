@@ -98,18 +98,18 @@ class Initiator:
 
     def __init__(self, host: PdsHost) -> None:
         self.h = host
-        self.runs = 0  # runs of middles sent in one go (_run)
+        self.runs = 0  # runs of middles sent in one go (_plan)
 
     # -- sending -----------------------------------------------------------------
 
-    def _request(self, pdc: InitiatorPdc, pkt: TxPacket, *, retx: bool, ar: bool) -> bytearray:
-        """A RUD_REQ with SYN until DPDCID is known (uet.md: Behaviour, PDC); CLEAR_PSN =
-        our oldest unACKed PSN tells the target what we have seen ACKed."""
-        psn = pkt.psn
-        clear = s16(pdc.oldest - psn)
-        msg = pkt.msg
-        assert msg is not None
-        off, n = pkt.offset, pkt.length
+    def _request(self, pdc: InitiatorPdc, msg: TxMessage, psn: int, off: int, n: int,
+                 retx: bool, ar: bool, oldest: int | None = None) -> Any:
+        """One data request: ``n`` bytes of ``msg`` from ``off`` at extended ``psn`` — the
+        one encoder of a single request, first sends and retransmissions alike. RUD_REQ
+        with SYN until DPDCID is known (uet.md: Behaviour, PDC); CLEAR_PSN = our oldest
+        unACKed PSN (``oldest``, default the PDC's now) tells the target what we have
+        seen ACKed."""
+        clear = s16((pdc.oldest if oldest is None else oldest) - psn)
         if pdc.dpdcid is not None and msg.shape == S.SH.NH_STANDARD and msg.ext is None:
             # the bulk of a transfer: one struct call, no copy for a daemon (.fastpath)
             rl = msg.req_length
@@ -120,7 +120,7 @@ class Initiator:
                               msg.length if rl is None else rl, msg.data[off:off + n],
                               self.h.gather)
         # the SES header shape (small/medium/standard) is the message's (.ses_shape)
-        nh, ses, ext = S.SH.request_parts(msg, pkt.offset, pkt.length, self.h.job_id)
+        nh, ses, ext = S.SH.request_parts(msg, off, n, self.h.job_id)
         if pdc.dpdcid is None:
             pds: Any = PdsRequestSyn(type=pdc.mode, next_hdr=nh, retx=int(retx),
                                      ar=int(ar), clear_psn_offset=clear, psn=psn & _M,
@@ -129,7 +129,16 @@ class Initiator:
             pds = PdsRequest(type=pdc.mode, next_hdr=nh, retx=int(retx), ar=int(ar),
                              clear_psn_offset=clear, psn=psn & _M, spdcid=pdc.pdcid,
                              dpdcid=pdc.dpdcid)
-        return encode_packet(pds, ses, ext, msg.data[pkt.offset:pkt.offset + pkt.length])
+        return encode_packet(pds, ses, ext, msg.data[off:off + n])
+
+    def rto_of(self, pdc: InitiatorPdc) -> float:
+        """The PDC's retransmission timeout: its measured RTO, or the engine's ceiling
+        until the first RTT sample (RFC 6298 starts high, too)."""
+        return pdc.rtt.current(self.h.rto_max)
+
+    def _arm(self, pdc: InitiatorPdc, now: float) -> None:
+        """The retransmit timer fires one RTO after ``now`` unless it is due sooner."""
+        pdc.timers.set_if_earlier("retx", now + self.rto_of(pdc))
 
     def pull(self, pdc: InitiatorPdc, now: float) -> None:
         """Emit what this PDC may send now: control packets, urgent retransmissions,
@@ -161,79 +170,67 @@ class Initiator:
         if pkt.ctl_type >= 0:
             buf = control_packet(pdc, pkt.ctl_type, psn, retx=True)
         else:
-            buf = self._request(pdc, pkt, retx=True, ar=True)
+            assert pkt.msg is not None
+            buf = self._request(pdc, pkt.msg, psn, pkt.offset, pkt.length, True, True)
             ent = self.h.flowctl.resent(pdc, pkt, now, reason == "rto")  # path policy
         self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
-        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
+        self._arm(pdc, now)
         if self.h.trace.enabled:  # packet_sent for every packet on the wire, retx flagged
             self.h.trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=pkt.length,
                                      ent=ent, retx=True, ctl=pkt.ctl_type >= 0)
             self.h.trace.packet_retransmitted(now, pdc=pdc.pdcid, psn=psn & _M, reason=reason,
                                               ent=ent)
 
+    # New data goes out in batches: *plan* (how many packets may go now and how big),
+    # *commit* (PSNs, outstanding records, accounting, counters, timer — once per batch),
+    # *encode* (bytes, Gather or Run). One packet is a batch of one; every rule is in one
+    # of the three, whatever the batch size.
+
     def _send_new(self, pdc: InitiatorPdc, now: float) -> None:
+        """New packets while the window and the controller allow, batch after batch."""
         h = self.h
         win = pdc.send_window()
-        trace = h.trace
         while pdc.queue and pdc.state is not PdcState.CLOSED:
             if pdc.next_psn - pdc.oldest >= win:
                 h.stats["tx_window_full"] += 1
                 return
             msg = pdc.queue[0]
-            off = msg.next_offset
-            if off and h.gather and not trace.enabled and self._run(pdc, msg, now, win):
-                continue
-            n = min(h.mtu, msg.length - off)
-            if not h.flowctl.may_send(pdc, n, now):  # congestion window / credit
+            k, n, run = self._plan(pdc, msg, now, win)
+            if not k:
                 return
-            eom = off + n >= msg.length
-            if off == 0:
-                pdc.msgs[msg.message_id] = msg
-            psn = pdc.next_psn
-            pdc.next_psn += 1
-            pkt = TxPacket(psn, msg, off, n, now)
-            pdc.unacked[psn] = pkt
-            msg.unacked += 1
-            msg.next_offset = off + n
-            if eom:
-                msg.all_sent = True
-                msg.eom_psn = psn
-                pdc.queue.popleft()
-            # AR on a message's last packet and on the last we can send for now, so
-            # the tail never waits for the RTO (uet.md: ACK generation — AR)
-            ent = h.flowctl.sent(pdc, psn, n, now)
-            last_now = (not pdc.queue or pdc.next_psn - pdc.oldest >= win
-                        or h.flowctl.blocks(pdc, h.mtu))
-            h.emit(self._request(pdc, pkt, retx=False, ar=eom or last_now), pdc.addr, ent,
-                   False)
-            h.stats["tx_data_packets"] += 1
-            pdc.timers.set_if_earlier("retx", now + (pdc.rto or h.rto_max))
-            if trace.enabled:
-                trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n, ent=ent, retx=False,
-                                  msg=msg.message_id, syn=pdc.dpdcid is None)
+            oldest, off = pdc.oldest, msg.next_offset
+            first, ents, eom = self._commit(pdc, msg, k, n, now)
+            self._encode(pdc, msg, first, off, k, n, oldest, ents,
+                         self._asks_ack(pdc, eom, win), run, now)
 
-    def _run(self, pdc: InitiatorPdc, msg: TxMessage, now: float, win: int) -> int:
-        """A run of a message's full-size middle packets in one go (daemon engines: the
-        bulk of a WRITE or SEND); returns how many, 0 to leave it to the general loop.
+    def _plan(self, pdc: InitiatorPdc, msg: TxMessage, now: float, win: int
+              ) -> tuple[int, int, bool]:
+        """``(k, n, run)``: ``k`` packets of ``n`` bytes of ``msg`` may go now — a run of
+        full-size middles (daemon engines: the bulk of a WRITE or SEND) or one packet;
+        ``k = 0``: wait (window, controller).
 
-        Why: per packet, the general loop asks the window, the controller and the
-        path policy separately and re-reads the oldest PSN — ~5 µs of Python per
-        8 KiB packet at the sender, most of it not needed between two middles of
-        one message. The run sends what those questions would have allowed — up to
-        the last packet the window or the controller allow now, which carries AR
-        exactly when the general loop would have set it — and leaves the message's
-        last packet to the general loop. Packets, PSNs, entropies, AR and accounting
-        are the same; ``tests/test_uet_fastpath.py`` compares the wire with and
-        without."""
+        Why runs: per packet, asking the window, the controller and the path policy
+        separately cost ~5 µs of Python per 8 KiB packet at the sender, most of it
+        not needed between two middles of one message. A run is what those questions
+        would have allowed one by one — up to the last packet the window or the
+        controller allow now — and never holds the message's last packet."""
         h = self.h
-        mtu = h.mtu
-        off = msg.next_offset
+        if msg.next_offset and h.gather and not h.trace.enabled:
+            k = self._run_length(pdc, msg, now, win)
+            if k:
+                return k, h.mtu, True
+        n = min(h.mtu, msg.length - msg.next_offset)
+        return (1, n, False) if h.flowctl.may_send(pdc, n, now) else (0, 0, False)
+
+    def _run_length(self, pdc: InitiatorPdc, msg: TxMessage, now: float, win: int) -> int:
+        """How many full-size middles of ``msg`` may go in one run now (0: none)."""
         if pdc.dpdcid is None or msg.shape != S.SH.NH_STANDARD or msg.ext is not None:
             return 0
-        oldest = pdc.oldest
-        k = min((msg.length - off - 1) // mtu,  # full packets before the last one
-                win - (pdc.next_psn - oldest), 64,
+        h = self.h
+        mtu = h.mtu
+        k = min((msg.length - msg.next_offset - 1) // mtu,  # full packets before the last
+                win - (pdc.next_psn - pdc.oldest), 64,
                 # a run's PSN field counts up without wrapping (emu.transports.base.Run)
                 _M + 1 - (pdc.next_psn & _M))
         if k <= 0:
@@ -244,44 +241,65 @@ class Initiator:
             k = min(k, allow // mtu)
             if k <= 0:
                 return 0  # (asked before may_send, whose refusals count and ask for credit)
-        if not fl.may_send(pdc, mtu, now):
-            return 0
+        return k if fl.may_send(pdc, mtu, now) else 0
+
+    def _commit(self, pdc: InitiatorPdc, msg: TxMessage, k: int, n: int, now: float
+                ) -> tuple[int, list[int], bool]:
+        """Take ``k`` PSNs for ``n``-byte packets of ``msg``: outstanding records, the
+        message's and the controller's accounting, counters and the retransmit timer;
+        returns (first extended PSN, their entropies, whether the message is all sent)."""
+        h = self.h
+        off = msg.next_offset
+        if off == 0:
+            pdc.msgs[msg.message_id] = msg
         psn = first = pdc.next_psn
-        off0 = off
-        ents = fl.sent_run(pdc, psn, k, mtu, now)
         unacked = pdc.unacked
         for _ in range(k):
-            unacked[psn] = TxPacket(psn, msg, off, mtu, now)
+            unacked[psn] = TxPacket(psn, msg, off, n, now)
             psn += 1
-            off += mtu
+            off += n
         pdc.next_psn = psn
-        # AR on the last one if nothing more may follow now (the general loop's rule; the
-        # message itself goes on, its last packet is not in the run)
-        ar = psn - oldest >= win or fl.blocks(pdc, mtu)
-        rl = msg.req_length
-        rl = msg.length if rl is None else rl
-        data = msg.data
-        addr = pdc.addr
-        mode, spd, dpd, op, mid = pdc.mode, pdc.pdcid, pdc.dpdcid, msg.opcode, msg.message_id
-        job, dest, raddr, ep, rkey = h.job_id, msg.dest_ep, msg.remote_addr, msg.ep, msg.rkey
-        if h.runs:  # one Run for the daemon to write out (emu.transports.base.Run)
-            h.emit_run(FP.middle_headers(k, mode, s16(oldest - first), first & _M, spd, dpd, op,
-                                         mid, job, dest, raddr, ep, rkey, mtu, off0, rl, ar),
-                       data[off0:off], mtu, ents, addr)
-        else:
-            emit, request, gather = h.emit, FP.request, h.gather
-            o, last = off0, psn - 1
-            for p, e in zip(range(first, psn), ents, strict=True):
-                emit(request(mode, 0, int(ar and p == last), s16(oldest - p), p & _M, spd, dpd,
-                             op, 0, 0, mid, job, dest, raddr, ep, rkey, mtu, o, rl,
-                             data[o:o + mtu], gather), addr, e, False)
-                o += mtu
         msg.unacked += k
         msg.next_offset = off
+        eom = off >= msg.length
+        if eom:
+            msg.all_sent = True
+            msg.eom_psn = psn - 1
+            pdc.queue.popleft()
+        ents = h.flowctl.sent(pdc, first, k, n, now)
         h.stats["tx_data_packets"] += k
-        pdc.timers.set_if_earlier("retx", now + (pdc.rto or h.rto_max))
-        self.runs += 1
-        return k
+        self._arm(pdc, now)
+        return first, ents, eom
+
+    def _asks_ack(self, pdc: InitiatorPdc, eom: bool, win: int) -> bool:
+        """AR on a batch's last packet: on a message's last packet and on the last we can
+        send for now, so the tail never waits for the RTO (uet.md: ACK generation — AR)."""
+        return (eom or not pdc.queue or pdc.next_psn - pdc.oldest >= win
+                or self.h.flowctl.blocks(pdc, self.h.mtu))
+
+    def _encode(self, pdc: InitiatorPdc, msg: TxMessage, first: int, off: int, k: int,
+                n: int, oldest: int, ents: list[int], ar: bool, run: bool, now: float) -> None:
+        """Emit a committed batch: a run as one :class:`~emu.transports.base.Run` when the
+        daemon takes them (``runs``), else one request per packet; AR on the last."""
+        h = self.h
+        if run:
+            self.runs += 1
+            if h.runs:
+                rl = msg.req_length
+                h.emit_run(FP.middle_headers(
+                    k, pdc.mode, s16(oldest - first), first & _M, pdc.pdcid, pdc.dpdcid,
+                    msg.opcode, msg.message_id, h.job_id, msg.dest_ep, msg.remote_addr,
+                    msg.ep, msg.rkey, n, off, msg.length if rl is None else rl, ar),
+                    msg.data[off:off + k * n], n, ents, pdc.addr)
+                return
+        emit, request, addr, last, trace = h.emit, self._request, pdc.addr, first + k - 1, h.trace
+        for psn, ent in zip(range(first, first + k), ents, strict=True):
+            emit(request(pdc, msg, psn, off, n, False, ar and psn == last, oldest), addr, ent,
+                 False)
+            if trace.enabled:
+                trace.packet_sent(now, pdc=pdc.pdcid, psn=psn & _M, len=n, ent=ent,
+                                  retx=False, msg=msg.message_id, syn=pdc.dpdcid is None)
+            off += n
 
     def _send_close(self, pdc: InitiatorPdc, now: float) -> None:
         """CLOSE consumes a PSN and asks for an ACK (uet.md: Behaviour, Close)."""
@@ -293,7 +311,7 @@ class Initiator:
         pdc.unacked[psn] = TxPacket(psn, None, 0, 0, now, ctl_type=D.CP_CLOSE)
         self.h.emit(control_packet(pdc, D.CP_CLOSE, psn), pdc.addr, None, True)
         self.h.stats["tx_close"] += 1
-        pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
+        self._arm(pdc, now)
 
     # -- receiving -------------------------------------------------------------------
 
@@ -332,7 +350,7 @@ class Initiator:
         if pdc.dpdcid is None:
             pdc.dpdcid = ack.spdcid  # the first ACK supplies DPDCID (uet.md: PDC)
             if pdc.state is PdcState.SYN_SENT:
-                pdc.state = PdcState.ESTABLISHED
+                pdc.move(PdcState.ESTABLISHED)
             if h.trace.enabled:
                 h.trace.state_changed(now, "SYN_SENT", pdc.state.value, pdc=pdc.pdcid,
                                       dpdcid=ack.spdcid)
@@ -345,7 +363,8 @@ class Initiator:
         if h.rto_max > h.rto and not ack.p:
             pkt = pdc.unacked.get(cack + ack.ack_psn_offset)
             if pkt is not None and not pkt.resent:
-                self._rtt_sample(pdc, now - pkt.sent_at)
+                # one round trip (Karn's rule: not from a resent packet; emu.core.rto)
+                pdc.rtt.sample(now - pkt.sent_at, h.rto, h.rto_max)
         self._acked_through(pdc, cack, now)
         if not ack.p:
             self._acked(pdc, cack + ack.ack_psn_offset, now)
@@ -363,30 +382,12 @@ class Initiator:
         if ack.req == D.ACK_REQ_CLEAR:
             pdc.ctl_pending.append((D.CP_CLEAR, pdc.oldest))
         elif ack.req == D.ACK_REQ_CLOSE and pdc.state is PdcState.ESTABLISHED:
-            pdc.state = PdcState.CLOSING  # the target asks us to close (uet.md: Close)
+            pdc.move(PdcState.CLOSING)  # the target asks us to close (uet.md: Close)
         if not pdc.unacked and not any(m.waiting_since is not None for m in pdc.msgs.values()):
             pdc.timers.cancel("retx")  # nothing left to time out
         if h.trace.enabled:
             h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
                                  sack=bm, outstanding=len(pdc.unacked))
-
-    def _rtt_sample(self, pdc: InitiatorPdc, r: float) -> None:
-        """One round trip (RFC 6298, α = 1/8, β = 1/4): the PDC's RTO = SRTT + 4·RTTVAR
-        within ``[rto, rto_max]``.
-
-        Why adapt at all when the spec says 1–5 ms: that is a hardware NIC's
-        bound on a µs fabric. Two Python daemons on a loaded machine see round
-        trips of several ms when busy (measured: ACKs arriving 1–20 ms after
-        they left), and a fixed 5 ms then resent whole windows that had
-        arrived — each duplicate answered with an ACK of its own — which made
-        the busy receiver busier."""
-        h = self.h
-        if pdc.srtt:
-            pdc.rttvar += (abs(pdc.srtt - r) - pdc.rttvar) / 4
-            pdc.srtt += (r - pdc.srtt) / 8
-        else:
-            pdc.srtt, pdc.rttvar = r, r / 2
-        pdc.rto = min(max(pdc.srtt + 4 * pdc.rttvar, h.rto), h.rto_max)
 
     def _acked(self, pdc: InitiatorPdc, psn: int, now: float) -> None:
         pkt = pdc.unacked.pop(psn, None)
@@ -433,7 +434,7 @@ class Initiator:
         if msg.response is None:
             if msg.waiting_since is None:  # ACKed, response lost: ask again at the RTO
                 msg.waiting_since = now
-                pdc.timers.set_if_earlier("retx", now + (pdc.rto or self.h.rto_max))
+                self._arm(pdc, now)
             return
         for m in rod.ready_in_order(pdc, msg) if pdc.mode is D.Mode.ROD else (msg,):
             del pdc.msgs[m.message_id]
@@ -499,7 +500,7 @@ class Initiator:
         pdc.dpdcid = None
         pdc.close_psn = None
         if pdc.state is PdcState.ESTABLISHED:
-            pdc.state = PdcState.SYN_SENT
+            pdc.move(PdcState.SYN_SENT)
         self.h.stats["pdc_restarts"] += 1
 
     # -- timers --------------------------------------------------------------------------
@@ -523,7 +524,7 @@ class Initiator:
 
     def _rto(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h
-        rto = pdc.rto or h.rto_max  # no RTT sample yet: the ceiling (RFC 6298 starts at 1 s)
+        rto = self.rto_of(pdc)
         nxt: float | None = None
         for pkt in list(pdc.unacked.values()):
             due = pkt.sent_at + rto
@@ -568,8 +569,7 @@ class Initiator:
 
     def _end(self, pdc: InitiatorPdc, state: PdcState, reason: str,
              status: WcStatus | None) -> None:
-        old = pdc.state
-        pdc.state = state
+        old = pdc.move(state)
         pdc.unacked.clear()
         pdc.retx_now.clear()
         pdc.retx_later.clear()

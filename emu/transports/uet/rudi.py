@@ -46,8 +46,10 @@ from emu.wire.codec.uet import (
     SesStandardRequestSom,
     encode_packet,
 )
+from emu.wire.uet_defs import PDS_TYPE
 
 _NH_REQ_STD = 3
+_RUDI_RESP = PDS_TYPE["RUDI_RESP"]
 #: the SES header RUDI/UUD requests carry: standard only (each packet stands alone)
 _STD = (SesStandardRequest, SesStandardRequestSom)
 _NH_RSP = 4
@@ -235,7 +237,7 @@ class Rudi:
         st["rx_rudi_requests"] += 1
         rc, n = self._execute(ses, pkt.payload)
         rsp = S.response_header(ses.message_id, rc, n, h.job_id)
-        h.emit(encode_packet(PdsRudi(type=5, next_hdr=_NH_RSP, m=int(ecn == ECN_CE),
+        h.emit(encode_packet(PdsRudi(type=_RUDI_RESP, next_hdr=_NH_RSP, m=int(ecn == ECN_CE),
                                      retx=pds.retx, pkt_id=pds.pkt_id), rsp), addr, ent, True)
         st["tx_rudi_responses"] += 1
 

@@ -20,7 +20,7 @@ from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
-from emu.transports.uet.pdc import PdcIds, TargetPdc
+from emu.transports.uet.pdc import PdcIds, Rx, TargetPdc
 from emu.transports.uet.pds import nack_packet, s16
 from emu.wire.codec.uet import PdsAckCcNscc, encode_packet
 
@@ -73,6 +73,20 @@ class Target:
         self.h.stats["pdc_target_created"] += 1
         return t
 
+    def _match(self, dpdcid: int, spdcid: int, host: str, typ: int
+               ) -> tuple[TargetPdc | None, int]:
+        """The PDC a request without SYN names, and 0 — or the NACK code that refuses
+        it: no such PDC, another initiator's (source or SPDCID differ), or another
+        delivery mode (then the PDC comes too: the NACK is sent from it)."""
+        t = self.pdcs.get(dpdcid)
+        if t is None:
+            return None, D.NACK_INV_DPDCID
+        if t.peer != host or t.ini_pdcid != spdcid:
+            return None, D.NACK_PDC_HDR_MISMATCH
+        if t.mode != typ:
+            return t, D.NACK_PDC_MODE_MISMATCH
+        return t, 0
+
     def drop(self, pdcid: int) -> None:
         """Forget a target PDC (CLOSE, or the local application's ``destroy_pdc``)."""
         t = self.pdcs.pop(pdcid, None)
@@ -96,40 +110,41 @@ class Target:
             if t is None:
                 return
         else:
-            t = self.pdcs.get(pds.dpdcid)
-            if t is None or t.peer != host or t.ini_pdcid != pds.spdcid:
-                code = D.NACK_INV_DPDCID if t is None else D.NACK_PDC_HDR_MISMATCH
-                st["rx_drop_unknown_dpdcid" if t is None else "rx_drop_pdc_mismatch"] += 1
-                self._nack(addr, ent, code, pds.psn, 0, pds.spdcid, pds.retx, ecn)
+            t, bad = self._match(pds.dpdcid, pds.spdcid, host, pds.type)
+            if bad:
+                if bad == D.NACK_PDC_MODE_MISMATCH:  # RUD request on a ROD PDC or vice versa
+                    assert t is not None
+                    st["rx_mode_mismatch"] += 1
+                    self._nack(addr, ent, bad, pds.psn, t.pdcid, t.ini_pdcid, pds.retx, ecn)
+                else:
+                    st["rx_drop_unknown_dpdcid" if bad == D.NACK_INV_DPDCID
+                       else "rx_drop_pdc_mismatch"] += 1
+                    self._nack(addr, ent, bad, pds.psn, 0, pds.spdcid, pds.retx, ecn)
                 return
-            if t.mode != pds.type:  # RUD request on a ROD PDC or vice versa
-                st["rx_mode_mismatch"] += 1
-                self._nack(addr, ent, D.NACK_PDC_MODE_MISMATCH, pds.psn, t.pdcid,
-                           t.ini_pdcid, pds.retx, ecn)
-                return
+            assert t is not None
         psn = t.ext(pds.psn)
-        fm = t.first_missing
-        if not -t.window <= psn - fm < t.window:
+        v = t.classify(psn)
+        if v is Rx.STALE:
             # far from the window: a stray or a forgery (a SYN's PDC was matched by its
             # Start_PSN, so only a request without SYN gets here); it moves nothing
-            if psn < fm:
-                st["rx_drop_psn_stale"] += 1
-                return
+            st["rx_drop_psn_stale"] += 1
+            return
+        if v is Rx.OUT_OF_WINDOW:
             st["rx_psn_oor_window"] += 1
             self._nack(addr, ent, D.NACK_PSN_OOR_WINDOW, pds.psn, t.pdcid, t.ini_pdcid,
-                       pds.retx, ecn, payload=fm)
+                       pds.retx, ecn, payload=t.first_missing)
             return
         t.last_rx = now
         if not pds.syn:
             t.confirmed = True  # the initiator knows our PDCID (see _syn_pdc)
-        if psn < fm or psn in t.rcvd:
+        if v is Rx.DUPLICATE:
             # duplicate in window → re-send the ACK, with the message's response if
             # it has one (uet.md: Window)
             st["rx_duplicate"] += 1
             rsp = t.response_for_psn(psn)
             self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, rsp)
             return
-        if psn != fm and t.mode is D.Mode.ROD:  # only the in-order prefix (see .rod)
+        if v is Rx.AHEAD_ROD:  # only the in-order prefix (see .rod)
             rod.target_out_of_order(self, t, pds, addr, ent, ecn)
             return
         ses = S.SH.request_view(pkt, psn)  # small, medium or standard alike (.ses_shape)
@@ -140,9 +155,7 @@ class Target:
             st["rx_trimmed"] += 1
             self._nack(addr, ent, D.NACK_TRIMMED, pds.psn, t.pdcid, t.ini_pdcid, pds.retx, ecn)
             return
-        cp = psn + pds.clear_psn_offset
-        if t.clear_psn < cp <= fm + 1:
-            t.clear_psn = cp
+        t.clear_to(psn + pds.clear_psn_offset)
         rsp, nack = self.ses.on_request(t, ses, pkt.payload)
         if nack is not None:
             st[D.nack_counter("tx_nack", nack)] += 1
@@ -157,20 +170,15 @@ class Target:
         mark it received, then ACK per the ACK-generation rules (uet.md: Behaviour) —
         at once for AR/SYN/CE/a response/a CLEAR request, else every ``ack_bytes``."""
         h = self.h
-        fm = t.first_missing
         rs = t.rcvd
-        if psn == fm and not rs._starts:
-            rs._floor = psn + 1  # in order with nothing held above: add() + advance()
-        else:
-            rs.add(psn & _M)
-            rs.advance()
-            if psn > fm:
-                t.ooo += 1
+        if psn > rs.floor_ext:
+            t.ooo += 1
+        rs.add_advance(psn & _M)
         t.rcvd_bytes += n
         t.bytes_since_ack += n if n > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
         t.psn_msg.add(psn, mid)
         h.stats["rx_data_packets"] += 1
-        fm = rs._floor
+        fm = rs.floor_ext
         half = t.window // 2
         # CLEAR_PSN lags by more than half the window: ask once, not on every ACK while the
         # initiator's answer (or its next requests' clear_psn_offset) is on its way
@@ -204,19 +212,19 @@ class Target:
         if f is None:
             return False
         typ, retx, ar, cpo, wpsn, spdcid, dpdcid, mid, bo, mk, pl, off, total = f
-        t = self.pdcs.get(dpdcid)
-        if (t is None or t.ini_pdcid != spdcid or t.mode != typ or t.peer != host
-                or len(data) - FP.REQ_SIZE != pl or off + pl >= total):
-            return False
-        rs = t.rcvd
-        psn = rs._floor
-        if wpsn != psn & _M or rs._starts:  # (t.ext(wpsn) == the floor, without the call)
+        t, bad = self._match(dpdcid, spdcid, host, typ)
+        if bad or t is None or len(data) - FP.REQ_SIZE != pl or off + pl >= total:
+            return False  # (a short payload: trimmed, which on_request NACKs)
+        psn = t.first_missing
+        # only the next PSN in order with nothing held above (the wire PSN equals the
+        # floor's: t.ext(wpsn) without the call), which classify() calls NEW
+        if wpsn != psn & _M or not t.rcvd.contiguous or t.classify(psn) is not Rx.NEW:
             return False
         # the message and region of the previous packet of this PDC, if this one continues
         # them: one check per message, not per packet (a deregistered region is invalid)
         s = t.stream
         if (s is not None and s[0] == mid and s[1] == total and s[2] == mk and s[3] == bo
-                and s[4].valid and t.placement._msgs.get(mid) is s[5]):
+                and s[4].valid and t.placement.get(mid) is s[5]):
             mr, msg = s[4], s[5]
         else:
             msg = t.placement.get(mid)
@@ -229,9 +237,7 @@ class Target:
             t.stream = (mid, total, mk, bo, mr, msg)
         t.last_rx = now
         t.confirmed = True
-        cp = psn + cpo
-        if t.clear_psn < cp <= psn + 1:
-            t.clear_psn = cp
+        t.clear_to(psn + cpo)
         self.h.stats["rx_write_fast"] += 1
         rsp = None
         if msg.append(off, pl):  # in order within the message: the usual case
@@ -350,8 +356,7 @@ class Target:
             self.ack(t, psn if got else t.first_missing - 1, ent, ecn == ECN_CE, pds.retx,
                      t.response_for_psn(psn) if got else None)
         elif ctl == D.CP_CLEAR:
-            if t.clear_psn < psn <= t.first_missing + 1:
-                t.clear_psn = psn
+            t.clear_to(psn)
         elif ctl == D.CP_CLOSE:
             if psn != t.first_missing:
                 h.stats["rx_close_early"] += 1  # the initiator closes only when all is ACKed

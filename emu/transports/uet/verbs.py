@@ -38,8 +38,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.verbs import RecvWR, SendWR, WrOpcode
 from emu.transports.base import Completion, Event, StateChanged, VerbsError
-from emu.transports.roce.verbs import RecvWR, SendWR, WrOpcode
 from emu.transports.uet.engine import UetEngine
 
 

@@ -77,14 +77,14 @@ class _Cluster:
         self.path, self.name, self.sets, self.say = path, name, sets, say
 
     def __enter__(self) -> str:
-        from emu import cluster as C
+        from emu.cluster import cluster as C
         from emu.topology.loader import load
 
         C.up(load(self.path, self.sets), cluster=self.name, progress=lambda _m: None)
         return self.name
 
     def __exit__(self, *exc: object) -> None:
-        from emu import cluster as C
+        from emu.cluster import cluster as C
 
         C.down(self.name)
         C.remove_logs(self.name)

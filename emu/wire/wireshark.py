@@ -35,7 +35,7 @@ def lua_dir() -> Path:
     try:
         path = Path(str(resources.files("emu.wire").joinpath("lua")))
     except (ModuleNotFoundError, TypeError):
-        path = Path(__file__).resolve().parent / "wire" / "lua"
+        path = Path(__file__).resolve().parent / "lua"
     return path
 
 

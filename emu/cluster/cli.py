@@ -10,21 +10,16 @@ import os
 import sys
 import time
 
-from emu.cli import UserError
+from emu.errors import UserError
 
 
-def _cluster_arg(p: argparse.ArgumentParser) -> None:
+def cluster_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", "-c", metavar="C",
                    help="cluster name (default: the only cluster that is up)")
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
-    _add_nicd_cli(sub)
-    _add_cluster_cli(sub)
-    add_switch_cli(sub)
-
-
-def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
+    """The cluster commands, registered by the ``emu`` command line."""
     p = sub.add_parser("up", help="bring up a cluster from a topology file")
     p.add_argument("topology", help="topology file (e.g. namespaces/leaf-spine.toml)")
     p.add_argument("--name", "-n", help="cluster name (default: the file's topology.name)")
@@ -55,7 +50,7 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("exec", help="run a command inside a node: emu exec h1 -- ping h2")
     p.add_argument("node", help="node, or CLUSTER:node")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    _cluster_arg(p)
+    cluster_arg(p)
     p.set_defaults(func=_exec)
 
     p = sub.add_parser("link", help="take a link, a whole switch or a plane down or up: "
@@ -63,7 +58,7 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("link", help="link name (leaf1-spine1), A:B, a switch (all its links) "
                                 "or plane:N (every link of plane N)")
     p.add_argument("state", choices=["down", "up"])
-    _cluster_arg(p)
+    cluster_arg(p)
     p.set_defaults(func=_link)
 
     p = sub.add_parser("impair", help="set rate, loss, ECN-CE marking, duplication, delay on "
@@ -78,7 +73,7 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delay", help="e.g. 100us (needs netem)")
     p.add_argument("--jitter", help="e.g. 10us (needs netem)")
     p.add_argument("--clear", action="store_true", help="remove every impairment first")
-    _cluster_arg(p)
+    cluster_arg(p)
     p.set_defaults(func=_impair)
 
     p = sub.add_parser("clean", help="remove leftovers of crashed runs (emu's own, by state file)")
@@ -102,7 +97,7 @@ def _add_cluster_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
     p.add_argument("--count", type=int, help="stop after this many packets")
     p.add_argument("--filter", "-f", help="BPF capture filter, e.g. 'udp port 4791'")
-    _cluster_arg(p)
+    cluster_arg(p)
     p.set_defaults(func=_capture)
 
 
@@ -117,16 +112,16 @@ def _load(path: str, overrides: list[str], name: str | None = None, check_size=N
         raise UserError(f"{path}: {e.strerror}") from None
 
 
-def _errors():
+def user_errors():
     """Exceptions that are the user's or the machine's situation, not emu bugs."""
-    from emu.cluster import ClusterError
+    from emu.cluster.cluster import ClusterError
     from emu.fabric import FabricError
     from emu.fabric.linkctl import LinkCtlError
 
     return (ClusterError, FabricError, LinkCtlError, KeyError, ValueError, PermissionError)
 
 
-def _msg(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     """The one-line text of an error: a KeyError's own message, not its repr (str() of a
     KeyError quotes it; stripping quotes instead cut a message's own closing quote)."""
     if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
@@ -134,23 +129,23 @@ def _msg(e: BaseException) -> str:
     return str(e)
 
 
-def _root() -> None:
+def need_root() -> None:
     if os.geteuid() != 0:
         raise UserError("needs root (namespaces and netlink): run with sudo")
 
 
 def _up(a: argparse.Namespace) -> int:
-    _root()
+    need_root()
     topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
-    from emu import cluster as C  # after the size check: a refusal costs no fabric imports
+    from emu.cluster import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
 
     t0 = time.perf_counter()
     try:
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
                       trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "
           f"switches, {len(topo.links)} links in {time.perf_counter() - t0:.2f} s",
           file=sys.stderr)
@@ -179,21 +174,21 @@ def _size_check(a: argparse.Namespace):
 
 
 def _down(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
-    _root()
+    need_root()
     try:
         name = C.resolve(a.cluster)
         removed = C.down(name)
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     print(f"cluster {name} down: removed {removed.get('namespaces', 0)} namespaces, "
           f"{removed.get('pids', 0)} processes")
     return 0
 
 
 def _status(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import render, state, status
 
     if not a.cluster and not state.clusters():
@@ -202,8 +197,8 @@ def _status(a: argparse.Namespace) -> int:
     try:
         names = [C.resolve(a.cluster)] if a.cluster or len(state.clusters()) == 1 \
             else state.clusters()
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     out = []
     for n in names:
         try:
@@ -240,7 +235,7 @@ def _credible_lines(s: dict) -> str:
 
 def _with_links(s: dict, name: str) -> dict:
     """Add each link's configured settings and emu's counters (drops, CE marks) to status."""
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import linkctl
 
     try:
@@ -301,18 +296,18 @@ def _impairment_table(s: dict) -> str:
 
 
 def _exec(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import exec_argv
 
-    _root()
+    need_root()
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
     if not argv:
         raise UserError("no command: emu exec NODE -- CMD [ARGS]")
     try:
         name, node = C.split_node(a.node, a.cluster)
         full = exec_argv(name, node, argv)
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     try:
         os.execvp(full[0], full)
     except FileNotFoundError:
@@ -321,11 +316,11 @@ def _exec(a: argparse.Namespace) -> int:
 
 
 def _link(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric.events import apply_event
     from emu.topology import Event
 
-    _root()
+    need_root()
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)
@@ -334,20 +329,20 @@ def _link(a: argparse.Namespace) -> int:
         changed = apply_event(topo, Event(0.0, a.state, target), event_log=C.event_log(name),
                               cluster=name)
         C.set_links(name, topo, changed, a.state == "up")
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     print(f"{name}: {a.state}: {', '.join(changed) or 'no links'}")
     return 0
 
 
 def _impair(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import linkctl
     from emu.topology import Event
     from emu.topology.model import Direction
     from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
 
-    _root()
+    need_root()
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)
@@ -381,8 +376,8 @@ def _impair(a: argparse.Namespace) -> int:
             raise UserError("nothing to set: give --rate, --loss, --ecn, --duplicate, --delay "
                             "or --clear")
         C.save_model(name, topo)
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
     return 0
 
@@ -403,9 +398,9 @@ def _fmt_dir(d) -> str:
 
 
 def _clean(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
 
-    _root()
+    need_root()
     done, shm_files = C.clean(all_clusters=a.all, only=a.clusters or None)
     print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else "")
           + (f"; removed {shm_files} memory-region file(s) of dead processes"
@@ -426,7 +421,7 @@ def _clean(a: argparse.Namespace) -> int:
 
 
 def _graph(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import state
     from emu.topology.graph import render
 
@@ -445,16 +440,16 @@ def _graph(a: argparse.Namespace) -> int:
 
 
 def _capture(a: argparse.Namespace) -> int:
-    from emu import cluster as C
+    from emu.cluster import cluster as C
     from emu.fabric import capture as cap
 
-    _root()
+    need_root()
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
     print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
           + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
     try:
@@ -462,129 +457,4 @@ def _capture(a: argparse.Namespace) -> int:
     except cap.CaptureFailed as e:
         raise UserError(str(e)) from None
     print(result.report(), file=sys.stderr)
-    return 0
-
-
-def add_switch_cli(sub: argparse._SubParsersAction) -> None:
-    # `emu switchd …` is passed straight to the daemon's own parser (emu.cli.PASS_THROUGH)
-    sub.add_parser("switchd", help="run a switch pipeline daemon (emu up starts them)")
-
-    p = sub.add_parser("switch", help="inspect or change a switch's pipeline: "
-                                      "emu switch leaf1 h1 set rate=1gbit kmin=20KB")
-    p.add_argument("node", help="switch node, or CLUSTER:node")
-    p.add_argument("port", nargs="?", help="port (interface name on the switch) or *")
-    p.add_argument("action", nargs="?", choices=["set", "show"], default="show")
-    p.add_argument("settings", nargs="*", metavar="KEY=VALUE",
-                   help="port or class settings (kmin, kmax, pmax, rate, depth, trim, c3.xoff …)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config", action="store_true", help="show the configuration, not counters")
-    p.add_argument("--plot", metavar="OUT.svg",
-                   help="draw the time series of --metric per port (from series.jsonl)")
-    p.add_argument("--metric", default="depth",
-                   help="depth, max_depth (bytes) or a counter shown per second: marked, "
-                        "trimmed, enqueued, dropped_tail, … (default depth)")
-    _cluster_arg(p)
-    p.set_defaults(func=_switch)
-
-
-_PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_random", "depth",
-                 "max_depth", "paused_time", "late")
-
-
-def _switch(a: argparse.Namespace) -> int:
-    from emu import cluster as C
-
-    _root()
-    try:
-        name, node = C.split_node(a.node, a.cluster)
-        if a.plot:
-            return _switch_plot(name, node, a)
-        if a.action == "set":
-            if not a.port or not a.settings:
-                raise UserError("usage: emu switch NODE PORT set KEY=VALUE ...")
-            settings = {}
-            for kv in a.settings:
-                if "=" not in kv:
-                    raise UserError(f"{kv!r}: expected KEY=VALUE")
-                k, v = kv.split("=", 1)
-                settings[k.strip()] = v.strip()
-            reply = C.switch_request(name, node, {"cmd": "set", "port": a.port,
-                                                  "settings": settings})
-            print(json.dumps(reply["config"], indent=1) if a.json else
-                  f"{name}:{node} port {a.port}: " + " ".join(a.settings))
-            return 0
-        reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
-    except _errors() as e:
-        raise UserError(_msg(e)) from None
-    except OSError as e:
-        raise UserError(f"{a.node}: switch daemon not reachable: {e.strerror}") from None
-    reply.pop("ok", None)
-    if a.json or a.config:
-        print(json.dumps(reply, indent=1))
-        return 0
-    ports = dict(reply.get("ports", {}))
-    try:  # ports that have seen no transport traffic yet have no queue: show them as zeros
-        configured = C.switch_request(name, node, {"cmd": "config"})["config"]["ports"]
-        ports.update({p: {} for p in configured if p != "*" and p not in ports})
-    except (C.ClusterError, OSError, KeyError):
-        pass
-    if a.port:
-        ports = {k: v for k, v in ports.items() if k == a.port}
-    print(f"{'PORT':<10} " + " ".join(f"{c:>14}" for c in _PORT_COLUMNS))
-    for port, c in sorted(ports.items()):
-        cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
-                 for k in _PORT_COLUMNS]
-        print(f"{port:<10} " + " ".join(cells))
-    ov = reply.get("overload") or {}
-    if ov:
-        bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
-        print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "
-              f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
-              f"netlink drops {ov.get('user_dropped', 0)}{bad}")
-    return 0
-
-
-# -- emu nicd (emu/nic): registered here until emu/cli.py lists it itself ---------------
-
-
-def _add_nicd_cli(sub: argparse._SubParsersAction) -> None:
-    from emu.nic import cli as nic_cli
-
-    nic_cli.add_cli(sub)
-
-
-def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
-    from emu import cluster as C
-    from emu.plot import line_chart
-
-    path = os.path.join(C.switch_dir(cluster, node), "series.jsonl")
-    rows = []
-    try:
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        raise UserError(f"{node}: no time series yet ({path})") from None
-    gauge = a.metric in ("depth", "max_depth", "paused_time")
-    series: dict[str, list[tuple[float, float]]] = {}
-    last: dict[str, tuple[float, float]] = {}
-    t0 = min((r["t"] for r in rows), default=0.0)
-    for r in rows:
-        port = r.get("port")
-        if a.port and port != a.port or a.metric not in r:
-            continue
-        t, v = r["t"] - t0, float(r[a.metric])
-        if gauge:
-            series.setdefault(port, []).append((t, v))
-        else:
-            if port in last and t > last[port][0]:
-                pt, pv = last[port]
-                series.setdefault(port, []).append((t, (v - pv) / (t - pt)))
-            last[port] = (t, v)
-    unit = "bytes" if a.metric in ("depth", "max_depth") else \
-        ("s" if gauge else f"{a.metric} per second")
-    with open(a.plot, "w") as f:
-        f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
-                           ylabel=unit, step=not gauge))
-    print(f"wrote {a.plot} ({sum(len(s) for s in series.values())} points, "
-          f"{len(series)} port(s))")
     return 0

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""``python -m emu.scheduler CLUSTER``: carry out a cluster's scheduled events.
+"""``python -m emu.cluster.scheduler CLUSTER``: carry out a cluster's scheduled events.
 
 Started by ``emu up`` as a background process (its pid is in the state file,
 so ``emu down`` stops it). Times are relative to the end of ``emu up``.
@@ -12,7 +12,7 @@ import time
 
 import trio
 
-from emu import cluster as C
+from emu.cluster import cluster as C
 from emu.fabric import state
 from emu.fabric.events import apply_event, run_schedule
 

@@ -48,6 +48,15 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     from emu.switch import topology as switch_topology
 
     steps = Progress(emit=progress)
+    per_host: dict[str, tuple[str, ...]] = {}
+    credible: dict[str, Any] = {}
+    if topology.hosts():
+        from emu.credible import rates
+
+        # each host port's line rate goes in a kernel tbf on its egress too (the port's
+        # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
+        per_host, credible, ports = nic_rates(topology)
+        topology = rates.serialized(topology, ports)
     n_switchd = len(switch_topology.configs(topology)) if switch_topology.enabled(topology) else 0
     steps.add_total(n_switchd + (len(topology.hosts()) if daemons else 0))
     fabric = Fabric(topology, cluster=cluster, progress=steps, final_phase="starting")
@@ -94,7 +103,6 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         if daemons and topology.hosts():
             from emu.nic.topology import daemon_args
 
-            per_host, credible = nic_rates(topology)
             state.update(name, credible=credible, step="starting NIC daemons")
             progress(credible["line"])
             started = start_nic_daemons(name, [h.name for h in topology.hosts()],
@@ -252,7 +260,7 @@ def switch_counters(cluster: str) -> dict[str, dict]:
 
 
 def _start_scheduler(cluster: str) -> int:
-    argv = [sys.executable, "-m", "emu.scheduler", cluster]
+    argv = [sys.executable, "-m", "emu.cluster.scheduler", cluster]
     state.add_spawn(cluster, argv, "scheduler")
     log = open(event_log(cluster) + ".scheduler.log", "ab")  # noqa: SIM115 - child keeps it
     proc = subprocess.Popen(argv,
@@ -400,9 +408,16 @@ def trace_path(cluster: str, host: str) -> str:
     return os.path.join(state.STATE_DIR, "logs", f"{cluster}.nicd-{host}.trace.jsonl")
 
 
-def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str, Any]]:
+#: how far ahead of the wire a NIC daemon may feed a port whose line rate a kernel tbf
+#: serializes (``emu nicd --tx-lead``): well inside the tbf's ~10 ms queue
+#: (:func:`emu.fabric.linkctl.tbf_sizes`), longer than the daemons' usual stalls
+TX_LEAD = 4e-3
+
+
+def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list]:
     """Each host's ``emu nicd`` arguments for its ports' line rates and the fabric's base
-    round trip (:mod:`emu.credible`), and what ``emu up`` records and prints about them."""
+    round trip (:mod:`emu.credible`), what ``emu up`` records and prints about them, and
+    the ports (:class:`emu.credible.rates.HostPort`)."""
     from emu.credible import capacity, rates
 
     costs = capacity.load()
@@ -414,7 +429,7 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
     per_host: dict[str, tuple[str, ...]] = {}
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
-    common: tuple[str, ...] = ()
+    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}")
     if topology.nic.get("family") in (4, 6):
         common += ("--family", str(topology.nic["family"]))
     if "base_rtt" not in uet:
@@ -422,7 +437,7 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
     per_host = {h: a + common for h, a in per_host.items()}
     res["base_rtt"] = rtt
     res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"
-    return per_host, res
+    return per_host, res, ports
 
 
 def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,

@@ -2,7 +2,9 @@
 """Work requests as the client API hands them to the engine (``ibv_send_wr`` & co).
 
 Plain data: the engine validates them in ``post_send``/``post_recv`` and
-keeps its own per-WQE state. Opcode values are ``enum ibv_wr_opcode`` so the
+keeps its own per-WQE state. Transport-neutral — RoCEv2, UET and the NIC's
+loopback engine all take them — so they live in ``emu.core``, and neither the
+NIC nor UET depends on RoCEv2 for them. Opcode values are ``enum ibv_wr_opcode`` so the
 client API can pass numbers through unchanged.
 """
 

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu switch`` (a running switch daemon's counters, settings and time series) and the
+``emu switchd`` entry in the command list.
+
+The switch daemon itself is :mod:`emu.switch`; this module is its command on a
+*cluster*: it resolves ``CLUSTER:node`` through the cluster's state and reaches
+the daemon's control socket where ``emu up`` put it, so it sits in the cluster
+layer, above the switch package, and shares the cluster commands' error rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from emu.cluster.cli import cluster_arg, need_root, one_line, user_errors
+from emu.errors import UserError
+
+
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    # `emu switchd …` is passed straight to the daemon's own parser (emu.cli.PASS_THROUGH)
+    sub.add_parser("switchd", help="run a switch pipeline daemon (emu up starts them)")
+
+    p = sub.add_parser("switch", help="inspect or change a switch's pipeline: "
+                                      "emu switch leaf1 h1 set rate=1gbit kmin=20KB")
+    p.add_argument("node", help="switch node, or CLUSTER:node")
+    p.add_argument("port", nargs="?", help="port (interface name on the switch) or *")
+    p.add_argument("action", nargs="?", choices=["set", "show"], default="show")
+    p.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                   help="port or class settings (kmin, kmax, pmax, rate, depth, trim, c3.xoff …)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--config", action="store_true", help="show the configuration, not counters")
+    p.add_argument("--plot", metavar="OUT.svg",
+                   help="draw the time series of --metric per port (from series.jsonl)")
+    p.add_argument("--metric", default="depth",
+                   help="depth, max_depth (bytes) or a counter shown per second: marked, "
+                        "trimmed, enqueued, dropped_tail, … (default depth)")
+    cluster_arg(p)
+    p.set_defaults(func=_switch)
+
+
+_PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_random", "depth",
+                 "max_depth", "paused_time", "late")
+
+
+def _switch(a: argparse.Namespace) -> int:
+    from emu.cluster import cluster as C
+
+    need_root()
+    try:
+        name, node = C.split_node(a.node, a.cluster)
+        if a.plot:
+            return _switch_plot(name, node, a)
+        if a.action == "set":
+            if not a.port or not a.settings:
+                raise UserError("usage: emu switch NODE PORT set KEY=VALUE ...")
+            settings = {}
+            for kv in a.settings:
+                if "=" not in kv:
+                    raise UserError(f"{kv!r}: expected KEY=VALUE")
+                k, v = kv.split("=", 1)
+                settings[k.strip()] = v.strip()
+            reply = C.switch_request(name, node, {"cmd": "set", "port": a.port,
+                                                  "settings": settings})
+            print(json.dumps(reply["config"], indent=1) if a.json else
+                  f"{name}:{node} port {a.port}: " + " ".join(a.settings))
+            return 0
+        reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
+    except user_errors() as e:
+        raise UserError(one_line(e)) from None
+    except OSError as e:
+        raise UserError(f"{a.node}: switch daemon not reachable: {e.strerror}") from None
+    reply.pop("ok", None)
+    if a.json or a.config:
+        print(json.dumps(reply, indent=1))
+        return 0
+    ports = dict(reply.get("ports", {}))
+    try:  # ports that have seen no transport traffic yet have no queue: show them as zeros
+        configured = C.switch_request(name, node, {"cmd": "config"})["config"]["ports"]
+        ports.update({p: {} for p in configured if p != "*" and p not in ports})
+    except (C.ClusterError, OSError, KeyError):
+        pass
+    if a.port:
+        ports = {k: v for k, v in ports.items() if k == a.port}
+    print(f"{'PORT':<10} " + " ".join(f"{c:>14}" for c in _PORT_COLUMNS))
+    for port, c in sorted(ports.items()):
+        cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
+                 for k in _PORT_COLUMNS]
+        print(f"{port:<10} " + " ".join(cells))
+    ov = reply.get("overload") or {}
+    if ov:
+        bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
+        print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "
+              f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
+              f"netlink drops {ov.get('user_dropped', 0)}{bad}")
+    return 0
+
+
+def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
+    from emu.cluster import cluster as C
+    from emu.plot import line_chart
+
+    path = os.path.join(C.switch_dir(cluster, node), "series.jsonl")
+    rows = []
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise UserError(f"{node}: no time series yet ({path})") from None
+    gauge = a.metric in ("depth", "max_depth", "paused_time")
+    series: dict[str, list[tuple[float, float]]] = {}
+    last: dict[str, tuple[float, float]] = {}
+    t0 = min((r["t"] for r in rows), default=0.0)
+    for r in rows:
+        port = r.get("port")
+        if a.port and port != a.port or a.metric not in r:
+            continue
+        t, v = r["t"] - t0, float(r[a.metric])
+        if gauge:
+            series.setdefault(port, []).append((t, v))
+        else:
+            if port in last and t > last[port][0]:
+                pt, pv = last[port]
+                series.setdefault(port, []).append((t, (v - pv) / (t - pt)))
+            last[port] = (t, v)
+    unit = "bytes" if a.metric in ("depth", "max_depth") else \
+        ("s" if gauge else f"{a.metric} per second")
+    with open(a.plot, "w") as f:
+        f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
+                           ylabel=unit, step=not gauge))
+    print(f"wrote {a.plot} ({sum(len(s) for s in series.values())} points, "
+          f"{len(series)} port(s))")
+    return 0
