@@ -146,8 +146,7 @@ class Cluster:
 
     def nic_stats(self, out_dir: str) -> dict[str, dict]:
         """Each runner-started ``emu nicd``'s stats now, also kept as ``nicd-<host>.stats.json``."""
-        from emu.api.client import call_once
-        from emu.nic.protocol import sock_path
+        from emu.nic.protocol import call_once, sock_path
 
         got = {}
         for h in self.emu_hosts:
