@@ -126,6 +126,12 @@ def test_network_case_checks_name_the_missing_reaction(tmp_path):
     assert trim.check_wire(wirecheck.Wire(trimmed=2, retransmissions=2)) is None  # RoCE
     assert [c.network for c in (BY_NAME["reordering"], BY_NAME["trimming"])] == \
         ["reordering", "trimming"]
+    # loss: a retransmission is owed only when the link dropped a transport packet
+    loss = BY_NAME["loss"](*args)
+    assert "dropped 3 transport packets" in loss.check_wire(wirecheck.Wire(link_dropped=3))
+    assert "no retransmission" in loss.check_wire(wirecheck.Wire())  # not counted: owed
+    assert loss.check_wire(wirecheck.Wire(link_dropped=0)) is None
+    assert loss.check_wire(wirecheck.Wire(link_dropped=3, retransmissions=3)) is None
 
 
 def test_case_check_fails_a_client_that_moved_nothing(tmp_path):
@@ -242,7 +248,8 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
     known = I.load()
     log = str(tmp_path / "logs")
     res = runner.run([known["emu"]], [known["emu"]], ["roce", "uet"],
-                     select("duplication,reordering,trimming"), log, timeout=120, prefix="i2t",
+                     select("duplication,reordering,trimming,loss"), log, timeout=120,
+                     prefix="i2t",
                      progress=lambda s: None)
     by = {(r.transport, r.case): r for r in res.results}
     for key, r in by.items():
@@ -260,4 +267,7 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         if tr == "uet":
             assert any("TRIMMED" in k for k in w.uet_nacks), w.uet_nacks
         assert "trimmed" in by[(tr, "trimming")].wire  # the switch's own count
+        # the runner counted what the impaired cable dropped (and removed its counters)
+        assert "dropped by the link client → server" in by[(tr, "loss")].wire
+        assert "0 dropped by the link" in by[(tr, "duplication")].wire
     assert _clusters_left("i2t") == []

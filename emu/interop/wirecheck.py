@@ -60,12 +60,16 @@ class Wire:
     trimmed: int = 0          # packets with a trimmed DSCP
     #: duplicates the server's emu NIC daemon counted (None: not an emu daemon, not read)
     server_duplicates: int | None = None
+    #: transport packets the impaired cable dropped client → server (None: not counted)
+    link_dropped: int | None = None
     error: str | None = None                          # the capture itself could not be read
 
     def describe(self) -> str:
         extra = "".join(f", {n} {what}" for n, what in ((self.reordered, "reordered"),
                                                          (self.duplicates, "duplicates"),
                                                          (self.trimmed, "trimmed")) if n)
+        if self.link_dropped is not None:
+            extra += f", {self.link_dropped} dropped by the link client → server"
         return (f"{self.transport_packets} transport packets, {self.payload_bytes} payload bytes, "
                 f"{self.retransmissions} retransmissions{extra}, {len(self.malformed)} "
                 f"malformed, {len(self.bad_icrc)} bad ICRC")
