@@ -103,6 +103,13 @@ def test_wirecheck_tells_copies_reordering_retransmissions_and_trims_apart():
     # equal bytes on another interface are not a copy; PSNs wrap at 2^24
     w = _wire(_rec(1, 0xFFFFFF), _rec(2, 0xFFFFFF, iface="other"), _rec(3, 0))
     assert w.duplicates == 0 and w.reordered == 0
+    # the network's reordering: requests matched by bytes across two links
+    a, b, c, d = b"a", b"b", b"c", b"d"
+    assert wirecheck.overtaking([a, b, c, d], [a, b, c, d]) == 0
+    assert wirecheck.overtaking([a, b, c, d], [b, a, d, c]) == 2
+    assert wirecheck.overtaking([a, b, c, d], [d, a, b, c]) == 3  # one held behind three
+    assert wirecheck.overtaking([a, b, a], [a, a, b]) == 1  # the k-th copy is the k-th sent
+    assert wirecheck.overtaking([a, b], [b, c]) == 0  # c never entered: not compared
     # the trimmed DSCPs (30 / 31) and nothing else
     w = _wire(_rec(1, 1, dscp=30), _rec(2, 2, dscp=31), _rec(3, 3, dscp=26))
     assert w.trimmed == 2
@@ -116,6 +123,10 @@ def test_network_case_checks_name_the_missing_reaction(tmp_path):
     assert "counted no duplicate" in BY_NAME["duplication"](*args).check_wire(w)
     assert BY_NAME["duplication"](*args).check_wire(wirecheck.Wire(duplicates=3)) is None
     assert "out of order" in BY_NAME["reordering"](*args).check_wire(wirecheck.Wire())
+    # compared across the links, only the network's reordering counts (not resent PSNs)
+    assert "out of order" in BY_NAME["reordering"](*args).check_wire(
+        wirecheck.Wire(overtook=0, reordered=5))
+    assert BY_NAME["reordering"](*args).check_wire(wirecheck.Wire(overtook=2)) is None
     trim = BY_NAME["trimming"](*args)
     assert "no trimmed packet" in trim.check_wire(wirecheck.Wire(retransmissions=4))
     assert "none retransmitted" in trim.check_wire(wirecheck.Wire(trimmed=2))
@@ -261,7 +272,11 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         stats = json.load(open(os.path.join(d, "duplication", "nicd-h2.stats.json")))
         assert runner._dup_counters(stats, tr) > 0
         w = wirecheck.summarise(os.path.join(d, "reordering", "capture.pcapng"))
-        assert w.reordered > 0 and w.trimmed == 0, w.describe()
+        assert w.overtook is None and w.trimmed == 0  # without the ingress: not compared
+        w = wirecheck.summarise(os.path.join(d, "reordering", "capture.pcapng"),
+                                judge="h2-leaf1", ingress="h1-leaf1")
+        assert w.overtook > 0 and w.trimmed == 0, w.describe()
+        assert "overtook an earlier packet" in by[(tr, "reordering")].wire
         w = wirecheck.summarise(os.path.join(d, "trimming", "capture.pcapng"))
         assert w.trimmed > 0 and w.retransmissions > 0 and not w.bad_icrc, w.describe()
         if tr == "uet":

@@ -18,8 +18,10 @@ server × client pair and reuses it for every case (and transport) that names it
   toward the server for ``delay`` ± uniform ``jitter`` after it arrives (a
   port without a rate has no queue, so nothing is dropped): packets of one
   flow overtake each other at the server, as over sprayed paths of unequal
-  delay. The jitter (±400 µs) is ten times and more the spacing of a sender's
-  4 KiB packets (a Python NIC daemon sends one every ~10–40 µs).
+  delay. The hold (1 ms ± 1 ms) is longer than the spacing of a sender's
+  packets: ~30 µs for RoCEv2's 4 KiB at line rate, but 1–2 ms for emu's UET
+  here, whose congestion control sees the added delay (at ±400 µs a paced UET
+  flow saw only 3–9 of its 121 packets overtaken, sometimes none).
 * ``trimming`` — the same switch with the client's port at 1 Gbit/s and the
   server's at 100 Mbit/s, ECN marking at the pipeline's defaults, and trimming
   above 100 KB of queue (what ``tests/test_roce_trim_e2e.py`` runs): a 1 MiB
@@ -27,9 +29,14 @@ server × client pair and reuses it for every case (and transport) that names it
   whatever the sender's congestion control does. emu's NIC daemons get the
   ports' rates as their line rates (``emu up`` does the same).
 
-Switch networks are captured on the server's cable (``h2-leaf1``, the ``h2``
+Switch networks are judged on the server's cable (``h2-leaf1``, the ``h2``
 end): after the switch, so reordered and trimmed packets are seen as the
-server got them, each packet once.
+server got them, each packet once. ``reordering`` also captures the client's
+cable (``h1-leaf1``, the ``h1`` end: what entered the switch) so the runner
+can show that the *network* reordered — packets delivered ahead of packets
+sent before them — whatever the transports did (a sender's retransmission
+arriving below a higher PSN is not a reordering, and a paced sender can
+space its packets wider than the jitter for a while).
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ mtu = 9000
 seed = 13
 """
 
-REORDER_DELAY, REORDER_JITTER = "400us", "400us"
+REORDER_DELAY, REORDER_JITTER = "1ms", "1ms"
 
 _REORDER = _ONE_SWITCH + f"""\
 [[switch.override]]
@@ -86,8 +93,10 @@ class Network:
 
     name: str
     topology_text: str | None      # TOML with {name}; None: PAIR_TOPOLOGY
-    capture: str                   # "all" or a link name (captured on its a end)
+    capture: tuple[str, ...]       # "all" or link names (each captured on its a end)
     switch: str | None = None      # the switch whose counters the runner keeps
+    judge: str | None = None       # the link whose packets the checks count (None: all)
+    ingress: str | None = None     # compare the order on this link with ``judge``'s
 
     def topology_file(self, directory: str, cluster: str) -> str:
         """A file to load the topology from (written into ``directory`` if generated)."""
@@ -99,9 +108,10 @@ class Network:
         return path
 
 
-PAIR = Network("pair", None, "all")
-REORDERING = Network("reordering", _REORDER, "h2-leaf1", switch="leaf1")
-TRIMMING = Network("trimming", _TRIM, "h2-leaf1", switch="leaf1")
+PAIR = Network("pair", None, ("all",))
+REORDERING = Network("reordering", _REORDER, ("h2-leaf1", "h1-leaf1"), switch="leaf1",
+                     judge="h2-leaf1", ingress="h1-leaf1")
+TRIMMING = Network("trimming", _TRIM, ("h2-leaf1",), switch="leaf1")
 BY_NAME = {n.name: n for n in (PAIR, REORDERING, TRIMMING)}
 
 #: per-case nftables impairment of the pair's cable: ``emu impair`` arguments

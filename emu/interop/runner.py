@@ -250,7 +250,8 @@ class Capture:
         self.stop = threading.Event()
         ready = threading.Event()
         self.error: str | None = None
-        targets = targets_for(cl.topology, cl.network.capture, cl.name)
+        targets = [t for link in cl.network.capture
+                   for t in targets_for(cl.topology, link, cl.name)]
 
         def run() -> None:
             try:
@@ -480,7 +481,7 @@ def _one(get_cluster: Callable[[], Cluster], srv: Impl, cli: Impl, tr: str,
     cl.keep(since, out)
     port = {k: v - port0.get(k, 0) for k, v in cl.switch_port().items()
             if isinstance(v, int | float) and not isinstance(v, bool) and v != port0.get(k, 0)}
-    wire = wirecheck.summarise(pcap)
+    wire = wirecheck.summarise(pcap, judge=cl.network.judge, ingress=cl.network.ingress)
     if cap.error:
         wire.error = cap.error
     if SERVER_HOST in stats:

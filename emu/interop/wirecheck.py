@@ -56,6 +56,9 @@ class Wire:
     uet_nacks: Counter = field(default_factory=Counter)
     uet_error_rcs: Counter = field(default_factory=Counter)
     reordered: int = 0        # requests that arrived after a higher PSN of their flow
+    #: transport packets the network delivered ahead of one that entered it before them
+    #: (``summarise(…, ingress=…)`` only; None: not compared)
+    overtook: int | None = None
     duplicates: int = 0       # transport packets equal to the one just before them
     trimmed: int = 0          # packets with a trimmed DSCP
     #: duplicates the server's emu NIC daemon counted (None: not an emu daemon, not read)
@@ -68,6 +71,8 @@ class Wire:
         extra = "".join(f", {n} {what}" for n, what in ((self.reordered, "reordered"),
                                                          (self.duplicates, "duplicates"),
                                                          (self.trimmed, "trimmed")) if n)
+        if self.overtook is not None:
+            extra += f", {self.overtook} overtook an earlier packet in the network"
         if self.link_dropped is not None:
             extra += f", {self.link_dropped} dropped by the link client → server"
         return (f"{self.transport_packets} transport packets, {self.payload_bytes} payload bytes, "
@@ -150,15 +155,52 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
         highest[key] = psn
 
 
-def summarise(path: str) -> Wire:
-    """Read a pcapng; a capture that cannot be read is reported, not raised."""
+def overtaking(sent: list[bytes], got: list[bytes]) -> int:
+    """How many of ``got`` arrived ahead of a packet that was ``sent`` before them.
+
+    Packets are matched by their bytes, the k-th copy in ``got`` to the k-th in
+    ``sent`` (retransmissions can be byte-equal); packets only on one side are
+    ignored. Counted like this, one packet held back behind ten counts ten."""
+    where: dict[bytes, list[int]] = {}
+    for i, b in enumerate(sent):
+        where.setdefault(b, []).append(i)
+    taken: dict[bytes, int] = {}
+    n = 0
+    latest = -1
+    for b in got:
+        k = taken.get(b, 0)
+        at = where.get(b, [])
+        if k >= len(at):
+            continue
+        taken[b] = k + 1
+        if at[k] < latest:
+            n += 1
+        latest = max(latest, at[k])
+    return n
+
+
+def summarise(path: str, judge: str | None = None, ingress: str | None = None) -> Wire:
+    """Read a pcapng; a capture that cannot be read is reported, not raised.
+
+    ``judge``: count only the packets of that interface (link); ``ingress``: also
+    compare the order of requests there with ``judge``'s (:attr:`Wire.overtook`).
+    """
     w = Wire()
     flows = _Flows()
+    order: dict[str, list[bytes]] = {judge or "": [], ingress or "": []}
     try:
         for rec in dissect_file(path, keep_raw=True):
-            add(w, rec, flows)
+            # requests only: responses and ACKs travel the other way, and their order
+            # relative to requests differs between the two links without any reordering
+            if ingress and rec.interface in (judge, ingress) and rec.raw is not None \
+                    and not rec.error and _is_request(rec):
+                order[rec.interface or ""].append(rec.raw)
+            if judge is None or rec.interface == judge:
+                add(w, rec, flows)
     except (CaptureError, OSError) as e:
         w.error = f"capture unreadable: {e}"
+    if ingress and judge:
+        w.overtook = overtaking(order[ingress], order[judge])
     return w
 
 
