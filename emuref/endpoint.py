@@ -439,6 +439,12 @@ def main() -> int:
     if env.transport not in ("roce", "uet") or env.case not in SUPPORTED:
         log(f"{env.transport}/{env.case}: not supported")
         return 127
+    if (env.transport, env.case, env.role) == ("roce", "trimming", "server"):
+        # RoCEv2 (IBTA) defines no trimmed packet: a cut WRITE_MIDDLE is a malformed
+        # request (NAK invalid request, QP to error), as on an RNIC that knows no trimming;
+        # treating the trimmed DSCP as a loss is emu's extension, not this reference's
+        log("roce/trimming as server: not supported (RoCEv2 defines no trimmed packet)")
+        return 127
     if env.role not in ("server", "client"):
         log(f"ROLE must be server or client, not {env.role!r}")
         return 1

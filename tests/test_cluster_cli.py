@@ -207,3 +207,74 @@ def test_whole_switch_failure_from_the_cli(cluster):
     assert _flows_delivered(cluster) == 200  # everything through spine2
     emu("link", "-c", cluster, "spine1", "up")
     assert _flows_delivered(cluster) == 200
+
+
+def test_impair_duplicate_counted_in_a_capture(tmp_path):
+    """``emu impair --duplicate 25% -d a_to_b`` on a live pair: in a capture of the link,
+    every datagram h1 sends appears once or twice (≈25 % twice, ±4σ), never three times;
+    the status counter equals the duplicates seen; h2 → h1 is untouched; a bad value is
+    one line."""
+    import threading
+
+    from emu.fabric.capture import capture, targets_for
+    from emu.topology import load
+
+    name = "i2d" + secrets.token_hex(2)
+    n, p = 2000, 0.25
+    try:
+        emu("up", "namespaces/pair.toml", "--name", name, "--no-daemons")
+        bad = emu("impair", "-c", name, "h1-h2", "--duplicate", "150%", check=False)
+        assert bad.returncode == 2 and "--duplicate" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        out = emu("impair", "-c", name, "h1:h2", "--duplicate", "25%", "-d", "a_to_b").stdout
+        fwd, rev = out.split(" a_to_b=", 1)[1].split(" b_to_a=")
+        assert "duplicate 25.000%" in fwd and "duplicate" not in rev, out
+        cap, stop, ready = tmp_path / "dup.pcapng", threading.Event(), threading.Event()
+        topo = load(str(ROOT / "namespaces/pair.toml"), name=name)
+        t = threading.Thread(target=capture, args=(targets_for(topo, "all", name), str(cap)),
+                             kwargs={"stop": stop, "on_ready": ready.set,
+                                     "handle_signals": False}, daemon=True)
+        t.start()
+        assert ready.wait(30)
+        send = ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"for i in range({n}):\n"
+                "    s.sendto(b'DUPT' + i.to_bytes(4, 'big'), (TARGET, 7777))\n")
+        emu("exec", f"{name}:h1", "--", sys.executable, "-c", send.replace("TARGET",
+                                                                           "'10.0.1.12'"))
+        emu("exec", f"{name}:h2", "--", sys.executable, "-c", send.replace("TARGET",
+                                                                           "'10.0.1.11'"))
+        time.sleep(0.2)  # the last frames reach the capture socket (counted below anyway)
+        stop.set()
+        t.join(30)
+        copies: dict[tuple[str, int], int] = {}
+        frames = list(read_frames(cap))
+        h1_mac = next(f.data[6:12] for f in frames if f.data.find(b"DUPT") >= 0
+                      and f.data[30:34] == bytes([10, 0, 1, 12]))
+        h1_frames: dict[bytes, int] = {}  # everything h1 sent (ICMP errors, ARP/ND too)
+        for f in frames:
+            if f.data[6:12] == h1_mac:
+                h1_frames[f.data] = h1_frames.get(f.data, 0) + 1
+        for f in frames:
+            at = f.data.find(b"DUPT")
+            # UDP only: h2's ICMP port-unreachable errors quote the datagrams too
+            if at >= 0 and f.data[12:14] == b"\x08\x00" and f.data[23] == 17:
+                dst = ".".join(str(b) for b in f.data[30:34])
+                key = (dst, int.from_bytes(f.data[at + 4:at + 8], "big"))
+                copies[key] = copies.get(key, 0) + 1
+        fwd = [copies.get(("10.0.1.12", i), 0) for i in range(n)]
+        rev = [copies.get(("10.0.1.11", i), 0) for i in range(n)]
+        assert set(fwd) <= {1, 2} and rev == [1] * n, (sorted(set(fwd)), sorted(set(rev)))
+        twice = fwd.count(2)
+        sigma = (n * p * (1 - p)) ** 0.5
+        assert abs(twice - n * p) <= 4 * sigma, (twice, n * p, sigma)
+        st = json.loads(emu("status", name, "--json").stdout)
+        c = st["links"][0]["a_to_b"]["counters"]
+        # the rule copied exactly the frames that appear twice (its own datagrams, and the
+        # ICMP errors and neighbour messages h1 sent meanwhile)
+        assert c["duplicated"] == sum(n - 1 for n in h1_frames.values()), (c, twice)
+        assert max(h1_frames.values()) == 2
+        assert "DUP" in emu("status", name).stdout
+    finally:
+        if state.load(name) is not None:
+            emu("down", name, check=False)
+        assert our_namespaces(name) == []

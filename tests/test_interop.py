@@ -21,6 +21,7 @@ from emu.interop import impls as I
 from emu.interop import runner, wirecheck
 from emu.interop.result import CaseResult, RunResult
 from emu.interop.testcases import BY_NAME, select
+from emu.wire.dissect import Record
 from emu.wire.sample import write as write_sample
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
@@ -73,6 +74,75 @@ def test_wirecheck_counts_malformed_and_retransmissions(tmp_path):
     # a garbage file is reported, not raised
     (tmp_path / "bad.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a garbage")
     assert wirecheck.summarise(str(tmp_path / "bad.pcapng")).error
+
+
+def _rec(no: int, psn: int, *, iface: str = "h1-h2", dscp: int = 0, raw: bytes | None = None,
+         kind: str = "RC_WRITE_MIDDLE", retx: bool = False) -> Record:
+    return Record(no, float(no), iface, "10.0.1.11", "10.0.1.12", 50000, 4791, "RoCEv2", kind,
+                  {"qp": 0x11, "psn": psn, "len": 4096}, ["RETX"] if retx else [], "ok",
+                  dscp=dscp, raw=raw if raw is not None else psn.to_bytes(4, "big"))
+
+
+def _wire(*recs: Record) -> wirecheck.Wire:
+    w, flows = wirecheck.Wire(), wirecheck._Flows()
+    for r in recs:
+        wirecheck.add(w, r, flows)
+    return w
+
+
+def test_wirecheck_tells_copies_reordering_retransmissions_and_trims_apart():
+    # a link's copy: byte-equal to the packet just before it; not a retransmission
+    w = _wire(_rec(1, 5), _rec(2, 5), _rec(3, 6), _rec(4, 6))
+    assert (w.duplicates, w.retransmissions, w.reordered, w.payload_bytes) == (2, 0, 0, 8192)
+    # the same PSN again after something else: a retransmission, not a copy
+    w = _wire(_rec(1, 5), _rec(2, 6), _rec(3, 5))
+    assert (w.duplicates, w.retransmissions, w.reordered) == (0, 1, 0)
+    # below the highest but new: overtaken on the way (reordered); then resent
+    w = _wire(_rec(1, 5), _rec(2, 7), _rec(3, 6), _rec(4, 6, raw=b"later"))
+    assert (w.reordered, w.retransmissions - w.reordered, w.duplicates) == (1, 1, 0)
+    # equal bytes on another interface are not a copy; PSNs wrap at 2^24
+    w = _wire(_rec(1, 0xFFFFFF), _rec(2, 0xFFFFFF, iface="other"), _rec(3, 0))
+    assert w.duplicates == 0 and w.reordered == 0
+    # the network's reordering: requests matched by bytes across two links
+    a, b, c, d = b"a", b"b", b"c", b"d"
+    assert wirecheck.overtaking([a, b, c, d], [a, b, c, d]) == 0
+    assert wirecheck.overtaking([a, b, c, d], [b, a, d, c]) == 2
+    assert wirecheck.overtaking([a, b, c, d], [d, a, b, c]) == 3  # one held behind three
+    assert wirecheck.overtaking([a, b, a], [a, a, b]) == 1  # the k-th copy is the k-th sent
+    assert wirecheck.overtaking([a, b], [b, c]) == 0  # c never entered: not compared
+    # the trimmed DSCPs (30 / 31) and nothing else
+    w = _wire(_rec(1, 1, dscp=30), _rec(2, 2, dscp=31), _rec(3, 3, dscp=26))
+    assert w.trimmed == 2
+
+
+def test_network_case_checks_name_the_missing_reaction(tmp_path):
+    """Each of the three network cases fails when its network did nothing visible."""
+    args = (str(tmp_path / "s"), str(tmp_path / "c"))
+    assert "no duplicated packet" in BY_NAME["duplication"](*args).check_wire(wirecheck.Wire())
+    w = wirecheck.Wire(duplicates=3, server_duplicates=0)
+    assert "counted no duplicate" in BY_NAME["duplication"](*args).check_wire(w)
+    assert BY_NAME["duplication"](*args).check_wire(wirecheck.Wire(duplicates=3)) is None
+    assert "out of order" in BY_NAME["reordering"](*args).check_wire(wirecheck.Wire())
+    # compared across the links, only the network's reordering counts (not resent PSNs)
+    assert "out of order" in BY_NAME["reordering"](*args).check_wire(
+        wirecheck.Wire(overtook=0, reordered=5))
+    assert BY_NAME["reordering"](*args).check_wire(wirecheck.Wire(overtook=2)) is None
+    trim = BY_NAME["trimming"](*args)
+    assert "no trimmed packet" in trim.check_wire(wirecheck.Wire(retransmissions=4))
+    assert "none retransmitted" in trim.check_wire(wirecheck.Wire(trimmed=2))
+    uet = wirecheck.Wire(trimmed=2, retransmissions=2, pdcs={1})
+    assert "no NACK TRIMMED" in trim.check_wire(uet)
+    uet.uet_nacks["TRIMMED_LASTHOP"] += 1
+    assert trim.check_wire(uet) is None
+    assert trim.check_wire(wirecheck.Wire(trimmed=2, retransmissions=2)) is None  # RoCE
+    assert [c.network for c in (BY_NAME["reordering"], BY_NAME["trimming"])] == \
+        ["reordering", "trimming"]
+    # loss: a retransmission is owed only when the link dropped a transport packet
+    loss = BY_NAME["loss"](*args)
+    assert "dropped 3 transport packets" in loss.check_wire(wirecheck.Wire(link_dropped=3))
+    assert "no retransmission" in loss.check_wire(wirecheck.Wire())  # not counted: owed
+    assert loss.check_wire(wirecheck.Wire(link_dropped=0)) is None
+    assert loss.check_wire(wirecheck.Wire(link_dropped=3, retransmissions=3)) is None
 
 
 def test_case_check_fails_a_client_that_moved_nothing(tmp_path):
@@ -178,3 +248,41 @@ def test_compliance_failure_marks_every_case(tmp_path):
     [r] = res.results
     assert r.symbol == "✕" and "not compliant" in r.reason and "must be 127" in r.reason
     assert C.EXIT_UNSUPPORTED == 127
+
+
+@root
+def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
+    """The three network cases, emu × emu, RoCEv2 and UET: ✓, and the capture shows what
+    the network did and how the transports reacted (copies; packets out of order at the
+    server; trimmed packets, retransmissions and, for UET, NACK TRIMMED); the server's
+    NIC daemon counted the duplicates; every cluster is taken down."""
+    known = I.load()
+    log = str(tmp_path / "logs")
+    res = runner.run([known["emu"]], [known["emu"]], ["roce", "uet"],
+                     select("duplication,reordering,trimming,loss"), log, timeout=120,
+                     prefix="i2t",
+                     progress=lambda s: None)
+    by = {(r.transport, r.case): r for r in res.results}
+    for key, r in by.items():
+        assert r.result == "succeeded", (key, r.reason, r.wire)
+    for tr in ("roce", "uet"):
+        d = os.path.join(log, "emu_emu", tr)
+        w = wirecheck.summarise(os.path.join(d, "duplication", "capture.pcapng"))
+        assert w.duplicates > 0 and not w.malformed and not w.bad_icrc, w.describe()
+        stats = json.load(open(os.path.join(d, "duplication", "nicd-h2.stats.json")))
+        assert runner._dup_counters(stats, tr) > 0
+        w = wirecheck.summarise(os.path.join(d, "reordering", "capture.pcapng"))
+        assert w.overtook is None and w.trimmed == 0  # without the ingress: not compared
+        w = wirecheck.summarise(os.path.join(d, "reordering", "capture.pcapng"),
+                                judge="h2-leaf1", ingress="h1-leaf1")
+        assert w.overtook > 0 and w.trimmed == 0, w.describe()
+        assert "overtook an earlier packet" in by[(tr, "reordering")].wire
+        w = wirecheck.summarise(os.path.join(d, "trimming", "capture.pcapng"))
+        assert w.trimmed > 0 and w.retransmissions > 0 and not w.bad_icrc, w.describe()
+        if tr == "uet":
+            assert any("TRIMMED" in k for k in w.uet_nacks), w.uet_nacks
+        assert "trimmed" in by[(tr, "trimming")].wire  # the switch's own count
+        # the runner counted what the impaired cable dropped (and removed its counters)
+        assert "dropped by the link client → server" in by[(tr, "loss")].wire
+        assert "0 dropped by the link" in by[(tr, "duplication")].wire
+    assert _clusters_left("i2t") == []

@@ -229,6 +229,86 @@ def test_ce_marking_ect_only(net):
     assert linkctl.counters(net.r, "r1")["marked"] == ce4 + ce6
 
 
+def _numbered(tx: socket.socket, rx: socket.socket, dst: str, n: int) -> list[int]:
+    """Send datagrams 0..n-1; how many copies of each arrived."""
+    seen = [0] * n
+    rx.setblocking(False)
+
+    def drain() -> int:
+        k = 0
+        while True:
+            try:
+                data = rx.recv(2048)
+            except BlockingIOError:
+                return k
+            i = int.from_bytes(data[:4], "big")
+            if i < n:
+                seen[i] += 1
+                k += 1
+
+    for i in range(n):
+        tx.sendto(i.to_bytes(4, "big") + b"d" * 60, (dst, PORT))
+        if i % 100 == 99:
+            drain()
+    for _ in range(50):  # stragglers: bounded wait, not an assertion on time
+        time.sleep(0.01)
+        if not drain():
+            break
+    return seen
+
+
+@pytest.mark.parametrize("where", ["forwarded", "local"])
+def test_duplicate_30_percent_and_never_twice(net, where):
+    """Each packet arrives once or twice (30 %: ±4σ), a duplicate is never duplicated
+    again, and the nft counter counts exactly the copies that arrived."""
+    from emu.fabric import linkctl
+
+    tx, rx = net.sock(net.a), net.sock(net.b, bind=True)
+    _wait_reachable(tx, rx, "10.77.2.2")
+    ns, ifn = (net.r, "r1") if where == "forwarded" else (net.a, "a0")
+    s = linkctl.apply_direction(ns, ifn, Direction(duplicate=0.3))
+    assert s["hook"] == "netdev egress" and s["duplicate"] == 0.3
+    n = 5000
+    seen = _numbered(tx, rx, "10.77.2.2", n)
+    assert set(seen) <= {1, 2}, f"copies per packet: {sorted(set(seen))}"
+    extra = seen.count(2)
+    ok, why = _within_4sigma(extra, n, 0.3)
+    assert ok, why
+    c = linkctl.counters(ns, ifn)
+    assert 0 <= c["duplicated"] - extra <= 3, (c, extra)  # ± a stray ARP/ND packet
+    # always: exactly two copies of every packet (without the mark the copy would be
+    # copied again, down to nf_dup's recursion limit: three or more)
+    linkctl.apply_direction(ns, ifn, Direction(duplicate=1.0))
+    seen = _numbered(tx, rx, "10.77.2.2", 1000)
+    assert seen == [2] * 1000, f"copies per packet: {sorted(set(seen))}"
+    # with loss first: a dropped packet is not duplicated; the copy meets loss on its own
+    linkctl.apply_direction(ns, ifn, Direction(loss=0.5, duplicate=1.0))
+    seen = _numbered(tx, rx, "10.77.2.2", 4000)
+    c = linkctl.counters(ns, ifn)
+    assert set(seen) <= {0, 1, 2}
+    # n = 4000, p(arrive k) = 0.5 (dropped) / 0.25 / 0.25; the counters agree with the wire
+    ok, why = _within_4sigma(seen.count(0), 4000, 0.5)
+    assert ok, why
+    assert 0 <= c["dropped"] - (2 * 4000 - sum(seen) - seen.count(0)) <= 3, (c, seen.count(0))
+
+
+def test_duplicate_rule_text_and_certain_probabilities(net):
+    """1 (100 %) is written without numgen (``< 1000000`` is out of nft's range): loss 1
+    drops everything rather than failing to apply."""
+    from emu.fabric import linkctl
+
+    text = linkctl._nft_ruleset("x0", linkctl.PROB_SCALE, 0, True, dup=linkctl.PROB_SCALE)
+    assert "numgen" not in text and 'dup to "x0"' in text
+    assert text.index("emu:loss") < text.index("emu:dup")  # a dropped packet is not copied
+    assert "0x40000000" in text and "0xbfffffff" in text
+    tx, rx = net.sock(net.a), net.sock(net.b, bind=True)
+    _wait_reachable(tx, rx, "10.77.2.2")
+    linkctl.apply_direction(net.a, "a0", Direction(loss=1.0))
+    assert _numbered(tx, rx, "10.77.2.2", 200) == [0] * 200
+    with pytest.raises(linkctl.LinkCtlError, match="duplicate must be a probability"):
+        linkctl.apply_direction(net.a, "a0", Direction(duplicate=1.5))
+
+
 def test_link_down_stops_up_restores(net, tmp_path):
     from emu.fabric import linkctl
 

@@ -158,6 +158,9 @@ up = false
 match = "h*:leaf2"
 mtu = 1500
 delay = "1ms"
+[[link]]
+match = "h1:leaf1"
+b_to_a = { duplicate = "3%" }
 [[event]]
 at = "2s"
 action = "impair"
@@ -183,6 +186,7 @@ def test_settings_overrides_and_events() -> None:
     h1 = t.link("h1-leaf1")
     assert h1.a_to_b.rate_bps == 10**10 and h1.b_to_a.rate_bps == 5 * 10**9
     assert h1.a_to_b.loss == pytest.approx(0.01)
+    assert h1.b_to_a.duplicate == pytest.approx(0.03) and h1.a_to_b.duplicate == 0.0
     ls = t.link("leaf1-spine1")  # matched as spine1:leaf1, so the user's a_to_b is b_to_a
     assert ls.b_to_a.ecn_ce == 0.5 and ls.a_to_b.ecn_ce == 0.0 and not ls.up
     assert t.link("h3-leaf2").mtu == 1500 and t.link("h1-leaf1").mtu == 9000

@@ -61,12 +61,15 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     cluster_arg(p)
     p.set_defaults(func=_link)
 
-    p = sub.add_parser("impair", help="set rate, loss, ECN-CE marking, delay on a live link")
+    p = sub.add_parser("impair", help="set rate, loss, ECN-CE marking, duplication, delay on "
+                                      "a live link")
     p.add_argument("link", help="link name or A:B (A:B makes --direction a_to_b mean A→B)")
     p.add_argument("--direction", "-d", choices=["a_to_b", "b_to_a", "both"], default="both")
     p.add_argument("--rate", help="e.g. 10gbit, 100mbit, unlimited")
     p.add_argument("--loss", help="probability, e.g. 1%% or 0.01")
     p.add_argument("--ecn", "--ecn-ce", dest="ecn_ce", help="CE-marking probability")
+    p.add_argument("--duplicate", "--dup", dest="duplicate",
+                   help="probability that a packet is sent twice, e.g. 5%% (never 3 times)")
     p.add_argument("--delay", help="e.g. 100us (needs netem)")
     p.add_argument("--jitter", help="e.g. 10us (needs netem)")
     p.add_argument("--clear", action="store_true", help="remove every impairment first")
@@ -276,17 +279,19 @@ def _impairment_table(s: dict) -> str:
     for rec in s["links"]:
         for label in ("a_to_b", "b_to_a"):
             d = rec.get(label)
-            if not d or all(not d.get(k) for k in ("rate_bps", "loss", "ecn_ce", "delay_s")):
+            if not d or all(not d.get(k) for k in ("rate_bps", "loss", "ecn_ce", "duplicate",
+                                                   "delay_s")):
                 continue
             c = d.get("counters", {})
             rate = f"{d['rate_bps'] / 1e9:g}G" if d.get("rate_bps") else "-"
             rows.append(f"{rec['name']:<18} {label:<7} {rate:>8} {d['loss']:>7.2%} "
-                        f"{d['ecn_ce']:>7.2%} {c.get('dropped', '-')!s:>8} "
-                        f"{c.get('marked', '-')!s:>8} {c.get('qdisc_dropped', '-')!s:>8}")
+                        f"{d['ecn_ce']:>7.2%} {d.get('duplicate', 0):>7.2%} "
+                        f"{c.get('dropped', '-')!s:>8} {c.get('marked', '-')!s:>8} "
+                        f"{c.get('duplicated', '-')!s:>8} {c.get('qdisc_dropped', '-')!s:>8}")
     if not rows:
         return ""
     head = (f"\n\n{'IMPAIRED LINK':<18} {'DIR':<7} {'RATE':>8} {'LOSS':>7} {'CE':>7} "
-            f"{'DROPPED':>8} {'MARKED':>8} {'Q-DROPS':>8}")
+            f"{'DUP':>7} {'DROPPED':>8} {'MARKED':>8} {'DUPED':>8} {'Q-DROPS':>8}")
     return head + "\n" + "\n".join(rows)
 
 
@@ -353,7 +358,9 @@ def _impair(a: argparse.Namespace) -> int:
                     linkctl.clear_direction(linkctl.ns_name(name, end.node), end.ifname,
                                             event_log=C.event_log(name))
         for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
-                                ("ecn_ce", "ecn_ce", parse_prob), ("delay", "delay_s", parse_time),
+                                ("ecn_ce", "ecn_ce", parse_prob),
+                                ("duplicate", "duplicate", parse_prob),
+                                ("delay", "delay_s", parse_time),
                                 ("jitter", "jitter_s", parse_time)):
             value = getattr(a, opt)
             if value is not None:
@@ -366,7 +373,8 @@ def _impair(a: argparse.Namespace) -> int:
             apply_event(topo, Event(0.0, "impair", lk.name, {**settings, "direction": direction}),
                         event_log=C.event_log(name), cluster=name)
         elif not a.clear:
-            raise UserError("nothing to set: give --rate, --loss, --ecn, --delay or --clear")
+            raise UserError("nothing to set: give --rate, --loss, --ecn, --duplicate, --delay "
+                            "or --clear")
         C.save_model(name, topo)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
@@ -382,6 +390,8 @@ def _fmt_dir(d) -> str:
         parts.append(f"loss {d.loss:.3%}")
     if d.ecn_ce:
         parts.append(f"ce {d.ecn_ce:.3%}")
+    if d.duplicate:
+        parts.append(f"duplicate {d.duplicate:.3%}")
     if d.delay_s:
         parts.append(f"delay {d.delay_s * 1e6:g}us")
     return ",".join(parts) or "clean"

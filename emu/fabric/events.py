@@ -11,7 +11,7 @@ maps an event onto :mod:`emu.fabric.linkctl` for a cluster:
 * ``down``/``up`` on a node name: every link of that switch (:func:`linkctl.fail_switch`);
 * ``down``/``up`` on ``plane:<n>``: every link of that plane (:func:`linkctl.fail_plane`);
 * ``impair`` on a link with ``settings`` = ``Direction`` fields (``rate_bps``, ``loss``,
-  ``ecn_ce``, ``delay_s``, ``jitter_s``) plus optional ``direction``: ``a_to_b``,
+  ``ecn_ce``, ``duplicate``, ``delay_s``, ``jitter_s``) plus optional ``direction``: ``a_to_b``,
   ``b_to_a`` or ``both`` (default). Unnamed fields keep the link's current values.
 
 Every applied event is logged (``logging`` at INFO) and returned in order.

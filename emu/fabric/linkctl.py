@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Link control: rate, loss, ECN-CE marking, delay, link up/down — on one interface's egress.
+"""Link control: rate, loss, ECN-CE marking, duplication, delay, link up/down — on one
+interface's egress.
 
 A :class:`~emu.topology.model.Direction` describes what one direction of a cable
 does; it is applied to the *egress* of the sending end's interface inside that
@@ -35,12 +36,33 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   ``numgen random mod 1000000 < round(p × 10⁶) counter drop comment "emu:loss"``
   and ``ip ecn {ect0, ect1} numgen random mod 1000000 < K counter ip ecn set ce``
   (same for ``ip6``, comments ``emu:ce4``/``emu:ce6``). Probabilities therefore
-  have a resolution of 10⁻⁶. **CE is set only on ECN-capable packets** (ECT(0)
+  have a resolution of 10⁻⁶ (probability 1 writes no ``numgen``: ``< 1000000``
+  is out of nft's range for ``mod 1000000``). **CE is set only on ECN-capable packets** (ECT(0)
   or ECT(1)); Not-ECT packets are left alone (RFC 3168 §5: a router must not
   set CE on a Not-ECT packet — it would drop instead; RoCEv2 sends ECT) and CE
-  packets are already marked. Loss is applied before marking. Both act per skb:
-  a GSO super-packet is dropped or marked as a whole (the fabric turns GSO off
-  on veths when per-segment accuracy matters).
+  packets are already marked. Loss is applied before marking.
+* **Duplication** — same table, between the loss and the marking rules::
+
+      meta mark & 0x40000000 == 0 numgen random mod 1000000 < K
+        meta mark set meta mark | 0x40000000 counter dup to "<ifname>"
+        meta mark set meta mark & 0xbfffffff comment "emu:dup"
+
+  (one rule; each rule on its own line of the ruleset, as for the others).
+  ``dup to`` the same device sends a clone through ``dev_queue_xmit`` *at
+  once* — through the egress hook again and then the qdisc, so a duplicate
+  costs rate like any packet, and it leaves just before its original.
+  Without the mark the clone would be duplicated again with the same
+  probability, down to nf_dup_netdev's recursion limit (measured at 50 %:
+  0.86 extra copies per packet instead of 0.5); with it, the clone carries
+  :data:`DUP_MARK` and is never duplicated, the original clears that bit
+  again (only that bit: other marks are kept), and veth scrubs the mark when
+  the packet leaves the namespace. So each packet goes out once or twice,
+  never more (measured at 99.9999 %: exactly 2 ×). The clone meets the loss and
+  marking rules on its own (independent drop and CE decisions, like a copy
+  made inside the link).
+* Loss, marking and duplication act per skb: a GSO super-packet is dropped,
+  marked or duplicated as a whole (the fabric turns GSO off on veths when
+  per-segment accuracy matters).
   nftables is driven with the ``nft`` binary (ruleset on stdin, ``nft -f -``,
   run inside the namespace by a ``setns`` pre-exec hook): pyroute2 0.9.7's
   ``nftables`` module has message classes but no expression builders for
@@ -104,6 +126,9 @@ CHILD_HANDLE = (QDISC_MAJOR + 1) << 16
 NFT_PREFIX = "emu_lc_"
 #: numgen modulus: probabilities have a resolution of 1 / PROB_SCALE
 PROB_SCALE = 1_000_000
+#: skb mark bit a duplicate carries while in the egress hook (so it is not duplicated
+#: again); distinct from the switch pipeline's CE bit (0x20000000)
+DUP_MARK = 0x40000000
 ETH_HLEN = 14
 DEFAULT_STATE_DIR = Path("/run/emu/linkctl")
 NETNS_DIR = Path("/run/netns")
@@ -339,7 +364,12 @@ def _prob(p: float, what: str) -> int:
     return round(p * PROB_SCALE)
 
 
-def _nft_ruleset(ifname: str, loss: int, ce: int, egress: bool) -> str:
+def _chance(k: int) -> str:
+    """The nft match "with probability k / PROB_SCALE" (nothing for always)."""
+    return "" if k >= PROB_SCALE else f"numgen random mod {PROB_SCALE} < {k} "
+
+
+def _nft_ruleset(ifname: str, loss: int, ce: int, egress: bool, dup: int = 0) -> str:
     table = nft_table(ifname)
     family = "netdev" if egress else "inet"
     if egress:
@@ -350,12 +380,17 @@ def _nft_ruleset(ifname: str, loss: int, ce: int, egress: bool) -> str:
         match = f'oifname "{ifname}" '
     rules = []
     if loss:
-        rules.append(f"{match}numgen random mod {PROB_SCALE} < {loss} counter drop"
-                     ' comment "emu:loss"')
+        rules.append(f'{match}{_chance(loss)}counter drop comment "emu:loss"')
+    if dup:
+        keep = 0xFFFFFFFF & ~DUP_MARK
+        rules.append(f"{match}meta mark & {DUP_MARK:#010x} == 0 {_chance(dup)}"
+                     f"meta mark set meta mark | {DUP_MARK:#010x} counter "
+                     f'dup to "{ifname}" meta mark set meta mark & {keep:#010x} '
+                     'comment "emu:dup"')
     if ce:
         for fam, tag in (("ip", "ce4"), ("ip6", "ce6")):
-            rules.append(f"{match}{fam} ecn {{ ect0, ect1 }} numgen random mod {PROB_SCALE}"
-                         f' < {ce} counter {fam} ecn set ce comment "emu:{tag}"')
+            rules.append(f"{match}{fam} ecn {{ ect0, ect1 }} {_chance(ce)}"
+                         f'counter {fam} ecn set ce comment "emu:{tag}"')
     body = "".join(f"    {r}\n" for r in rules)
     return (f"table {family} {table} {{}}\n"
             f"delete table {family} {table}\n"
@@ -393,11 +428,16 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
     _check_ifname(ifname)
     loss = _prob(d.loss, "loss")
     ce = _prob(d.ecn_ce, "ecn_ce")
+    dup = _prob(d.duplicate, "duplicate")
     if d.delay_s < 0 or d.jitter_s < 0:
         raise LinkCtlError("delay and jitter must not be negative")
     if d.rate_bps is not None and d.rate_bps <= 0:
         raise LinkCtlError(f"rate must be positive, not {d.rate_bps}")
     feats = features()
+    if dup and not feats.nft_egress:
+        raise FeatureMissing(f"{ns}/{ifname}: duplicate needs nftables' netdev egress hook "
+                             "(dup to a device), which this kernel lacks "
+                             "(CONFIG_NETFILTER_EGRESS)")
     wants_netem = d.delay_s > 0 or d.jitter_s > 0
     if wants_netem and not feats.netem:
         raise FeatureMissing(
@@ -426,8 +466,8 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
                 _add_tbf(ipr, idx, CHILD_HANDLE, QDISC_HANDLE | 1, d.rate_bps, b, lim)
         elif d.rate_bps:
             _add_tbf(ipr, idx, QDISC_HANDLE, TC_H_ROOT, d.rate_bps, b, lim)
-    if loss or ce:
-        _nft(ns, _nft_ruleset(ifname, loss, ce, feats.nft_egress))
+    if loss or ce or dup:
+        _nft(ns, _nft_ruleset(ifname, loss, ce, feats.nft_egress, dup))
         settings["hook"] = "netdev egress" if feats.nft_egress else "inet postrouting"
     else:
         _del_our_table(ns, ifname)
@@ -467,9 +507,9 @@ def apply_link(cluster: str, link: Link, *, event_log: str | os.PathLike[str] | 
 
 
 def counters(ns: str, ifname: str) -> dict[str, object]:
-    """nft rule counters (dropped, marked) and root qdisc stats of ``ifname`` in ``ns``."""
+    """nft rule counters (dropped, marked, duplicated) and root qdisc stats of ``ifname``."""
     _check_ifname(ifname)
-    out: dict[str, object] = {"dropped": 0, "marked": 0, "nft_table": None,
+    out: dict[str, object] = {"dropped": 0, "marked": 0, "duplicated": 0, "nft_table": None,
                               "qdisc": None, "sent_bytes": 0, "sent_packets": 0,
                               "qdisc_dropped": 0, "overlimits": 0, "backlog": 0}
     table = nft_table(ifname)
@@ -487,6 +527,8 @@ def counters(ns: str, ifname: str) -> dict[str, object]:
                 out["dropped"] = int(out["dropped"]) + pkts
             elif rule.get("comment") in ("emu:ce4", "emu:ce6"):
                 out["marked"] = int(out["marked"]) + pkts
+            elif rule.get("comment") == "emu:dup":
+                out["duplicated"] = int(out["duplicated"]) + pkts
     with _ipr(ns) as ipr:
         idx = _ifindex(ipr, ns, ifname)
         q = _root_qdisc(ipr, idx)

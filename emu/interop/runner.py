@@ -2,12 +2,15 @@
 """The interop runner: every server × client pair, every transport and test case.
 
 Why it is built this way: bring-up is what costs on a small machine, so each
-pair gets **one** cluster (the ``pair`` topology: client ``h1``, server ``h2``,
-one cable) reused for all its transports and cases; the runner starts
+pair gets **one** cluster per network it needs (:mod:`emu.interop.networks`:
+the ``pair`` topology — client ``h1``, server ``h2``, one cable — for most
+cases, a one-switch topology each for ``reordering`` and ``trimming``),
+brought up when its first case comes and reused for all its transports and
+cases until the pair is done; the runner starts
 ``emu nicd`` only on hosts whose implementation uses emu's daemon
 (``daemon = "emu"``) and with ``--trace``, so each case's slice of the trace
 can be kept. Per case it lays out the files, applies the case's impairment
-with ``emu impair`` (nftables), captures every link with
+with ``emu impair`` (nftables), captures the network's links with
 :func:`emu.fabric.capture.capture`, starts both commands in their hosts,
 waits, and judges with the case's ``check()``. Everything it leaves is under
 ``<log-dir>/<server>_<client>/<transport>/<case>/`` (``docs/interop.md`` §6).
@@ -15,6 +18,7 @@ waits, and judges with the case's ``check()``. Everything it leaves is under
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emu.interop import contract as C
-from emu.interop import wirecheck
+from emu.interop import networks, wirecheck
 from emu.interop.impls import Impl
 from emu.interop.result import CaseResult, RunResult
 from emu.interop.testcases import TestCase
@@ -36,8 +40,9 @@ from emu.interop.testcases import TestCase
 SERVER_HOST, CLIENT_HOST = "h2", "h1"
 SERVER_ADDR, CLIENT_ADDR = "10.0.1.12", "10.0.1.11"
 LINK = "h1-h2"
-PAIR_TOPOLOGY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "namespaces", "pair.toml")
+#: the runner's own nft table on the client's egress while a case impairs the cable
+COUNT_TABLE = "emu_interop_count"
+PAIR_TOPOLOGY = networks.PAIR_TOPOLOGY
 
 
 def _emu(*args: str) -> subprocess.CompletedProcess:
@@ -45,15 +50,17 @@ def _emu(*args: str) -> subprocess.CompletedProcess:
 
 
 class Cluster:
-    """The pair cluster of one server × client pair, with emu nicd where wanted."""
+    """One network's cluster for one server × client pair, with emu nicd where wanted."""
 
-    def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None]) -> None:
+    def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
+                 network: networks.Network = networks.PAIR, directory: str = ".") -> None:
         from emu.cluster import cluster
         from emu.nic.topology import daemon_args
         from emu.topology import load
 
         self.name = name
-        self.topology = load(PAIR_TOPOLOGY, name=name)
+        self.network = network
+        self.topology = load(network.topology_file(directory, name), name=name)
         self.emu_hosts = emu_hosts
         self.fabric = cluster.up(self.topology, name, daemons=False, progress=lambda s: None)
         try:
@@ -66,7 +73,8 @@ class Cluster:
         except BaseException:
             self.down()
             raise
-        progress(f"cluster {name} up (emu nicd on {', '.join(emu_hosts) or 'no host'})")
+        progress(f"cluster {name} ({network.name}) up (emu nicd on "
+                 f"{', '.join(emu_hosts) or 'no host'})")
 
     def start_daemons(self) -> None:
         from emu.cluster import cluster
@@ -130,18 +138,107 @@ class Cluster:
                 except OSError:
                     pass
 
-    def impair(self, loss: str) -> None:
-        r = _emu("impair", LINK, "--loss", loss, "--cluster", self.name)
+    def impair(self, args: tuple[str, ...]) -> None:
+        """``emu impair`` the cable, and count transport packets on the client's egress
+        before and after the impairment's rules (:data:`COUNT_TABLE`): the difference is
+        what the link dropped client → server — a 2 % loss of ~120 requests drops none
+        one time in eleven, and then no retransmission is owed."""
+        from emu.fabric import linkctl
+
+        self._count_ns = linkctl.ns_name(self.name, CLIENT_HOST)
+        self._count_if = self.topology.link(LINK).end(CLIENT_HOST).ifname
+        rules = "".join(
+            f"  chain {chain} {{\n    type filter hook egress device \"{self._count_if}\" "
+            f"priority {prio}; policy accept;\n    udp dport {{ 4791, 4793 }} counter\n  }}\n"
+            for chain, prio in (("before", -10), ("after", 10)))
+        linkctl.run_in_ns(self._count_ns, ["nft", "-f", "-"],
+                          input=f"table netdev {COUNT_TABLE} {{\n{rules}}}\n")
+        r = _emu("impair", LINK, *args, "--cluster", self.name)
         if r.returncode:
             raise RuntimeError(f"emu impair: {r.stderr.strip()}")
 
-    def clear(self) -> None:
+    def clear(self) -> int | None:
+        """Remove the impairment and the counters; transport packets the link dropped
+        client → server (None if the counters could not be read)."""
+        from emu.fabric import linkctl
+
         _emu("impair", LINK, "--clear", "--cluster", self.name)
+        counts: dict[str, int] = {}
+        try:
+            out = linkctl.run_in_ns(self._count_ns, ["nft", "-j", "list", "table", "netdev",
+                                                     COUNT_TABLE]).stdout
+            for obj in json.loads(out)["nftables"]:
+                rule = obj.get("rule")
+                if rule:
+                    counts[rule["chain"]] = sum(e["counter"]["packets"] for e in rule["expr"]
+                                                if "counter" in e)
+        except (linkctl.LinkCtlError, ValueError, KeyError):
+            pass
+        finally:
+            linkctl.run_in_ns(self._count_ns, ["nft", "delete", "table", "netdev", COUNT_TABLE],
+                              check=False)
+        if "before" in counts and "after" in counts:
+            return counts["before"] - counts["after"]
+        return None
+
+    def nic_stats(self, out_dir: str) -> dict[str, dict]:
+        """Each runner-started ``emu nicd``'s stats now, also kept as ``nicd-<host>.stats.json``."""
+        from emu.nic.protocol import call_once, sock_path
+
+        got = {}
+        for h in self.emu_hosts:
+            try:
+                got[h] = call_once(sock_path(self.name, h), "stats")
+            except Exception:  # noqa: BLE001 - counters are extra information, never a verdict
+                continue
+            with open(os.path.join(out_dir, f"nicd-{h}.stats.json"), "w") as f:
+                json.dump(got[h], f, indent=1, default=str)
+        return got
+
+    def switch_port(self) -> dict[str, Any]:
+        """Counters of the switch's port toward the server ({} without a switch)."""
+        from emu.cluster import cluster
+
+        if not self.network.switch:
+            return {}
+        try:
+            reply = cluster.switch_request(self.name, self.network.switch, {"cmd": "counters"})
+        except Exception:  # noqa: BLE001 - counters are extra information, never a verdict
+            return {}
+        return dict(reply.get("ports", {}).get(SERVER_HOST, {}))
 
     def down(self) -> None:
         from emu.cluster import cluster
 
         cluster.down(self.name)
+
+
+class PairClusters:
+    """One server × client pair's clusters, one per network, each brought up on first use."""
+
+    def __init__(self, base: str, emu_hosts: list[str], progress: Callable[[str], None],
+                 directory: str) -> None:
+        self.base, self.emu_hosts, self.progress = base, emu_hosts, progress
+        self.directory = directory
+        self.up: dict[str, Cluster] = {}
+
+    def get(self, net: str) -> Cluster:
+        if net not in self.up:  # cluster name: base + the network's initial (p, r, t)
+            self.up[net] = Cluster(f"{self.base}{net[0]}", self.emu_hosts, self.progress,
+                                   networks.BY_NAME[net], self.directory)
+        return self.up[net]
+
+    def down(self) -> None:
+        """Every cluster down, also when one of them fails to go."""
+        errors = []
+        for cl in self.up.values():
+            try:
+                cl.down()
+            except Exception as e:  # noqa: BLE001 - re-raised once the others are down
+                errors.append(e)
+        self.up.clear()
+        if errors:
+            raise errors[0]
 
 
 class Capture:
@@ -153,7 +250,8 @@ class Capture:
         self.stop = threading.Event()
         ready = threading.Event()
         self.error: str | None = None
-        targets = targets_for(cl.topology, "all", cl.name)
+        targets = [t for link in cl.network.capture
+                   for t in targets_for(cl.topology, link, cl.name)]
 
         def run() -> None:
             try:
@@ -170,6 +268,18 @@ class Capture:
         time.sleep(0.05)  # the last frames of the case are already queued on the sockets
         self.stop.set()
         self.thread.join(30)
+
+
+#: switch port counters worth a word in a case's ``wire`` summary
+SWITCH_KEYS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_trim",
+               "dropped_random")
+
+
+def _dup_counters(stats: dict, transport: str) -> int:
+    """What a NIC daemon's engine counted as duplicates for ``transport`` (rx_duplicate…)."""
+    t = stats.get("transports", {}).get(transport, {})
+    return sum(int(v) for part in ("engine", "counters") for k, v in t.get(part, {}).items()
+               if "dup" in k and isinstance(v, int | float) and not isinstance(v, bool))
 
 
 def _spawn(impl: Impl, cluster: str, host: str, env: dict[str, str], log: str
@@ -305,30 +415,35 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
     done = 0
     for k, (srv, cli) in enumerate(pairs, 1):
         emu_hosts = [h for h, i in ((CLIENT_HOST, cli), (SERVER_HOST, srv)) if i.daemon == "emu"]
-        cl = Cluster(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress)
+        pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
+        os.makedirs(pair_dir, exist_ok=True)
+        clusters = PairClusters(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress,
+                                pair_dir)
         try:
-            pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
             for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:
-                    compliant[impl.name] = compliance(cl, impl, host, log_dir, min(timeout, 30))
+                    compliant[impl.name] = compliance(clusters.get(networks.PAIR.name), impl,
+                                                      host, log_dir, min(timeout, 30))
                     if compliant[impl.name]:
                         progress(f"{impl.name}: not compliant: {compliant[impl.name]}")
             for tr in transports:
                 for case_cls in cases:
                     done += 1
                     out = os.path.join(pair_dir, tr, case_cls.name)
-                    r = _one(cl, srv, cli, tr, case_cls, out, timeout, compliant)
+                    r = _one(functools.partial(clusters.get, case_cls.network), srv, cli, tr,
+                             case_cls, out, timeout, compliant)
                     res.add(r)
                     progress(f"[{done}/{total}] {srv.name} ← {cli.name} {tr} {case_cls.name}: "
                              f"{r.symbol} {r.reason} ({r.duration:.1f} s)")
         finally:
-            cl.down()
+            clusters.down()
     res.end = time.time()
     return res
 
 
-def _one(cl: Cluster, srv: Impl, cli: Impl, tr: str, case_cls: type[TestCase], out: str,
-         timeout: float, compliant: dict[str, str | None]) -> CaseResult:
+def _one(get_cluster: Callable[[], Cluster], srv: Impl, cli: Impl, tr: str,
+         case_cls: type[TestCase], out: str, timeout: float, compliant: dict[str, str | None]
+         ) -> CaseResult:
     r = CaseResult(srv.name, cli.name, tr, case_cls.name)
     t0 = time.monotonic()
     for impl in (srv, cli):
@@ -345,12 +460,14 @@ def _one(cl: Cluster, srv: Impl, cli: Impl, tr: str, case_cls: type[TestCase], o
     for side in ("server", "client"):
         os.makedirs(os.path.join(out, side, "data", "received"), exist_ok=True)
     case.prepare()
+    cl = get_cluster()
     cl.restart_daemons()
     since = cl.offsets()
+    port0 = cl.switch_port()
     pcap = os.path.join(out, "capture.pcapng")
     try:
-        if case.network == "loss":
-            cl.impair(case.loss)
+        if case.impair:
+            cl.impair(case.impair)
         cap = Capture(cl, pcap)
         try:
             start = time.monotonic()
@@ -358,19 +475,27 @@ def _one(cl: Cluster, srv: Impl, cli: Impl, tr: str, case_cls: type[TestCase], o
             elapsed = time.monotonic() - start
         finally:
             cap.close()
+        stats = cl.nic_stats(out)
     finally:
-        if case.network == "loss":
-            cl.clear()
+        dropped = cl.clear() if case.impair else None
     cl.keep(since, out)
-    wire = wirecheck.summarise(pcap)
+    port = {k: v - port0.get(k, 0) for k, v in cl.switch_port().items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and v != port0.get(k, 0)}
+    wire = wirecheck.summarise(pcap, judge=cl.network.judge, ingress=cl.network.ingress)
     if cap.error:
         wire.error = cap.error
+    if SERVER_HOST in stats:
+        wire.server_duplicates = _dup_counters(stats[SERVER_HOST], tr)
+    wire.link_dropped = dropped
     wirecheck.write_text(pcap, os.path.join(out, "dissect.txt"))
     r.result, r.reason = judge(case, s, c, tails, wire)
     if r.result == "failed":
         r.reason = f"{case.name}: {r.reason}"
     r.exit_codes = {"server": s, "client": c}
     r.wire = wire.describe()
+    if port:  # what the switch did to this case's packets toward the server
+        r.wire += "; switch port to server: " + ", ".join(
+            f"{k} {v:g}" for k, v in sorted(port.items()) if k in SWITCH_KEYS)
     if r.result == "succeeded" and case.goodput_bytes and elapsed > 0:
         r.goodput_mbps = round(case.goodput_bytes * 8 / elapsed / 1e6, 2)
     r.duration = time.monotonic() - t0

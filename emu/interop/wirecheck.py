@@ -7,7 +7,23 @@ every case is also judged on the capture. :func:`summarise` reads the pcapng
 with :func:`emu.wire.dissect.dissect_file` — the decoder ``emu dissect`` uses —
 and keeps what the checks need: malformed packets, bad ICRCs, payload bytes,
 connections seen, retransmissions (a request PSN sent again, or flagged RETX),
-NAKs and error responses, trimmed-packet NACKs.
+NAKs and error responses, trimmed-packet NACKs, packets that arrived out of
+order, back-to-back copies of one packet (a duplicating link) and packets with
+a trimmed DSCP.
+
+Out of order and retransmitted are told apart by whether the PSN was seen
+before on that flow: a request below the flow's highest PSN that appears for
+the first time overtook nothing of its own — it was overtaken (``reordered``),
+unless it carries RETX; one seen before is sent again (``retransmissions``).
+A *duplicate* is a transport packet byte-for-byte equal to the transport
+packet just before it on the same interface: a link's copy goes out right
+after (or before) its original, while a retransmission is separated from its
+original at least by the ACK or NAK that caused it.
+
+Trimmed packets (IP DSCP :data:`TRIMMED_DSCPS`, emu's switch defaults) have
+their payload cut by the switch. emu's switch recomputes a trimmed RoCEv2
+packet's ICRC (a NIC drops a bad-ICRC packet before it could NAK it), so the
+ICRC check applies to them like to every other packet.
 """
 
 from __future__ import annotations
@@ -18,6 +34,9 @@ from typing import Any
 
 from emu.wire.dissect import Record, dissect_file
 from emu.wire.pcapio import CaptureError
+from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
+
+TRIMMED_DSCPS = (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP)
 
 
 @dataclass
@@ -36,12 +55,29 @@ class Wire:
     naks: Counter = field(default_factory=Counter)    # RoCE AETH meanings other than ACK
     uet_nacks: Counter = field(default_factory=Counter)
     uet_error_rcs: Counter = field(default_factory=Counter)
+    reordered: int = 0        # requests that arrived after a higher PSN of their flow
+    #: transport packets the network delivered ahead of one that entered it before them
+    #: (``summarise(…, ingress=…)`` only; None: not compared)
+    overtook: int | None = None
+    duplicates: int = 0       # transport packets equal to the one just before them
+    trimmed: int = 0          # packets with a trimmed DSCP
+    #: duplicates the server's emu NIC daemon counted (None: not an emu daemon, not read)
+    server_duplicates: int | None = None
+    #: transport packets the impaired cable dropped client → server (None: not counted)
+    link_dropped: int | None = None
     error: str | None = None                          # the capture itself could not be read
 
     def describe(self) -> str:
+        extra = "".join(f", {n} {what}" for n, what in ((self.reordered, "reordered"),
+                                                         (self.duplicates, "duplicates"),
+                                                         (self.trimmed, "trimmed")) if n)
+        if self.overtook is not None:
+            extra += f", {self.overtook} overtook an earlier packet in the network"
+        if self.link_dropped is not None:
+            extra += f", {self.link_dropped} dropped by the link client → server"
         return (f"{self.transport_packets} transport packets, {self.payload_bytes} payload bytes, "
-                f"{self.retransmissions} retransmissions, {len(self.malformed)} malformed, "
-                f"{len(self.bad_icrc)} bad ICRC")
+                f"{self.retransmissions} retransmissions{extra}, {len(self.malformed)} "
+                f"malformed, {len(self.bad_icrc)} bad ICRC")
 
 
 _ROCE_REQ = ("SEND", "WRITE", "READ_REQUEST", "CMP_SWAP", "FETCH_ADD")
@@ -53,8 +89,17 @@ def _is_request(rec: Record) -> bool:
     return rec.protocol == "UET" and "_REQ" in rec.type
 
 
-def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
-    """Account one record (``highest``: the highest request PSN per flow so far)."""
+@dataclass
+class _Flows:
+    """Per-capture state of :func:`add`."""
+
+    highest: dict[Any, int] = field(default_factory=dict)      # highest request PSN per flow
+    seen: dict[Any, set[int]] = field(default_factory=dict)    # request PSNs per flow
+    last: dict[Any, bytes] = field(default_factory=dict)       # last transport packet per iface
+
+
+def add(w: Wire, rec: Record, flows: _Flows) -> None:
+    """Account one record."""
     w.packets += 1
     if rec.error:
         w.malformed.append(f"#{rec.no} {rec.protocol} {rec.type}: {rec.error}")
@@ -62,6 +107,14 @@ def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
     if rec.protocol not in ("RoCEv2", "UET", "MRC"):
         return
     w.transport_packets += 1
+    if rec.dscp in TRIMMED_DSCPS:
+        w.trimmed += 1
+    copy = rec.raw is not None and flows.last.get(rec.interface) == rec.raw
+    if rec.raw is not None:
+        flows.last[rec.interface] = rec.raw
+    if copy:  # the link's copy: neither a retransmission nor out of order
+        w.duplicates += 1
+        return
     w.types[rec.type] += 1
     f = rec.fields
     if rec.icrc is not None and rec.icrc != "ok":
@@ -86,23 +139,68 @@ def add(w: Wire, rec: Record, highest: dict[Any, int]) -> None:
         w.pdcs.add(int(f.get("spdcid", -1)))
         key = ("uet", rec.src, rec.dst, f.get("spdcid"))
         psn, mod = int(f["psn"]), 1 << 32
+    highest, seen = flows.highest, flows.seen.setdefault(key, set())
+    below = key in highest and (highest[key] - psn) % mod < mod // 2
     if "RETX" in rec.flags:
         w.retransmissions += 1
-    elif key in highest and (highest[key] - psn) % mod < mod // 2:
-        w.retransmissions += 1  # at or below the highest PSN already sent on this flow
+    elif below and psn in seen:
+        w.retransmissions += 1  # sent again: at or below the flow's highest, seen before
+    elif below:
+        # below the highest, first time seen: overtaken on the way — or sent again after
+        # the original was lost before the capture point (loss at the sender's egress)
+        w.reordered += 1
+        w.retransmissions += 1
+    seen.add(psn)
     if key not in highest or (psn - highest[key]) % mod < mod // 2:
         highest[key] = psn
 
 
-def summarise(path: str) -> Wire:
-    """Read a pcapng; a capture that cannot be read is reported, not raised."""
+def overtaking(sent: list[bytes], got: list[bytes]) -> int:
+    """How many of ``got`` arrived ahead of a packet that was ``sent`` before them.
+
+    Packets are matched by their bytes, the k-th copy in ``got`` to the k-th in
+    ``sent`` (retransmissions can be byte-equal); packets only on one side are
+    ignored. Counted like this, one packet held back behind ten counts ten."""
+    where: dict[bytes, list[int]] = {}
+    for i, b in enumerate(sent):
+        where.setdefault(b, []).append(i)
+    taken: dict[bytes, int] = {}
+    n = 0
+    latest = -1
+    for b in got:
+        k = taken.get(b, 0)
+        at = where.get(b, [])
+        if k >= len(at):
+            continue
+        taken[b] = k + 1
+        if at[k] < latest:
+            n += 1
+        latest = max(latest, at[k])
+    return n
+
+
+def summarise(path: str, judge: str | None = None, ingress: str | None = None) -> Wire:
+    """Read a pcapng; a capture that cannot be read is reported, not raised.
+
+    ``judge``: count only the packets of that interface (link); ``ingress``: also
+    compare the order of requests there with ``judge``'s (:attr:`Wire.overtook`).
+    """
     w = Wire()
-    highest: dict[Any, int] = {}
+    flows = _Flows()
+    order: dict[str, list[bytes]] = {judge or "": [], ingress or "": []}
     try:
-        for rec in dissect_file(path):
-            add(w, rec, highest)
+        for rec in dissect_file(path, keep_raw=True):
+            # requests only: responses and ACKs travel the other way, and their order
+            # relative to requests differs between the two links without any reordering
+            if ingress and rec.interface in (judge, ingress) and rec.raw is not None \
+                    and not rec.error and _is_request(rec):
+                order[rec.interface or ""].append(rec.raw)
+            if judge is None or rec.interface == judge:
+                add(w, rec, flows)
     except (CaptureError, OSError) as e:
         w.error = f"capture unreadable: {e}"
+    if ingress and judge:
+        w.overtook = overtaking(order[ingress], order[judge])
     return w
 
 

@@ -108,7 +108,7 @@ def _positions(topo: Topology, min_width: float = 0) -> tuple[dict[str, tuple[fl
 def _link_title(lk: Link) -> str:
     def d(x: object) -> str:
         parts = [format_rate(x.rate_bps)]  # type: ignore[attr-defined]
-        for key in ("loss", "ecn_ce"):
+        for key in ("loss", "ecn_ce", "duplicate"):
             if getattr(x, key):
                 parts.append(f"{key} {getattr(x, key):.3%}")
         for key in ("delay_s", "jitter_s"):

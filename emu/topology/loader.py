@@ -6,13 +6,15 @@ File format (TOML; every table optional except ``[topology]``)::
     [topology]      kind = "pair"|"leaf-spine"|"rail-optimized"|"multi-plane"|"custom"
                     name = "ls" (cluster name; default: file stem), description = "…"
     [params]        generator parameters (see emu.topology.generators.GENERATORS)
-    [defaults.link] mtu (9000), up (true), rate, loss, ecn_ce, delay, jitter,
+    [defaults.link] mtu (9000), up (true), rate, loss, ecn_ce, duplicate, delay,
+                    jitter,
                     a_to_b = {…}, b_to_a = {…} (per-direction values win)
     [[link]]        generated kinds: match = "leaf1-spine1" | "leaf1:spine*" + settings
                     custom: a, b, a_if, b_if, plane + settings
     [[node]]        custom only: name, kind = "host"|"switch", role, plane
     [[event]]       at = "2s", action = "down"|"up"|"impair", target = link name |
-                    "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, delay, jitter
+                    "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, duplicate,
+                    delay, jitter
     [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1
 
 ``--set`` overrides (``load(path, ["hosts_per_leaf=8", "link.mtu=1500"])``):

@@ -36,9 +36,11 @@ class TopologyError(ValueError):
 class Direction:
     """What one direction of a link does to packets (egress of the sending side).
 
-    ``rate_bps`` None = unlimited. ``loss`` and ``ecn_ce`` are probabilities
-    in [0, 1]. ``delay_s``/``jitter_s`` need netem (feature-detected by the
-    fabric; refused with a clear error where the kernel lacks it).
+    ``rate_bps`` None = unlimited. ``loss``, ``ecn_ce`` and ``duplicate`` are
+    probabilities in [0, 1] (``duplicate``: each packet is sent twice with that
+    probability; a duplicate is never duplicated again). ``delay_s``/``jitter_s``
+    need netem (feature-detected by the fabric; refused with a clear error where
+    the kernel lacks it).
     """
 
     rate_bps: int | None = None
@@ -46,6 +48,7 @@ class Direction:
     ecn_ce: float = 0.0
     delay_s: float = 0.0
     jitter_s: float = 0.0
+    duplicate: float = 0.0
 
     def is_default(self) -> bool:
         return self == Direction()

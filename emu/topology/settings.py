@@ -2,7 +2,7 @@
 """Link settings (``[defaults.link]``, ``[[link]]``) and scheduled ``[[event]]`` entries.
 
 A settings table holds ``mtu``, ``up`` and the per-direction keys ``rate``,
-``loss``, ``ecn_ce``, ``delay``, ``jitter``; the latter apply to both
+``loss``, ``ecn_ce``, ``duplicate``, ``delay``, ``jitter``; the latter apply to both
 directions unless repeated inside an ``a_to_b`` / ``b_to_a`` table, which wins
 for its direction. Parsed values use :class:`~emu.topology.model.Direction`'s
 field names (``rate_bps``, ``delay_s`` …) so applying them is a plain replace.
@@ -25,6 +25,7 @@ DIR_KEYS = {
     "rate": ("rate_bps", parse_rate),
     "loss": ("loss", parse_prob),
     "ecn_ce": ("ecn_ce", parse_prob),
+    "duplicate": ("duplicate", parse_prob),
     "delay": ("delay_s", parse_time),
     "jitter": ("jitter_s", parse_time),
 }

@@ -45,6 +45,15 @@ class Record:
     flags: list[str] = field(default_factory=list)
     icrc: str | None = None
     error: str | None = None
+    dscp: int = 0             # IP DSCP of the innermost IP header
+    #: the innermost IP packet's L4 bytes (UDP payload), only with ``keep_raw``: lets a
+    #: caller compare packets byte for byte; not part of the JSON form
+    raw: bytes | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("raw")
+        return d
 
     def line(self) -> str:
         """The human-readable one-line form."""
@@ -56,6 +65,8 @@ class Record:
         parts.append(f"{self.protocol:6s}")
         parts.append(self.type)
         parts.extend(f"{k}={_fmt(k, v)}" for k, v in self.fields.items())
+        if self.dscp:
+            parts.append(f"dscp={self.dscp}")
         if self.flags:
             parts.append("[" + ",".join(self.flags) + "]")
         if self.icrc:
@@ -125,7 +136,8 @@ def _uet(rec: Record, dg: Datagram, native: bool) -> None:
 
 
 def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
-              uet_port: int = UET_PORT, uet_proto: int = UET_NATIVE_PROTO) -> Record:
+              uet_port: int = UET_PORT, uet_proto: int = UET_NATIVE_PROTO,
+              keep_raw: bool = False) -> Record:
     """Describe one frame; never raises for bad packet bytes."""
     rec = Record(no, frame.time, frame.interface)
     try:
@@ -137,6 +149,9 @@ def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
             rec.error = str(e)
         return rec
     rec.src, rec.dst, rec.sport, rec.dport = dg.src, dg.dst, dg.sport, dg.dport
+    rec.dscp = dg.dscp
+    if keep_raw:
+        rec.raw = bytes(dg.l4)
     if dg.encap:
         rec.flags.append("encap:" + " / ".join(dg.encap))
     if dg.ecn == 3:
@@ -155,10 +170,10 @@ def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
     return rec
 
 
-def dissect_file(path: str, **ports: int) -> Iterator[Record]:
+def dissect_file(path: str, keep_raw: bool = False, **ports: int) -> Iterator[Record]:
     """Records for every frame of a pcap/pcapng file (raises pcapio.CaptureError)."""
     for no, frame in enumerate(pcapio.read_frames(path), 1):
-        yield summarise(no, frame, **ports)
+        yield summarise(no, frame, keep_raw=keep_raw, **ports)
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -188,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
             if rec.protocol == "-" and not args.all and rec.error is None:
                 continue
             counts["shown"] += 1
-            print(json.dumps(asdict(rec)) if args.json else rec.line())
+            print(json.dumps(rec.to_json()) if args.json else rec.line())
     except pcapio.CaptureError as e:
         raise UserError(str(e)) from None
     sys.stdout.flush()
