@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from emu.fabric import linkctl
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 ROOT = Path(__file__).resolve().parent.parent
 EMU = [sys.executable, "-m", "emu"]
@@ -73,12 +75,16 @@ def test_transfer_read_and_loss(cluster: str, tmp_path: Path, transport: str) ->
         (tmp_path / "l" / "client").mkdir(parents=True)
         (tmp_path / "l" / "client" / "payload.bin").write_bytes(payload)
         assert _pair(cluster, tmp_path / "l", transport, "loss") == (0, 0)
+        # what the link dropped client → server (2 % of ~130 UET requests is none ~7 % of
+        # the time; lost ACKs alone may owe no retransmission)
+        dropped = linkctl.counters(f"{cluster}-h1", "eth0")["dropped"]
     finally:
         subprocess.run([*impair, "--clear"], capture_output=True, timeout=60)
     assert (tmp_path / "l/server/received/payload.bin").read_bytes() == payload
     st = json.loads((tmp_path / "l/client/emuref-stats.json").read_text())
     moved = st.get("retransmits", 0) + st.get("tx_retransmits", 0)
-    assert moved > 0, st  # the loss was recovered by retransmission, not luck
+    if dropped:
+        assert moved > 0, (dropped, st)  # the loss was recovered by retransmission, not luck
 
 
 def test_unknown_case_is_127(cluster: str, tmp_path: Path) -> None:
