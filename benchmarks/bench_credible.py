@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     name = f"bc{os.getpid() % 100000}"
     extra = ["-n", str(a.iters)]
     doc: dict[str, Any] = {"started": time.time(), "bandwidth": [], "latency": []}
-    r = emu("doctor", str(NS / "leaf-spine.toml"), "--json", check=False)
+    # the rate for the leaf-spine *with* the pipeline (three switch daemons on the path)
+    r = emu("doctor", str(NS / "leaf-spine.toml"), "--set", "switch.pipeline=true", "--json",
+            check=False)
     proposed = json.loads(r.stdout)["topology"]["proposed"]
     prop = f"{proposed / 1e6:.0f}mbit"
     doc["proposed_leaf_spine"] = proposed

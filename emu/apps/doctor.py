@@ -36,6 +36,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import emu.nic.topology  # noqa: F401 - registers the [nic] checker the loader asks for
+import emu.switch.topology  # noqa: F401 - registers the [switch] checker
 from emu.credible import capacity
 
 NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
