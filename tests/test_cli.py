@@ -8,8 +8,11 @@ import argparse
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 from emu import cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_each_module_registers_exactly_the_commands_the_table_gives_it():
@@ -30,3 +33,19 @@ def test_a_cluster_command_does_not_import_scapy_or_the_transports():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_commands_that_load_a_topology_check_its_switch_and_nic_sections(tmp_path):
+    """``emu CMD`` imports only CMD's module; the [switch]/[nic] checkers must still be there
+    (regression: ``emu doctor FILE`` refused every file with a [switch] table)."""
+    for args in (["doctor", "namespaces/leaf-spine.toml", "--set", "switch.port.rate=50mbit"],
+                 ["graph", "namespaces/leaf-spine.toml", "--set", "switch.port.rate=1gbit",
+                  "--set", "nic.line_rate=1gbit", "-o", str(tmp_path / "g.dot")]):
+        p = subprocess.run([sys.executable, "-m", "emu", *args], capture_output=True,
+                           text=True, cwd=ROOT)
+        assert "checker is not loaded" not in p.stderr + p.stdout, (args, p.stderr)
+        assert p.returncode == 0, (args, p.stderr)
+    bad = subprocess.run([sys.executable, "-m", "emu", "doctor", "namespaces/leaf-spine.toml",
+                          "--set", "switch.port.bogus=1"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert bad.returncode == 2 and "bogus" in bad.stderr, bad.stderr
