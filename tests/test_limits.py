@@ -64,3 +64,21 @@ def test_emu_up_refuses_ten_thousand_hosts_in_one_line_and_force_is_named():
     assert not os.path.exists("/run/emu/hlbig.json")
     netns = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     assert not any(n.startswith("hlbig-") for n in netns)
+
+
+def test_state_files_written_aside_by_a_dead_process_are_removed(tmp_path, monkeypatch):
+    """``emu up`` SIGKILLed between writing its state file aside and renaming it leaves
+    ``<cluster>.json.<pid>.tmp``: emu down/clean remove it when its writer is gone, and
+    never a live writer's (nor another cluster's when one is named)."""
+    from emu.fabric import state
+
+    monkeypatch.setattr(state, "STATE_DIR", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for n in (f"c1.json.{dead}.tmp", f"c1.json.{os.getpid()}.tmp", f"c2.json.{dead}.tmp",
+              "c1.json", "notes.tmp"):
+        (tmp_path / n).write_text("{}")
+    assert state.remove_stale_tmps("c1") == [f"c1.json.{dead}.tmp"]
+    assert state.remove_stale_tmps() == [f"c2.json.{dead}.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["c1.json", f"c1.json.{os.getpid()}.tmp", "notes.tmp"])

@@ -300,6 +300,8 @@ def clean(all_clusters: bool = False, only: list[str] | None = None) -> tuple[li
         state.teardown(st)
         remove_run_dirs(c, [ns["name"] for ns in st.get("namespaces", [])])
         done.append(c)
+    for c in (only if only is not None else [None]):
+        state.remove_stale_tmps(c)  # written aside by an up/down killed before its rename
     return done, len(collect_shm())
 
 

@@ -205,7 +205,35 @@ def teardown(state: dict[str, Any], grace_s: float = 2.0) -> dict[str, int]:
             removed["namespaces"] += 1
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path(state["cluster"]))
+    remove_stale_tmps(state["cluster"])
     return removed
+
+
+def remove_stale_tmps(cluster: str | None = None) -> list[str]:
+    """Remove state files written aside (``<cluster>.json.<pid>.tmp``) by a process that
+    is gone — an ``emu up``/``down`` SIGKILLed between writing and renaming — for
+    ``cluster`` or every cluster; a live writer's file is left alone. Returns them."""
+    try:
+        names = os.listdir(STATE_DIR)
+    except FileNotFoundError:
+        return []
+    gone = []
+    for n in names:
+        stem, _, rest = n.partition(".json.")
+        pid, _, tail = rest.partition(".")
+        if tail != "tmp" or not pid.isdigit() or (cluster is not None and stem != cluster):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(STATE_DIR, n))
+            gone.append(n)
+    return gone
 
 
 def down(cluster: str) -> dict[str, int]:

@@ -93,6 +93,9 @@ def leftovers(cluster: str, shm_before: set[str] = frozenset()) -> list[str]:
     for p in (f"/run/emu/{cluster}.json", f"/run/emu/nic/{cluster}", f"/run/emu/switch/{cluster}"):
         if os.path.exists(p):
             left.append(p)
+    if os.path.isdir("/run/emu"):  # a state file written aside and never renamed
+        left += [f"/run/emu/{n}" for n in os.listdir("/run/emu")
+                 if n.startswith(f"{cluster}.json.") and n.endswith(".tmp")]
     snaps = Path("/run/emu/linkctl")
     if snaps.is_dir():
         left += [str(p) for p in snaps.iterdir() if p.name.startswith(f"{cluster}-")]
