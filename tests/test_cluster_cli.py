@@ -243,7 +243,11 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
                                                                            "'10.0.1.12'"))
         emu("exec", f"{name}:h2", "--", sys.executable, "-c", send.replace("TARGET",
                                                                            "'10.0.1.11'"))
-        time.sleep(0.2)  # the last frames reach the capture socket (counted below anyway)
+        # the rule's count now, while the capture still runs: every frame it has copied so far
+        # must be in the capture (h1 keeps sending neighbour messages, copied too, after)
+        counted = json.loads(emu("status", name, "--json").stdout)["links"][0]["a_to_b"][
+            "counters"]["duplicated"]
+        time.sleep(0.2)  # the last frames reach the capture socket
         stop.set()
         t.join(30)
         copies: dict[tuple[str, int], int] = {}
@@ -269,9 +273,13 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
         assert abs(twice - n * p) <= 4 * sigma, (twice, n * p, sigma)
         st = json.loads(emu("status", name, "--json").stdout)
         c = st["links"][0]["a_to_b"]["counters"]
-        # the rule copied exactly the frames that appear twice (its own datagrams, and the
-        # ICMP errors and neighbour messages h1 sent meanwhile)
-        assert c["duplicated"] == sum(n - 1 for n in h1_frames.values()), (c, twice)
+        # the rule copied the frames that appear twice (its own datagrams, and the ICMP
+        # errors and neighbour messages h1 sent meanwhile): nothing appears twice that it did
+        # not count, and what it had counted while the capture ran is there — but for the
+        # odd frame the packet socket missed (seen in CI: 1 of ~500)
+        seen_twice = sum(n - 1 for n in h1_frames.values())
+        assert seen_twice <= c["duplicated"], (seen_twice, c)
+        assert counted - seen_twice <= max(2, counted // 100), (counted, seen_twice, c)
         assert max(h1_frames.values()) == 2
         assert "DUP" in emu("status", name).stdout
     finally:
