@@ -173,7 +173,7 @@ class ControlServer:
         yield once after every successful call, and a reply left to the writer
         task waits for another scheduler turn — each turn ~10 µs here, and a
         latency test pays a request and a completion per message (measured:
-        ``docs/architecture.md``, "Latency"). The writer task only takes over
+        ``docs/measurements.md``, "Latency"). The writer task only takes over
         what the socket cannot take at once (:meth:`_send_now`)."""
         lb = LineBuffer()
         sock, streak = s.sock, 0
