@@ -286,3 +286,34 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
         if state.load(name) is not None:
             emu("down", name, check=False)
         assert our_namespaces(name) == []
+
+
+def test_a_cluster_whose_daemons_all_died_is_abandoned_and_emu_clean_removes_it(cluster):
+    """The hole a stop hook's cluster fell into: its daemons were killed with the session
+    that started them, no ``emu down`` ran, and ``emu clean`` said "cleaned 0" while its
+    namespaces lived on. A cluster with one daemon alive, or with none started
+    (``--no-daemons``), is left alone."""
+    emu("up", "namespaces/pair.toml", "--name", cluster)
+    bare = cluster + "n"
+    try:
+        emu("up", "namespaces/pair.toml", "--name", bare, "--no-daemons")
+        pids = [p["pid"] for p in json.loads(emu("status", cluster, "--json").stdout)["pids"]]
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while json.loads(emu("status", cluster, "--json").stdout)["state"] != "degraded":
+            assert time.monotonic() < deadline
+        emu("clean", cluster)  # one daemon still serves: not a leftover
+        assert state.load(cluster) is not None and our_namespaces(cluster)
+        os.kill(pids[1], signal.SIGKILL)
+        while json.loads(emu("status", cluster, "--json").stdout)["state"] != "abandoned":
+            assert time.monotonic() < deadline
+        assert "emu clean removes it" in emu("status", cluster).stdout
+        out = emu("clean", cluster, bare).stdout  # named: never another engineer's clusters
+        assert cluster in out and bare not in out, out
+        assert state.load(cluster) is None and our_namespaces(cluster) == []
+        assert state.load(bare) is not None and our_namespaces(bare)
+    finally:
+        if state.load(bare) is not None:
+            emu("down", bare, check=False)
+        assert our_namespaces(bare) == []

@@ -286,20 +286,13 @@ def down(cluster: str) -> dict[str, int]:
 
 
 def clean(all_clusters: bool = False, only: list[str] | None = None) -> tuple[list[str], int]:
-    """``emu clean``: tear down every cluster whose ``up`` died half way (or every one,
-    ``all_clusters``; or only those in ``only``), with its run directories; then
-    remove shared-memory files whose owner is dead. Returns the clusters cleaned and
-    the files removed."""
-    done = []
-    for c in state.clusters():
-        if only is not None and c not in only:
-            continue
-        st = state.load(c)
-        if st is None or not (all_clusters or state.crashed(st)):
-            continue
-        state.teardown(st)
-        remove_run_dirs(c, [ns["name"] for ns in st.get("namespaces", [])])
-        done.append(c)
+    """``emu clean``: tear down every leftover cluster (:func:`state.leftover`: its ``up``
+    died half way, or its processes are all dead; or every one, ``all_clusters``; or
+    only those in ``only``), with its run directories; then remove state files written
+    aside by dead writers and shared-memory files whose owner is dead. Returns the
+    clusters cleaned and the files removed."""
+    done = state.clean(all_clusters, only, after=lambda st: remove_run_dirs(
+        st["cluster"], [ns["name"] for ns in st.get("namespaces", [])]))
     for c in (only if only is not None else [None]):
         state.remove_stale_tmps(c)  # written aside by an up/down killed before its rename
     return done, len(collect_shm())

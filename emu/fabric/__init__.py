@@ -5,7 +5,7 @@ Public API::
 
     Fabric(topology, cluster=None)      # context manager; .up() / .down() / .ns(node)
     down(cluster)                       # by state file, works after a SIGKILLed up
-    clean(all_clusters=False)           # leftovers of crashed ups, by state files only
+    clean(all_clusters=False)           # leftovers (crashed ups, dead daemons), by state files
     status(cluster) -> dict; render(status_dict) -> str
     exec_argv(cluster, node, argv) -> argv for running inside a node
     build_and_destroy(topology) -> timings (benchmark hook)

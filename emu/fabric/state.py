@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from emu import proc
@@ -251,15 +251,35 @@ def crashed(st: dict[str, Any]) -> bool:
     return st.get("phase") != "up" and not alive(st.get("pid", -1), st.get("pid_start"))
 
 
-def clean(all_clusters: bool = False) -> list[str]:
-    """Tear down clusters whose ``up`` died half way (:func:`crashed`); with
-    ``all_clusters`` every cluster that has a state file."""
+def abandoned(st: dict[str, Any]) -> bool:
+    """Brought up, but every process it started is gone: nothing serves it any more (its
+    daemons were killed — a session or machine torn down around it — and no ``emu down``
+    ran), while its namespaces, bound under /run/netns, outlive them. ``emu clean``
+    removes it. A cluster that started no process (``--no-daemons``) is never abandoned."""
+    pids = st.get("pids", [])
+    return st.get("phase") == "up" and bool(pids) and not any(
+        alive(p["pid"], p.get("start")) for p in pids)
+
+
+def leftover(st: dict[str, Any]) -> bool:
+    """What ``emu clean`` removes without being told: :func:`crashed` or :func:`abandoned`."""
+    return crashed(st) or abandoned(st)
+
+
+def clean(all_clusters: bool = False, only: list[str] | None = None,
+          after: Callable[[dict[str, Any]], None] | None = None) -> list[str]:
+    """Tear down every :func:`leftover` cluster (with ``all_clusters`` every cluster that
+    has a state file; with ``only`` just those named), calling ``after(state)`` for each
+    once it is down (what its owner keeps beside the namespaces). Returns their names."""
     done = []
     for c in clusters():
-        st = load(c)
-        if st is None:
+        if only is not None and c not in only:
             continue
-        if all_clusters or crashed(st):
-            teardown(st)
-            done.append(c)
+        st = load(c)
+        if st is None or not (all_clusters or leftover(st)):
+            continue
+        teardown(st)
+        if after is not None:
+            after(st)
+        done.append(c)
     return done

@@ -106,7 +106,8 @@ def status(cluster: str) -> dict[str, Any]:
 
 
 def health(st: dict[str, Any], s: dict[str, Any]) -> tuple[str, list[str]]:
-    """``up``, ``degraded`` (up, but a namespace is gone or a daemon died), ``starting`` /
+    """``up``, ``degraded`` (up, but a namespace is gone or a daemon died), ``abandoned``
+    (up, but every process it started is dead: ``emu clean`` removes it), ``starting`` /
     ``tearing-down`` (under way), ``partial`` (an up or down that died half way: finish
     it with ``emu down`` or ``emu clean``) or ``corrupt``; and what makes it so."""
     problems = []
@@ -123,6 +124,8 @@ def health(st: dict[str, Any], s: dict[str, Any]) -> tuple[str, list[str]]:
         elif not p["alive"]:
             problems.append(f"{p['what']} (pid {p['pid']}) dead")
     phase = st.get("phase")
+    if state.abandoned(st):
+        return "abandoned", problems + ["every process it started is dead: emu clean removes it"]
     if phase == "up":
         return ("degraded" if problems else "up"), problems
     if state.crashed(st):
