@@ -275,6 +275,22 @@ def test_explicit_trimmed_flag_gets_nack_trimmed():
 # -- RTO and close --------------------------------------------------------------------
 
 
+def test_timeouts_cover_the_ports_hold_of_an_emitted_packet():
+    """A daemon's port may hold a datagram ``tx_hold`` after the engine emits it (its
+    transmit FIFO); the spec's timer runs from transmission, so every retry waits
+    ``rto + tx_hold``: with a 4 ms hold the same five retries take 5 × 5 ms, not 5 × 1 ms
+    (a packet still in its own port's queue must not time out)."""
+    p = uet_pair(seed=15, ekw={"rto": 1e-3, "max_retries": 5, "tx_hold": 4e-3})
+    p.link.drop = lambda d, s, dst: s == A
+    write(p, 1, 100)
+    p.link.run()
+    (wc,) = p.link.completions("a")
+    assert wc.status is WcStatus.RETRY_EXC_ERR
+    assert 30e-3 - 1e-9 <= p.link.now < 31e-3  # (1 + 5 retries) × (1 + 4) ms
+    with pytest.raises(ValueError, match="tx_hold"):
+        uet_pair(ekw={"tx_hold": -1.0})
+
+
 def test_rto_retries_exhausted_close_the_pdc_in_error():
     p = uet_pair(seed=15, ekw={"rto": 1e-3, "max_retries": 5})
     p.link.drop = lambda d, s, dst: s == A
@@ -391,3 +407,18 @@ def test_pdc_state_table_allows_exactly_its_moves():
                 with pytest.raises(PdcStateError, match=f"{old.value} → {new.value}"):
                     pdc.move(new)
                 assert pdc.state is old
+
+
+def test_a_packet_resent_once_counts_once_in_the_retransmitted_fraction():
+    """emu perf's retransmitted fraction sums the engines' RETX_KEYS: one lost SYN resent
+    once by the RTO is one retransmission, not two (rto_retransmits is a cause inside
+    tx_retransmits)."""
+    from emu.credible.overload import RETX_KEYS
+
+    p = uet_pair(seed=4)
+    p.link.drop = drop_first(lambda d, s: s == A and is_data(d))
+    write(p, 1, 3000)
+    p.link.run()
+    c = p.ea.counters()
+    assert c["rto_retransmits"] == 1
+    assert sum(c.get(k, 0) for k in RETX_KEYS) == 1

@@ -28,8 +28,10 @@ from typing import Any
 
 NIC_RUN_DIR = "/run/emu/nic"
 SWITCH_RUN_DIR = "/run/emu/switch"
-#: engine counters that count retransmitted packets (RoCE go-back-N; UET RTO/NACK; RUDI)
-RETX_KEYS = ("tx_retransmits", "rto_retransmits", "tx_rudi_retransmits")
+#: engine counters that count retransmitted packets on the wire (RoCE go-back-N; UET RUD,
+#: whatever the cause; RUDI). Not UET's ``rto_retransmits``: a cause, already inside
+#: ``tx_retransmits`` (adding it counted every RTO resend twice)
+RETX_KEYS = ("tx_retransmits", "tx_rudi_retransmits")
 #: a NIC daemon that waited for a CPU (runnable, not running) longer than this share of a
 #: run was starved: its port, timers and receive path ran late by the scheduler's doing,
 #: whether or not a frame was queued at that moment (a deep transmit FIFO hides the gaps

@@ -152,6 +152,8 @@ class NicDaemon:
                     opts = dict(self.cfg.engine_options.get(name, {}))
                     if rates:  # the engine's controller starts from the port's real speed
                         opts.setdefault("line_rate", min(rates))
+                        # and its timeouts cover the time a datagram may wait in the port
+                        opts.setdefault("tx_hold", self.cfg.tx_lead)
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
                                                 port, mtu, opts,
                                                 self.trace.child(f"{self.cfg.host}/{name}"))

@@ -96,6 +96,11 @@ class UetEngine(Engine):
     (with ``gather``) a message's full-size middles as one
     :class:`~emu.transports.base.Run` per burst — both for daemons, whose send path
     takes them without copies; sans-IO callers get plain datagrams by default.
+    ``tx_hold`` (seconds) is how long the port may hold an emitted datagram before it
+    is on the wire (a daemon's transmit FIFO, ``emu nicd --tx-lead``): the spec's
+    retransmit timer runs from transmission, the engine's from emission, so every
+    timeout (``rto``, ``rto_max`` and the RTOs measured between them) is that much
+    longer — else a packet still queued in its own port times out.
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -108,7 +113,8 @@ class UetEngine(Engine):
                  cc_params: dict[str, Any] | None = None, paths: str = "oblivious",
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
                  gather: bool = False, runs: bool = False, ack_coalesce: bool = False,
-                 idle_timeout: float | None = None, rto_max: float | None = None) -> None:
+                 idle_timeout: float | None = None, rto_max: float | None = None,
+                 tx_hold: float = 0.0) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -117,6 +123,8 @@ class UetEngine(Engine):
             raise ValueError("rto must be 1..5 ms (uet.md: Retransmit)")
         if rto_max is not None and not rto <= rto_max <= 1.0:
             raise ValueError("rto_max must lie between rto and 1 s")
+        if not 0 <= tx_hold <= 1.0:
+            raise ValueError("tx_hold must lie between 0 and 1 s")
         if max_retries < 0 or ack_bytes < 1 or not 0 <= job_id < 1 << 24:
             raise ValueError("max_retries >= 0, ack_bytes >= 1, job_id is 24 bits")
         self.memory = memory
@@ -127,8 +135,11 @@ class UetEngine(Engine):
         self.runs = runs and gather
         #: the 16 KiB ACK rule fires once per PDC per receive batch (Target.flush_due)
         self.ack_coalesce = ack_coalesce
-        self.mtu, self.mpr, self.rto, self.max_retries = mtu, mpr, rto, max_retries
-        self.rto_max = rto_max if rto_max is not None else rto
+        self.mtu, self.mpr, self.max_retries = mtu, mpr, max_retries
+        # timeouts count from emission: the port's hold comes on top of the spec's value
+        self.tx_hold = tx_hold
+        self.rto = rto + tx_hold
+        self.rto_max = (rto_max if rto_max is not None else rto) + tx_hold
         self.nack_retx_delay = nack_retx_delay
         self.ack_bytes = ack_bytes
         self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))
