@@ -61,7 +61,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "e.g. 1gbit or eth0=10gbit (repeatable; default: unpaced)")
     p.add_argument("--tx-lead", type=_seconds, default=1e-3, metavar="SECONDS",
                    help="how far ahead of the wire a paced port's frames may go to the kernel "
-                        "(default 1ms; emu up gives 4ms, having put the line rate in a tbf "
+                        "(default 1ms; emu up gives 2ms, having put the line rate in a tbf "
                         "on each host port)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")

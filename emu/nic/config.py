@@ -63,7 +63,7 @@ class NicConfig:
     #: how far ahead of the wire (seconds) the daemon may hand a paced port's frames to
     #: the kernel: the port's transmit FIFO (``emu.nic.pacer``). Small by default, as
     #: nothing downstream paces them; ``emu up`` puts each host port's line rate in a
-    #: kernel ``tbf`` too and then gives 4 ms, so a daemon's stall shorter than that
+    #: kernel ``tbf`` too and then gives 2 ms, so a daemon's stall shorter than that
     #: leaves the emulated port busy (the kernel serializes; the daemon only keeps it fed)
     tx_lead: float = 1e-3
     #: 6: the engines' own address (QP GIDs, UET endpoint addresses) is the port's IPv6
