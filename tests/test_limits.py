@@ -82,3 +82,28 @@ def test_state_files_written_aside_by_a_dead_process_are_removed(tmp_path, monke
     assert state.remove_stale_tmps() == [f"c2.json.{dead}.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["c1.json", f"c1.json.{os.getpid()}.tmp", "notes.tmp"])
+
+
+def test_a_feature_probe_left_by_a_killed_prober_is_removed_and_a_live_ones_kept():
+    """``emu up`` SIGKILLed inside linkctl.features() left ``emuprobe-…`` namespaces no
+    state file names (found after a chaos run): emu down/clean remove those whose
+    prober is dead, never a running prober's."""
+    import subprocess
+    import sys
+
+    from pyroute2 import netns
+
+    from emu.fabric import linkctl
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    mine, gone = f"emuprobe-{os.getpid()}-beef", f"emuprobe-{dead}-beef"
+    for n in (mine, gone):
+        netns.create(n)
+    try:
+        assert linkctl.remove_dead_probes() == [gone]
+        assert mine in os.listdir("/run/netns") and gone not in os.listdir("/run/netns")
+    finally:
+        for n in (mine, gone):
+            if n in os.listdir("/run/netns"):
+                netns.remove(n)

@@ -303,12 +303,15 @@ def remove_run_dirs(cluster: str, namespaces: list[str]) -> None:
     snapshots, NIC daemon sockets (left behind when a daemon was SIGKILLed)."""
     import shutil
 
-    from emu.fabric.linkctl import DEFAULT_STATE_DIR as LINK_SNAPSHOTS
+    from emu.fabric import linkctl
 
     shutil.rmtree(switch_dir(cluster), ignore_errors=True)
     for ns in namespaces:  # addresses/routes saved while links were down (linkctl)
-        shutil.rmtree(LINK_SNAPSHOTS / ns, ignore_errors=True)
+        shutil.rmtree(linkctl.DEFAULT_STATE_DIR / ns, ignore_errors=True)
     shutil.rmtree(nic_dir(cluster), ignore_errors=True)
+    # an up killed mid-probe also left the feature probe's scratch namespace (no state
+    # file names it; its name carries the dead prober's pid)
+    linkctl.remove_dead_probes()
 
 
 def collect_shm() -> list[str]:

@@ -232,6 +232,33 @@ class Features:
 
 
 _features: Features | None = None
+#: scratch namespaces of :func:`features`: ``emuprobe-<pid>-<hex>``
+PROBE_PREFIX = "emuprobe-"
+_PROBE_RE = re.compile(rf"^{PROBE_PREFIX}(\d+)-[0-9a-f]+$")
+
+
+def remove_dead_probes() -> list[str]:
+    """Remove the scratch namespaces of feature probes whose process is gone (an ``emu
+    up`` SIGKILLed mid-probe left them: no state file names them). Returns them."""
+    try:
+        names = os.listdir("/run/netns")
+    except FileNotFoundError:
+        return []
+    gone = []
+    for n in names:
+        m = _PROBE_RE.match(n)
+        if m is None:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its prober still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        netns.remove(n)
+        gone.append(n)
+    return gone
 
 
 def features(refresh: bool = False) -> Features:
@@ -239,7 +266,9 @@ def features(refresh: bool = False) -> Features:
     global _features
     if _features is not None and not refresh:
         return _features
-    scratch = "emuprobe-" + secrets.token_hex(3)
+    # the prober's pid in the name: a probe cut short by SIGKILL is found and removed by
+    # remove_dead_probes (emu down / emu clean), never one a live process is using
+    scratch = f"{PROBE_PREFIX}{os.getpid()}-{secrets.token_hex(2)}"
     netns.create(scratch)
     try:
         with _ipr(scratch) as ipr:

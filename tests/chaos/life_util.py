@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,16 @@ def _argv_mentions(cluster: str) -> list[tuple[int, list[str]]]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def leftovers(cluster: str, shm_before: set[str] = frozenset()) -> list[str]:
     """Everything of ``cluster`` that still exists: namespaces, processes, sockets and run
     directories, the state file, and memory-region files made since ``shm_before`` whose
@@ -89,6 +100,8 @@ def leftovers(cluster: str, shm_before: set[str] = frozenset()) -> list[str]:
     left = []
     netns = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     left += [f"namespace {n}" for n in netns if n.startswith(f"{cluster}-")]
+    left += [f"namespace {n}" for n in netns  # a feature probe of an up killed mid-probe
+             if (m := re.match(r"emuprobe-(\d+)-", n)) and not _alive(int(m.group(1)))]
     left += [f"process {pid}: {' '.join(argv)}" for pid, argv in _argv_mentions(cluster)]
     for p in (f"/run/emu/{cluster}.json", f"/run/emu/nic/{cluster}", f"/run/emu/switch/{cluster}"):
         if os.path.exists(p):
