@@ -154,7 +154,8 @@ class SwitchDaemon:
         self.pipe = Pipeline(cfg)
         self.names: dict[int, str] = {}
         self.g: dict[str, int] = dict.fromkeys(
-            ("received", "gso", "malformed", "bypassed", "verdicts", "pfc_frames"), 0)
+            ("received", "gso", "malformed", "bypassed", "verdicts", "pfc_frames",
+             "pfc_send_errors"), 0)
         self.stopping = False
         self.start = time.monotonic()
         self.clients: dict[socket.socket, bytearray] = {}
@@ -221,8 +222,8 @@ class SwitchDaemon:
             try:
                 self.pfc.send(self._ifname(ev.indev), {ev.cls % 8: quanta})
                 self.g["pfc_frames"] += 1
-            except OSError:
-                pass
+            except OSError:  # the kernel refused the frame: the sender keeps sending
+                self.g["pfc_send_errors"] += 1
 
     # ------------------------------------------------------------ counters
 
@@ -232,7 +233,9 @@ class SwitchDaemon:
         kq = kernel_queue_drops(self.cfg.queue_num)
         over = {"late": int(sum(p["late"] for p in ports.values())),
                 "late_s": round(sum(p["late_s"] for p in ports.values()), 6), **kq}
-        over["total"] = over["late"] + kq["queue_dropped"] + kq["user_dropped"]
+        over["pfc_send_errors"] = self.g["pfc_send_errors"]
+        over["total"] = over["late"] + kq["queue_dropped"] + kq["user_dropped"] \
+            + over["pfc_send_errors"]
         return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
                 "netlink_errors": {os.strerror(k): v for k, v in self.nfq.errors.items()},
                 "overload": over, "ports": ports}
