@@ -19,6 +19,7 @@ from emu.nic.daemon import overload
 from emu.nic.pacer import PortPacer
 from emu.nic.timerfd import TimerFd
 from emu.nic.udp import PortSocket, TxPath
+from emu.switch import kernel
 from emu.topology.loader import load
 from emu.transports.base import TxMeta
 
@@ -163,12 +164,17 @@ def test_base_rtt_grows_with_serialization_and_switch_daemons():
     p = rates.base_rtt(pair, rates.host_ports(pair, 1e9), 9000, c.nic_turnaround,
                        c.switch_turnaround)
     assert p == pytest.approx(c.nic_turnaround + (9014 + rates.ACK_FRAME) * 8 / 1e9)
-    ls = load(NS / "leaf-spine.toml", ["switch.port.rate=100mbit"])
+    ls = load(NS / "leaf-spine.toml", ["switch.port.rate=100mbit", "switch.datapath=user"])
     r = rates.base_rtt(ls, rates.host_ports(ls, 1e9), 9000, c.nic_turnaround,
                        c.switch_turnaround)
     # four 100 Mb/s hops of a jumbo frame and an ACK, three switch daemons both ways
-    assert r == pytest.approx(c.nic_turnaround + 4 * (9014 + rates.ACK_FRAME) * 8 / 100e6
-                              + 6 * c.switch_turnaround)
+    wire = c.nic_turnaround + 4 * (9014 + rates.ACK_FRAME) * 8 / 100e6
+    assert r == pytest.approx(wire + 6 * c.switch_turnaround)
+    # the kernel datapath adds no daemon turnaround (kernel forwarding is in ping's)
+    kls = load(NS / "leaf-spine.toml", ["switch.port.rate=100mbit", "switch.datapath=kernel"])
+    k = rates.base_rtt(kls, rates.host_ports(kls, 1e9), 9000, c.nic_turnaround,
+                       c.switch_turnaround)
+    assert k == pytest.approx(wire if kernel.available() is None else r)
 
 
 # -- capacity -------------------------------------------------------------------------
@@ -176,8 +182,14 @@ def test_base_rtt_grows_with_serialization_and_switch_daemons():
 
 def test_reference_machine_proposals_meet_the_floor():
     assert capacity.propose(load(NS / "pair.toml"), capacity.REFERENCE) >= 1e9
-    ls = load(NS / "leaf-spine.toml", ["switch.port.rate=10gbit"])
+    ls = load(NS / "leaf-spine.toml", ["switch.port.rate=10gbit", "switch.datapath=user"])
     assert capacity.propose(ls, capacity.REFERENCE) >= 100e6
+    # with the kernel datapath the switches cost no daemon time: the pair's rate
+    kls = load(NS / "leaf-spine.toml", ["switch.port.rate=10gbit", "switch.datapath=kernel"])
+    if kernel.available() is None:
+        assert capacity.switches_on_path(kls) == 0
+        assert capacity.propose(kls, capacity.REFERENCE) == \
+            capacity.propose(load(NS / "pair.toml"), capacity.REFERENCE)
 
 
 def test_fit_names_the_setting_that_fits():

@@ -60,7 +60,8 @@ class Daemon:
             [sys.executable, "-m", "emu.switch.daemon", "--netns", self.ns, "--state-dir",
              str(self.dir), "--config", str(tmp / "cfg.json")],
             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
-        assert self.proc.stdout.readline().strip() == "ready"
+        self.ready = self.proc.stdout.readline().strip()
+        assert self.ready.startswith("ready datapath="), self.ready
 
     def request(self, req: dict) -> dict:
         with socket.socket(socket.AF_UNIX) as s:
@@ -114,6 +115,7 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
         "classes": {"3": {"ecn": False, "lossless": True, "xoff": "30KB", "xon": "10KB"}}}},
         "trimmed_lasthop": TRIMMED_LASTHOP, "seed": 5}
     d = Daemon(f, "leaf1", cfg, tmp_path)
+    assert d.ready == "ready datapath=user"   # trimming and PFC: the user-space path
     stop = threading.Event()
     ready = threading.Event()
     pcap = tmp_path / "rx.pcapng"

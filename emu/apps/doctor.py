@@ -136,7 +136,9 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
             f"{nic_turn * 1e6:.0f} us")
     ls = os.path.join(NAMESPACES, "leaf-spine.toml")
     say(f"doctor: switch daemons, leaf-spine with the pipeline at 50mbit, {seconds:g} s …")
-    with _Cluster(ls, f"dr{pid}s", ["switch.port.rate=50mbit"], say) as cl:
+    # the user-space datapath's cost (the kernel datapath's is kernel forwarding's)
+    with _Cluster(ls, f"dr{pid}s", ["switch.port.rate=50mbit", "switch.datapath=user"],
+                  say) as cl:
         pids = _switch_pids(cl)
 
         def handled() -> dict[str, int]:

@@ -90,7 +90,9 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         if n_switchd:
             state.update(name, step="starting switch daemons")
             n = start_switch_daemons(name, topology, progress=steps)
-            progress(f"switch pipeline running on {n} switch(es) (emu switch NODE to inspect)")
+            paths = sorted({str(c.get("datapath", "?")) for c in switch_counters(name).values()})
+            progress(f"switch pipeline running on {n} switch(es), {'/'.join(paths)} datapath "
+                     f"(emu switch NODE to inspect)")
             # the NICs recognise trimmed packets by the DSCPs these switches write
             dscps = sorted({d for c in switch_topology.configs(topology).values()
                             for d in (c.trimmed_dscp, c.trimmed_lasthop)})

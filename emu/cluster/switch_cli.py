@@ -89,11 +89,15 @@ def _switch(a: argparse.Namespace) -> int:
                  for k in _PORT_COLUMNS]
         print(f"{port:<10} " + " ".join(cells))
     ov = reply.get("overload") or {}
+    if reply.get("datapath"):
+        note = f" ({reply['datapath_note']})" if reply.get("datapath_note") else ""
+        print(f"datapath: {reply['datapath']}{note}")
     if ov:
         bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
         print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "
               f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
-              f"netlink drops {ov.get('user_dropped', 0)}{bad}")
+              f"netlink drops {ov.get('user_dropped', 0)}, PFC frames refused "
+              f"{ov.get('pfc_send_errors', 0)}, tbf drops {ov.get('qdisc_dropped', 0)}{bad}")
     return 0
 
 

@@ -89,13 +89,13 @@ def frame_bytes(mtu: int) -> int:
 
 
 def switches_on_path(topo: Topology) -> int:
-    """Switch daemons a packet passes on the longest path (0 without the pipeline)."""
+    """User-space switch daemons a packet passes on the longest path (0 without the
+    pipeline, or where the switches run the kernel datapath)."""
     from emu.credible.rates import longest_path
     from emu.switch import topology as sw
 
-    if not sw.enabled(topo):
-        return 0
-    return sum(1 for node, _ in longest_path(topo) if topo.nodes[node].kind == "switch")
+    user = sw.user_space(topo)
+    return sum(1 for node, _ in longest_path(topo) if node in user)
 
 
 def max_rate(costs: Costs, hops: int, mtu: int) -> float:

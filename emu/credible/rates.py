@@ -173,11 +173,12 @@ def base_rtt(topo: Topology, ports: list[HostPort], mtu: int, nic_turnaround: fl
                     sw_rates[(name, ifname)] = float(pc.rate)
     t = nic_turnaround
     frame = mtu + 14
+    user = sw.user_space(topo)
     for node, ifname in path:
         rate, delay = _hop_rate(topo, node, ifname, by_port, sw_rates)
         if rate:
             t += (frame + ACK_FRAME) * 8 / rate
         t += 2 * delay
-        if pipeline and topo.nodes[node].kind == "switch":
+        if node in user:
             t += 2 * switch_turnaround
     return t

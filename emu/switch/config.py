@@ -51,7 +51,10 @@ ce_mark            0x20000000  skb mark bit that the nft rule turns into CE
 pfc_quantum        5.12e-07 s  one pause quantum (512 bit times at 1 Gb/s)
 pfc_refresh        0.01 s      XOFF re-sent this often while paused
 series_interval    0.1 s       counters.json / series.jsonl period
-seed               null        RNG seed (marking, loss, jitter)
+seed               null        RNG seed (marking, loss, jitter; user-space path)
+datapath           auto        kernel (tc BPF + tbf), user (NFQUEUE + Python,
+                               the reference), auto = kernel where it serves
+                               the configuration and can load, else user
 =================  ==========  ===========================================
 """
 
@@ -64,6 +67,9 @@ from typing import Any
 
 from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
 from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
+
+#: where the per-packet work runs (emu.switch.kernel, emu.switch.daemon)
+DATAPATHS = ("auto", "kernel", "user")
 
 __all__ = ["ClassConfig", "ConfigError", "PortConfig", "SwitchConfig", "apply_settings",
            "parse_size"]
@@ -288,6 +294,7 @@ class SwitchConfig:
     pfc_refresh: float = 0.01
     series_interval: float = 0.1
     seed: int | None = None
+    datapath: str = "auto"
 
     def port(self, ifname: str) -> PortConfig:
         """The port's config: its own entry, else ``"*"``, else a default (unshaped) port."""
@@ -349,6 +356,8 @@ class SwitchConfig:
             raise ConfigError(f"trim_size {self.trim_size} > copy_range {self.copy_range}")
         if not 64 <= self.copy_range <= 65535:
             raise ConfigError(f"copy_range: {self.copy_range} out of range 64..65535")
+        if self.datapath not in DATAPATHS:
+            raise ConfigError(f"datapath: {self.datapath!r} is not one of {', '.join(DATAPATHS)}")
         if not 0 <= self.queue_num <= 65535:
             raise ConfigError(f"queue_num: {self.queue_num} out of range 0..65535")
         if not (0 < self.ce_mark < 2**32 and self.ce_mark & (self.ce_mark - 1) == 0):

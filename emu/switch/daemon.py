@@ -47,6 +47,7 @@ packet, unbind, remove the nft table, write final counters, exit 0.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import select
@@ -59,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from emu.fabric import netns
+from emu.switch import kernel as K
 from emu.switch import trim as T
 from emu.switch.config import ConfigError, SwitchConfig, apply_settings
 from emu.switch.nfqueue import (
@@ -159,6 +161,11 @@ class SwitchDaemon:
         self.stopping = False
         self.start = time.monotonic()
         self.clients: dict[socket.socket, bytearray] = {}
+        self.kports: dict[str, K.KernelPort] = {}  # the kernel datapath's ports
+        self.datapath = "user"
+        self.datapath_note = ""  # why the user-space path serves (or the kernel's error)
+        self.nfq: NfQueue | None = None
+        self.pfc: PfcSender | None = None
         self.series_bytes = 0
 
     # ------------------------------------------------------------ packets
@@ -191,10 +198,12 @@ class SwitchDaemon:
     def _verdict(self, pkt: Pkt) -> None:
         q: QPacket = pkt.handle
         mark = (q.mark | self.cfg.ce_mark) if pkt.marked else None
+        assert self.nfq is not None
         self.nfq.verdict(q.id, NF_ACCEPT, mark, q.out if pkt.trimmed else None)
 
     def on_packets(self, now: float, pkts: list[QPacket]) -> None:
         arrive, g, nfq = self.pipe.arrive, self.g, self.nfq
+        assert nfq is not None
         for q in pkts:
             g["received"] += 1
             d = q.data
@@ -220,6 +229,7 @@ class SwitchDaemon:
             quanta = min(MAX_QUANTA, int(2 * self.cfg.pfc_refresh / self.cfg.pfc_quantum) + 1) \
                 if ev.pause else 0
             try:
+                assert self.pfc is not None
                 self.pfc.send(self._ifname(ev.indev), {ev.cls % 8: quanta})
                 self.g["pfc_frames"] += 1
             except OSError:  # the kernel refused the frame: the sender keeps sending
@@ -227,21 +237,34 @@ class SwitchDaemon:
 
     # ------------------------------------------------------------ counters
 
-    def counters(self, now: float) -> dict[str, Any]:
-        self.g["verdicts"] = self.nfq.sent_verdicts
-        ports = self.pipe.counters(now)
-        kq = kernel_queue_drops(self.cfg.queue_num)
+    def counters(self, now: float, qdisc: bool = True) -> dict[str, Any]:
+        """Switch-wide and per-port counters and the overload in them. ``qdisc``: the
+        kernel path also asks tc for tbf's own drops (on request and at exit, not every
+        series period: a ``tc`` run costs milliseconds)."""
+        if self.kports:
+            ports = {n: kp.counters(self.cfg.port(n), qdisc) for n, kp in self.kports.items()}
+            self.g["received"] = sum(p["seen"] for p in ports.values())
+            kq = {"queue_dropped": 0, "user_dropped": 0}
+        else:
+            ports = self.pipe.counters(now)
+            kq = kernel_queue_drops(self.cfg.queue_num)
+        if self.nfq is not None:
+            self.g["verdicts"] = self.nfq.sent_verdicts
         over = {"late": int(sum(p["late"] for p in ports.values())),
                 "late_s": round(sum(p["late_s"] for p in ports.values()), 6), **kq}
         over["pfc_send_errors"] = self.g["pfc_send_errors"]
+        # tbf dropped what the virtual queue let through: model and kernel disagree
+        over["qdisc_dropped"] = sum(int(p.get("qdisc_dropped", 0)) for p in ports.values())
         over["total"] = over["late"] + kq["queue_dropped"] + kq["user_dropped"] \
-            + over["pfc_send_errors"]
+            + over["pfc_send_errors"] + over["qdisc_dropped"]
+        errors = self.nfq.errors.items() if self.nfq is not None else ()
         return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
-                "netlink_errors": {os.strerror(k): v for k, v in self.nfq.errors.items()},
+                "datapath": self.datapath, "datapath_note": self.datapath_note,
+                "netlink_errors": {os.strerror(k): v for k, v in errors},
                 "overload": over, "ports": ports}
 
-    def write_counters(self, now: float) -> None:
-        c = self.counters(now)
+    def write_counters(self, now: float, qdisc: bool = False) -> None:
+        c = self.counters(now, qdisc)
         _write_atomic(self.state_dir / "counters.json", json.dumps(c, indent=1))
         if self.series_bytes < SERIES_MAX:
             lines = "".join(json.dumps({"t": round(c["t"], 6), "port": p, **v}) + "\n"
@@ -265,14 +288,29 @@ class SwitchDaemon:
             port, settings = req.get("port"), req.get("settings")
             if not isinstance(port, str) or not isinstance(settings, dict):
                 return {"ok": False, "error": "set needs 'port' (string) and 'settings' (object)"}
+            before = copy.deepcopy(self.cfg.ports)
             try:
-                targets = [port] if port != "*" else ["*", *self.pipe.ports]
+                live = self.kports or self.pipe.ports
+                targets = [port] if port != "*" else ["*", *live]
                 for p in targets:
                     apply_settings(self.cfg.port(p), settings, where=f"port {p}")
-                    if p in self.pipe.ports:
-                        self.pipe.ports[p].cfg = self.cfg.port(p)
-            except ConfigError as e:
+                if self.kports:
+                    why = K.reasons(self.cfg, {n: self.cfg.port(n) for n in self.kports})
+                    if why:
+                        raise ConfigError(f"the kernel datapath serves this switch and cannot "
+                                          f"do: {'; '.join(why)} (start it with "
+                                          f"switch.datapath=user)")
+                    for p in targets:
+                        if p in self.kports:
+                            self.kports[p].configure(self.cfg, self.cfg.port(p))
+            except (ConfigError, K.KernelPathError, OSError) as e:
+                self.cfg.ports = before
+                for n, kp in self.kports.items():
+                    kp.configure(self.cfg, self.cfg.port(n))
                 return {"ok": False, "error": str(e)}
+            for p in targets:
+                if p in self.pipe.ports:
+                    self.pipe.ports[p].cfg = self.cfg.port(p)
             _write_atomic(self.state_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=1))
             return {"ok": True, "port": port, "config": self.cfg.port(port).to_dict()}
         return {"ok": False, "error": f"unknown cmd {cmd!r} (set, counters, config, stop)"}
@@ -310,14 +348,44 @@ class SwitchDaemon:
 
     # ------------------------------------------------------------ main loop
 
+    def _kernel_ports(self) -> dict[str, K.KernelPort]:
+        """Attach the kernel datapath to every port with work (a rate or a loss), or
+        return {} with ``datapath_note`` saying why the user-space path serves instead.
+        ``datapath = "kernel"`` makes any reason an error."""
+        cfg = self.cfg
+        if cfg.datapath == "user":
+            self.datapath_note = "datapath = user"
+            return {}
+        names = [n for _, n in socket.if_nameindex() if n != "lo"]
+        ports = {n: cfg.port(n) for n in names}
+        why = K.reasons(cfg, ports)
+        if why:
+            self.datapath_note = "; ".join(why)
+            if cfg.datapath == "kernel":
+                raise K.KernelPathError(f"datapath = kernel cannot serve: {self.datapath_note}")
+            return {}
+        out: dict[str, K.KernelPort] = {}
+        try:
+            obj = K.build_object()
+            for n, p in ports.items():
+                if p.rate or p.loss:
+                    kp = K.KernelPort(n, K.if_mtu(n), obj)
+                    out[n] = kp
+                    kp.attach(cfg, p)
+        except (K.KernelPathError, OSError, ValueError) as e:
+            for kp in out.values():
+                kp.detach()
+            if cfg.datapath == "kernel":
+                raise K.KernelPathError(str(e)) from e
+            self.datapath_note = f"kernel path failed: {e}"
+            return {}
+        return out
+
     def run(self) -> int:
         cfg = self.cfg
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "series.jsonl").unlink(missing_ok=True)
         _write_atomic(self.state_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-        flags = NFQA_CFG_F_GSO | (NFQA_CFG_F_FAIL_OPEN if cfg.fail_open else 0)
-        self.nfq = NfQueue(cfg.queue_num, cfg.copy_range, cfg.queue_maxlen, flags)
-        self.pfc = PfcSender()
         ctl_path = self.state_dir / "control.sock"
         ctl_path.unlink(missing_ok=True)
         ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -335,22 +403,33 @@ class SwitchDaemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
         try:
-            install_rules(cfg)
-            print("ready", flush=True)
+            self.kports = self._kernel_ports()
+            if self.kports:
+                self.datapath = "kernel"
+            else:
+                flags = NFQA_CFG_F_GSO | (NFQA_CFG_F_FAIL_OPEN if cfg.fail_open else 0)
+                self.nfq = NfQueue(cfg.queue_num, cfg.copy_range, cfg.queue_maxlen, flags)
+                self.pfc = PfcSender()
+                install_rules(cfg)
+            self.write_counters(time.monotonic())
+            print(f"ready datapath={self.datapath}", flush=True)
             next_write = time.monotonic()
             while not self.stopping:
                 now = time.monotonic()
-                self.on_packets(now, self.nfq.receive(1024))
-                now = time.monotonic()
-                self.release_due(now)
-                self.nfq.flush()
+                if self.nfq is not None:
+                    self.on_packets(now, self.nfq.receive(1024))
+                    now = time.monotonic()
+                    self.release_due(now)
+                    self.nfq.flush()
                 if now >= next_write:
                     self.write_counters(now)
                     next_write = now + cfg.series_interval
-                t = self.pipe.next_timer()
+                t = self.pipe.next_timer() if self.nfq is not None else None
                 wait = min(next_write, t if t is not None else next_write) - time.monotonic()
                 if wait > 0:
-                    socks = [self.nfq.sock, ctl, wake_r, *self.clients]
+                    socks = [ctl, wake_r, *self.clients]
+                    if self.nfq is not None:
+                        socks.append(self.nfq.sock)
                     r, _, _ = select.select(socks, [], [], wait)
                     for s in r:
                         if s is ctl:
@@ -384,22 +463,28 @@ class SwitchDaemon:
     def _shutdown(self, ctl: socket.socket, ctl_path: Path) -> None:
         """No new packets, accept every held one, unbind, remove rules, final counters."""
         cfg = self.cfg
-        for tool in ("iptables", "ip6tables"):
-            while _run([tool, "-w", "-D", "FORWARD", "-j", _chain(cfg.queue_num)], check=False):
-                pass
-        for pkt in self.pipe.flush():
-            self.nfq.verdict(pkt.handle.id, NF_ACCEPT)
-        for _ in range(100):
-            pkts = self.nfq.receive(4096)
-            if not pkts:
-                break
-            for q in pkts:
-                self.nfq.verdict(q.id, NF_ACCEPT)
-        self.nfq.flush()
-        self.write_counters(time.monotonic())
-        self.nfq.close()
-        self.pfc.close()
-        remove_rules(cfg.queue_num)
+        if self.nfq is not None:
+            for tool in ("iptables", "ip6tables"):
+                while _run([tool, "-w", "-D", "FORWARD", "-j", _chain(cfg.queue_num)],
+                           check=False):
+                    pass
+            for pkt in self.pipe.flush():
+                self.nfq.verdict(pkt.handle.id, NF_ACCEPT)
+            for _ in range(100):
+                pkts = self.nfq.receive(4096)
+                if not pkts:
+                    break
+                for q in pkts:
+                    self.nfq.verdict(q.id, NF_ACCEPT)
+            self.nfq.flush()
+        self.write_counters(time.monotonic(), qdisc=True)
+        for kp in self.kports.values():
+            kp.detach()
+        if self.nfq is not None:
+            self.nfq.close()
+            remove_rules(cfg.queue_num)
+        if self.pfc is not None:
+            self.pfc.close()
         for s in self.clients:
             s.close()
         ctl.close()

@@ -98,3 +98,14 @@ def configs(topology: Topology, raw: dict[str, Any] | None = None) -> dict[str, 
             cfg.ports[end.ifname] = port
         out[node.name] = cfg
     return out
+
+
+def user_space(topology: Topology) -> set[str]:
+    """The switches whose daemons will do per-packet work in user space (the capacity
+    model charges only these; kernel-datapath switches cost what kernel forwarding
+    does, which ping's figure already holds). Empty without a pipeline."""
+    from emu.switch.kernel import predict
+
+    if not enabled(topology):
+        return set()
+    return {n for n, c in configs(topology).items() if predict(c) == "user"}
