@@ -45,7 +45,7 @@ class Waiter:
     waits for a completion (``poll_every=1``), every 16th when it waits for
     memory (only the 1-in-16 signaled send completions come that way). A
     completion handed from the API's reader thread to a spinning one cost a
-    thread wake-up and a GIL hand-off (measured: docs/architecture.md,
+    thread wake-up and a GIL hand-off (measured: docs/measurements.md,
     "Latency"). Spinning calls ``sched_yield``, checks the channel and the
     clock every 64 turns, and naps for 20 µs per turn once it has spun for
     :data:`BACKOFF_AFTER`. ``expect`` names the channel messages that end the

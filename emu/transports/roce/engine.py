@@ -336,12 +336,10 @@ class RoceEngine(Engine):
                 and not trimmed):
             # the bulk of a WRITE: placed without building a Pkt (falls back on anything odd)
             qp = self._qps.get(_DQPN.unpack_from(data, 4)[0] & 0xFFFFFF)
-            if qp is not None:
-                dst = qp.attr.dest_addr
-                if (dst is not None and addr[0] == dst[0] and qp.receiving_allowed
-                        and qp.responder.write_middle(data, n)):
-                    self._active[qp.qpn] = None
-                    return
+            if (qp is not None and qp.receiving_allowed and self._from_peer(qp, addr)
+                    and qp.responder.write_middle(data, n)):
+                self._active[qp.qpn] = None
+                return
         try:
             p = P.parse(data)
         except P.Malformed:
@@ -354,8 +352,7 @@ class RoceEngine(Engine):
         if qp is None:
             st["rx_drop_unknown_qp"] += 1
             return
-        dst = qp.attr.dest_addr
-        if dst is not None and addr[0] != dst[0] and self._host(addr[0]) != self._host(dst[0]):
+        if not self._from_peer(qp, addr):
             st["rx_drop_wrong_source"] += 1
             return
         try:
@@ -365,6 +362,13 @@ class RoceEngine(Engine):
             if self.trace.enabled:
                 self.trace.packet_dropped(now, qp=qp.qpn, reason=f"internal: {e!r}")
         self._activate(qp.qpn)
+
+    def _from_peer(self, qp: QueuePair, addr: Addr) -> bool:
+        """``addr`` is the QP's peer (any spelling of its address; a QP with no
+        destination yet takes anyone) — the source rule of both receive paths."""
+        dst = qp.attr.dest_addr
+        return (dst is None or addr[0] == dst[0]
+                or self._host(addr[0]) == self._host(dst[0]))
 
     def _dispatch(self, qp: QueuePair, p: P.Pkt, now: float, ecn: int,
                   trimmed: bool = False) -> None:

@@ -41,6 +41,7 @@ in ``sq[head:tx]``, so a completing head WQE leaves it only if it was there.
 
 from __future__ import annotations
 
+import enum
 import struct
 from typing import Any
 
@@ -74,6 +75,17 @@ _OPS = {  # (opcode if 1 packet, first, middle, last) for SEND/WRITE, imm varian
 #: the middle-packet opcode of each SEND/WRITE verb (the requester's fast path)
 _MIDDLE = {op: v[2] for op, v in _OPS.items()}
 _U64_NATIVE = struct.Struct("=Q")
+
+
+class Resp(enum.Enum):
+    """Where a response's PSN lies (:meth:`Requester.classify`): the one verdict that
+    ACKs, NAKs, READ responses and atomic ACKs are all judged by."""
+
+    OLD = "old"  # below the oldest unacknowledged PSN: acknowledged already
+    NEXT = "next"  # the oldest unacknowledged PSN
+    LATER = "later"  # above it and sent: an ACK/NAK covers what is below it; a READ
+    #                  response or atomic ACK there means the earlier one was lost
+    UNSENT = "unsent"  # never sent: a stray or a forgery, dropped
 
 
 class SendWqe:
@@ -309,37 +321,49 @@ class Requester:
 
     # -- responses ----------------------------------------------------------
 
+    def classify(self, psn: int) -> Resp:
+        """Where the response at extended ``psn`` lies against ``una`` and ``sent_high``."""
+        if psn >= self.sent_high:
+            return Resp.UNSENT
+        if psn < self.una:
+            return Resp.OLD
+        return Resp.NEXT if psn == self.una else Resp.LATER
+
     def on_response(self, p: P.Pkt, now: float) -> None:
-        """An ACK/NAK, READ response or atomic ACK for this QP."""
+        """An ACK/NAK, READ response or atomic ACK for this QP, judged by :meth:`classify`."""
         op = p.opcode
         psn = _unwrap(p.psn, self.una)
+        v = self.classify(psn)
         st = self.eng.stats
         if op == P.ACKNOWLEDGE:
             kind = (p.syndrome >> 5) & 3
-            if psn >= self.sent_high or (kind and psn < self.una):
+            if v is Resp.UNSENT or (kind and v is Resp.OLD):
                 st["rx_drop_stale_ack"] += 1
-                return
-            if kind == 0:
+            elif kind == 0:
                 if not self._acked_through(psn, now):
                     st["rx_ack_old"] += 1  # acknowledges nothing new (a duplicate or stray)
-            elif kind == 1:
-                self._rnr(psn, p.syndrome & 0x1F, now)
-            elif kind == 3:
-                self._nak(psn, p.syndrome, now)
-            else:
+            elif kind == 2:
                 st["rx_drop_bad_syndrome"] += 1
+            else:
+                before = self.una
+                if v is Resp.LATER:  # an RNR NAK or NAK for psn acknowledges what is below
+                    self._acked_through(psn - 1, now)
+                if kind == 1:
+                    self._rnr(p.syndrome & 0x1F, now)
+                else:
+                    self._nak(p.syndrome, before, now)
             return
         if not self.qp.sending_allowed:
             st["rx_drop_state"] += 1
             return
-        if psn < self.una:
+        if v is Resp.OLD:
             st["rx_duplicate_responses"] += 1
             return
         w = self.sq[self.head] if self.head < len(self.sq) else None
-        if psn >= self.sent_high or w is None or w.psn is None:
+        if v is Resp.UNSENT or w is None or w.psn is None:
             st["rx_drop_unexpected_response"] += 1
             return
-        if psn > self.una:
+        if v is Resp.LATER:
             self._implied_nak(now)
             return
         if op == P.ATOMIC_ACK:
@@ -448,12 +472,10 @@ class Requester:
         self.eng.stats["implied_naks"] += 1
         self.rewind(self.una)
 
-    def _nak(self, psn: int, syndrome: int, now: float) -> None:
+    def _nak(self, syndrome: int, before: int, now: float) -> None:
+        """A NAK whose implicit ACK is applied (``una`` was ``before`` it)."""
         code = syndrome & 0x1F
         st = self.eng.stats
-        before = self.una
-        if psn > self.una:
-            self._acked_through(psn - 1, now)
         if code == P.NAK_PSN_SEQ:
             st["rx_seq_naks"] += 1
             if self.una == before:
@@ -468,10 +490,9 @@ class Requester:
         status = _NAK_STATUS.get(code, WcStatus.REM_INV_RD_REQ_ERR)
         self._fail(status, syndrome, f"NAK {NAK_CODES.get(code, code)}", now)
 
-    def _rnr(self, psn: int, code: int, now: float) -> None:
+    def _rnr(self, code: int, now: float) -> None:
+        """An RNR NAK whose implicit ACK is applied: wait the responder's timer, resend."""
         self.eng.stats["rx_rnr_naks"] += 1
-        if psn > self.una:
-            self._acked_through(psn - 1, now)
         if self.qp.attr.rnr_retry != RNR_RETRY_INFINITE:
             self.rnr_left -= 1
             if self.rnr_left < 0:
