@@ -6,7 +6,10 @@ For RoCEv2 and UET, with the README's commands and their defaults (``emu up``,
 
 * ``pair`` over IPv4 and over IPv6 (``--set nic.family=6``), ``--runs`` runs each;
 * h1 → h4 on the leaf-spine with the switch pipeline, at the rate ``emu doctor``
-  proposes for it and at 10gbit (where it must report overload and warn);
+  proposes for it and at 10gbit (where it must report overload and warn), with
+  the datapath ``emu up`` chooses (the kernel one, where it serves); and, beside
+  them, at 100mbit on the user-space datapath (``switch.datapath=user``: what
+  trimming, PFC or delay need);
 
 and, in the pair, ``write-lat`` and ``send-lat`` against the kernel's ping round
 trip of the same cable, measured in the same run.
@@ -53,8 +56,8 @@ def up(topology: str, name: str, sets: list[str]) -> str:
     for s in sets:
         args += ["--set", s]
     r = emu(*args)
-    line = next((ln for ln in r.stdout.splitlines() if "line rate" in ln), "")
-    return line
+    keep = ("line rate", "switch pipeline running")
+    return "; ".join(ln.strip() for ln in r.stdout.splitlines() if any(k in ln for k in keep))
 
 
 def line_rate(name: str, host: str) -> float:
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"bc{os.getpid() % 100000}"
     extra = ["-n", str(a.iters)]
     doc: dict[str, Any] = {"started": time.time(), "bandwidth": [], "latency": []}
-    # the rate for the leaf-spine *with* the pipeline (three switch daemons on the path)
+    # the rate for the leaf-spine *with* the pipeline (the datapath emu up will choose)
     r = emu("doctor", str(NS / "leaf-spine.toml"), "--set", "switch.pipeline=true", "--json",
             check=False)
     proposed = json.loads(r.stdout)["topology"]["proposed"]
@@ -142,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         cases += [("pair IPv4", "pair.toml", []), ("pair IPv6", "pair.toml", ["nic.family=6"])]
     if a.part in ("all", "leaf-spine"):
         cases += [(f"leaf-spine {prop}", "leaf-spine.toml", [f"switch.port.rate={prop}"]),
-                  ("leaf-spine 10gbit", "leaf-spine.toml", ["switch.port.rate=10gbit"])]
+                  ("leaf-spine 10gbit", "leaf-spine.toml", ["switch.port.rate=10gbit"]),
+                  # the user-space datapath (what trimming, PFC or delay need), beside it
+                  ("leaf-spine 100mbit user", "leaf-spine.toml",
+                   ["switch.port.rate=100mbit", "switch.datapath=user"])]
     for label, topo, sets in cases:
         say(f"bench-credible: {label}: emu up {topo} {' '.join('--set ' + s for s in sets)}")
         doc.setdefault("up_lines", {})[label] = up(topo, name, sets)
