@@ -231,7 +231,7 @@ class Initiator:
         mtu = h.mtu
         k = min((msg.length - msg.next_offset - 1) // mtu,  # full packets before the last
                 win - (pdc.next_psn - pdc.oldest), 64,
-                # a run's PSN field counts up without wrapping (emu.transports.base.Run)
+                # a run's PSN field counts up without wrapping (emu.core.datagram.Run)
                 _M + 1 - (pdc.next_psn & _M))
         if k <= 0:
             return 0
@@ -279,7 +279,7 @@ class Initiator:
 
     def _encode(self, pdc: InitiatorPdc, msg: TxMessage, first: int, off: int, k: int,
                 n: int, oldest: int, ents: list[int], ar: bool, run: bool, now: float) -> None:
-        """Emit a committed batch: a run as one :class:`~emu.transports.base.Run` when the
+        """Emit a committed batch: a run as one :class:`~emu.core.datagram.Run` when the
         daemon takes them (``runs``), else one request per packet; AR on the last."""
         h = self.h
         if run:
