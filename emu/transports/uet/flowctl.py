@@ -5,10 +5,10 @@ Why a module of its own: the PDS logic (:mod:`.pds`) is about reliability;
 *how much* to send and *on which entropy* are plug-ins it consults through
 a handful of hooks, so the plug-ins can change without touching PDS and PDS
 can change without knowing which plug-ins run. One :class:`FlowCtl` per
-engine keeps, per initiator PDC, the controller, the path policy, bytes in
-flight, and for each outstanding PSN the entropy and time it was sent on —
-what is needed to tell the right path and controller what an ACK, NACK or
-timeout means.
+engine keeps, per initiator PDC, the controller, the path policy and a
+:class:`~emu.core.reliable.paths.PathLedger` (bytes in flight, and for each
+outstanding PSN the entropy and time it was sent on) — what is needed to tell
+the right path and controller what an ACK, NACK or timeout means.
 
 Hooks (all sans-IO, ``now`` passed in):
 

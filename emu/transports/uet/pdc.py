@@ -227,7 +227,9 @@ class TxPacket:
 
 @dataclass(eq=False)
 class InitiatorPdc:
-    """The initiator half: PSN allocation, the outstanding set, retransmission state."""
+    """The initiator half: messages, the PDC's state and UET's own fields; PSN allocation,
+    the outstanding set and the resends owed are the shared core's (``sb``,
+    :class:`emu.core.reliable.scoreboard.Scoreboard`)."""
 
     pdcid: int
     peer: str  # canonical host address of the target (lookup key)
@@ -371,7 +373,9 @@ class PsnMessages:
 
 @dataclass(eq=False)
 class TargetPdc:
-    """The target half: which PSNs arrived, ACK accounting, SES placement state."""
+    """The target half: ACK accounting, CLEAR_PSN, SES placement state; which PSNs arrived
+    and what a request's PSN is are the shared core's (``win``,
+    :class:`emu.core.reliable.window.RecvWindow`)."""
 
     pdcid: int
     peer: str  # canonical host of the initiator
