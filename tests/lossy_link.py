@@ -35,8 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.core.datagram import expand
 from emu.core.memory import Access, MemoryRegion, MemoryTable
-from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged, expand
+from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged
 
 
 class HeapBuffer:

@@ -18,10 +18,11 @@ from collections import deque
 
 import pytest
 
+from emu.core.datagram import Gather, Run
 from emu.fabric.capture import in_netns
 from emu.nic.frames import FrameTx
 from emu.nic.udp import PortSocket, TxPath
-from emu.transports.base import Gather, Run, TxMeta
+from emu.transports.base import TxMeta
 from tests.routed_ns import RoutedTriple, made_and_removed
 
 PORT = 5561

@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from emu.core.cq import WcOpcode, WcStatus
+from emu.core.datagram import Run
 from emu.core.memory import Access, MemoryTable, SharedBuffer
 from emu.core.verbs import RecvWR, SendWR, Sge
 from emu.nic import engines
@@ -20,7 +21,7 @@ from emu.nic.daemon import NicDaemon
 from emu.nic.loopback import LoopbackEngine
 from emu.nic.protocol import LineBuffer, ProtocolError
 from emu.nic.udp import PortSocket, TxPath
-from emu.transports.base import Completion, Run, StateChanged, TxMeta
+from emu.transports.base import Completion, StateChanged, TxMeta
 
 
 class TimerEngine:

@@ -29,9 +29,10 @@ from hypothesis import strategies as st
 from lossy_link import register
 
 from emu.core.cq import WcOpcode, WcStatus
+from emu.core.datagram import expand
 from emu.core.memory import MemoryTable
 from emu.core.psn import PSN24
-from emu.transports.base import Completion, StateChanged, expand
+from emu.transports.base import Completion, StateChanged
 from emu.transports.roce import RecvWR, RoceEngine, SendWR, Sge
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import QpState

@@ -96,7 +96,7 @@ def test_daemon_engines_fast_paths_exact_through_loss_reorder_dup(seed, monkeypa
     Gather pieces, WRITE middles placed by Responder.write_middle — stay byte-exact
     through loss, reordering and duplication, and the fast path really carried the bulk
     (while out-of-order and duplicate middles fell back to the general path)."""
-    from emu.transports.base import Gather
+    from emu.core.datagram import Gather
     from emu.transports.roce.responder import Responder
 
     taken = {"fast": 0, "declined": 0}

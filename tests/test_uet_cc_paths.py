@@ -76,7 +76,7 @@ def test_nscc_limits_bytes_in_flight_and_stays_byte_exact(lossy):
 
     def watch() -> bool:
         for f in p.ea.flowctl.flows.values():
-            peak[0] = max(peak[0], f.in_flight)
+            peak[0] = max(peak[0], f.ledger.in_flight)
             seen.append(f.cc.state())
         return False
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from uet_pair import uet_pair, write
 
 from emu.core.cq import WcStatus
-from emu.transports.base import Gather, Run, TxMeta, expand
+from emu.core.datagram import Gather, Run, expand
+from emu.transports.base import TxMeta
 from emu.transports.uet import fastpath as F
 from emu.wire.codec.uet import decode_packet, encode_packet
 from emu.wire.codec.uet_pds import PdsAckCcNscc, PdsRequest, PdsRequestSyn

@@ -370,8 +370,10 @@ def test_ce_marked_arrival_is_counted_by_the_initiator():
 
 
 def test_target_classify_verdicts_at_the_window_edges():
-    """One verdict per request PSN: what on_request and the WRITE fast path both act on."""
-    from emu.transports.uet.pdc import Mode, Rx, TargetPdc
+    """One verdict per request PSN: what on_request and the WRITE fast path both act on;
+    a ROD PDC's window is ordered (past the hole: AHEAD), a RUD PDC's is not."""
+    from emu.core.reliable.window import Rx
+    from emu.transports.uet.pdc import Mode, TargetPdc
     for mode in (Mode.RUD, Mode.ROD):
         t = TargetPdc(1, "h", ("h", 1), 2, (1 << 32) - 3, 128, mode=mode)
         fm = t.first_missing
@@ -379,12 +381,12 @@ def test_target_classify_verdicts_at_the_window_edges():
         t.rcvd.add_advance((fm + 2) & 0xFFFFFFFF)  # fm + 2 ahead: fm + 1 is missing
         fm += 1
         assert t.first_missing == fm
-        assert t.classify(fm) is Rx.NEW
-        assert t.classify(fm - 1) is Rx.DUPLICATE and t.classify(fm + 1) is Rx.DUPLICATE
-        assert t.classify(fm + 3) is (Rx.AHEAD_ROD if mode is Mode.ROD else Rx.NEW)
-        assert t.classify(fm - 128) is Rx.DUPLICATE and t.classify(fm - 129) is Rx.STALE
-        assert t.classify(fm + 127) is not Rx.OUT_OF_WINDOW
-        assert t.classify(fm + 128) is Rx.OUT_OF_WINDOW
+        assert t.win.classify(fm) is Rx.NEW
+        assert t.win.classify(fm - 1) is Rx.DUPLICATE and t.win.classify(fm + 1) is Rx.DUPLICATE
+        assert t.win.classify(fm + 3) is (Rx.AHEAD if mode is Mode.ROD else Rx.NEW)
+        assert t.win.classify(fm - 128) is Rx.DUPLICATE and t.win.classify(fm - 129) is Rx.STALE
+        assert t.win.classify(fm + 127) is not Rx.OUT_OF_WINDOW
+        assert t.win.classify(fm + 128) is Rx.OUT_OF_WINDOW
         t.clear_to(fm + 2)  # never past one beyond the first missing PSN
         assert t.clear_psn != fm + 2
         t.clear_to(fm + 1)

@@ -47,8 +47,9 @@ import struct
 import time
 from typing import Any
 
+from emu.core.datagram import Gather, Run
 from emu.nic.netlink import Rtnl
-from emu.transports.base import Gather, Run, TxMeta
+from emu.transports.base import TxMeta
 
 SOL_PACKET = 263
 PACKET_VNET_HDR, PACKET_VERSION, PACKET_TX_RING, PACKET_LOSS = 15, 10, 13, 14

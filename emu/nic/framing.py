@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from emu.transports.base import Gather
+from emu.core.datagram import Gather
 from emu.wire.crc32 import crc32
 
 _IP4 = struct.Struct("!BBHHHBBH4s4s")

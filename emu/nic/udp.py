@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from emu.transports.base import Gather, Run
+from emu.core.datagram import Gather, Run
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -452,7 +452,7 @@ class TxPath:
 
     def put(self, items: list[tuple[bytes, Any, Any]]) -> None:
         """Queue the engine's output (dropping and counting past ``max_queue``; a
-        :class:`~emu.transports.base.Run` counts as its datagrams and is taken whole or
+        :class:`~emu.core.datagram.Run` counts as its datagrams and is taken whole or
         dropped whole)."""
         q = self.queue
         room = self.max_queue - len(q)

@@ -108,7 +108,7 @@ class RoceEngine(Engine):
             cc_registry.create(cc, line_rate, 0.0, **(cc_params or {}))  # validate now
         if gather and icrc is not None:
             raise ValueError("gather=True is for daemons, which seal ICRCs themselves (icrc=None)")
-        #: emit bulk packets as :class:`~emu.transports.base.Gather` pieces (no payload copy)
+        #: emit bulk packets as :class:`~emu.core.datagram.Gather` pieces (no payload copy)
         self.gather = gather
         #: WRITE middles take Responder.write_middle (no ICRC here to check, no tracing)
         self._fast_rx = icrc is None and not trace.enabled

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from emu.transports.base import Gather
+from emu.core.datagram import Gather
 from emu.wire.codec.roce import (
     AETH,
     AETH_ACK,
@@ -176,7 +176,7 @@ def build_gather(opcode: int, dqpn: int, psn: int, payload: memoryview, *, ackre
 
     For packets without extension headers (SEND/WRITE middles, the bulk of a
     transfer); the daemon seals the ICRC into the tail and sends the pieces
-    with one scatter-gather ``sendmsg`` (:class:`emu.transports.base.Gather`).
+    with one scatter-gather ``sendmsg`` (:class:`emu.core.datagram.Gather`).
     """
     n = len(payload)
     pad = -n & 3

@@ -164,7 +164,7 @@ class Requester:
 
     def middles(self, now: float, out: list, dst: Any, meta: Any) -> int:
         """Append as many full-size middle packets of the current SEND/WRITE as the pacer
-        allows now, as :class:`~emu.transports.base.Gather` pieces; returns how many.
+        allows now, as :class:`~emu.core.datagram.Gather` pieces; returns how many.
 
         The daemon's bulk path: what :meth:`next_packet` and
         :meth:`QueuePair.on_paced_send` do per packet, done once per burst (the

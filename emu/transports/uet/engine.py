@@ -32,6 +32,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.datagram import Run
 from emu.core.memory import MemoryAccessError, MemoryTable
 from emu.core.psn import PSN32, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
@@ -44,7 +45,6 @@ from emu.transports.base import (
     Engine,
     Event,
     HostNames,
-    Run,
     StateChanged,
     TxMeta,
     VerbsError,
@@ -92,9 +92,9 @@ class UetEngine(Engine):
     default, ``"reps"``, ``"fixed"``, with ``path_params``) picks each data
     packet's entropy; ``line_rate`` (bits/s) is the port rate the controllers
     scale to (:mod:`.flowctl`). ``gather`` emits data requests as
-    :class:`~emu.transports.base.Gather` pieces over registered memory, and ``runs``
+    :class:`~emu.core.datagram.Gather` pieces over registered memory, and ``runs``
     (with ``gather``) a message's full-size middles as one
-    :class:`~emu.transports.base.Run` per burst — both for daemons, whose send path
+    :class:`~emu.core.datagram.Run` per burst — both for daemons, whose send path
     takes them without copies; sans-IO callers get plain datagrams by default.
     ``tx_hold`` (seconds) is how long the port may hold an emitted datagram before it
     is on the wire (a daemon's transmit FIFO, ``emu nicd --tx-lead``): the spec's
@@ -129,9 +129,9 @@ class UetEngine(Engine):
             raise ValueError("max_retries >= 0, ack_bytes >= 1, job_id is 24 bits")
         self.memory = memory
         self.rng = rng
-        #: data requests as :class:`~emu.transports.base.Gather` pieces (daemons: no copy)
+        #: data requests as :class:`~emu.core.datagram.Gather` pieces (daemons: no copy)
         self.gather = gather
-        #: a message's middles as one :class:`~emu.transports.base.Run` each (with gather)
+        #: a message's middles as one :class:`~emu.core.datagram.Run` each (with gather)
         self.runs = runs and gather
         #: the 16 KiB ACK rule fires once per PDC per receive batch (Target.flush_due)
         self.ack_coalesce = ack_coalesce
@@ -493,7 +493,7 @@ class UetEngine(Engine):
 
     def emit_run(self, heads: bytearray, payload: memoryview, seg: int,
                  entropies: list[int], addr: Any) -> None:
-        """Queue a run of data packets (:class:`~emu.transports.base.Run`), packet ``i``
+        """Queue a run of data packets (:class:`~emu.core.datagram.Run`), packet ``i``
         on ``entropies[i]``."""
         dm = self._data_meta
         metas = [dm[e] if e in dm else self._ctrl_meta(e) for e in entropies]
@@ -516,7 +516,7 @@ class UetEngine(Engine):
             pdc = self.ini.get(pid)
             if pdc is not None:
                 self.initiator.pull(pdc, now)
-        if self.rudi.queue or self.rudi.retx_now:
+        if self.rudi.queue or self.rudi.retx.now:
             self.rudi.pull(now)
         out, self._out = self._out, []
         st = self.stats

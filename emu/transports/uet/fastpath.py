@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from emu.transports.base import Gather
+from emu.core.datagram import Gather
 from emu.transports.uet import ses_shape as SH
 from emu.wire.codec.uet import UetPacket
 from emu.wire.codec.uet_pds import PdsRequest
@@ -76,7 +76,7 @@ def middle_headers(k: int, typ: int, clear_psn_offset: int, psn: int, spdcid: in
                    ) -> bytearray:
     """The headers of ``k`` consecutive middle packets (no RETX, SOM or EOM; AR on the last
     one with ``ar_last``) of ``seg`` payload bytes each, back to back
-    (:class:`~emu.transports.base.Run`): the first one's fields, then PSN + 1, CLEAR_PSN
+    (:class:`~emu.core.datagram.Run`): the first one's fields, then PSN + 1, CLEAR_PSN
     offset − 1 (the same oldest PSN seen from one PSN later) and message offset + ``seg``
     per packet.
 

@@ -5,10 +5,10 @@ Why a module of its own: the PDS logic (:mod:`.pds`) is about reliability;
 *how much* to send and *on which entropy* are plug-ins it consults through
 a handful of hooks, so the plug-ins can change without touching PDS and PDS
 can change without knowing which plug-ins run. One :class:`FlowCtl` per
-engine keeps, per initiator PDC, the controller, the path policy, bytes in
-flight, and for each outstanding PSN the entropy and time it was sent on —
-what is needed to tell the right path and controller what an ACK, NACK or
-timeout means.
+engine keeps, per initiator PDC, the controller, the path policy and a
+:class:`~emu.core.reliable.paths.PathLedger` (bytes in flight, and for each
+outstanding PSN the entropy and time it was sent on) — what is needed to tell
+the right path and controller what an ACK, NACK or timeout means.
 
 Hooks (all sans-IO, ``now`` passed in):
 
@@ -38,6 +38,7 @@ from typing import Any
 from emu import cc as CC
 from emu import paths as P
 from emu.cc.rccc import RcccReceiver
+from emu.core.reliable.paths import PathLedger
 from emu.transports.uet import pdc as D
 from emu.transports.uet.pdc import InitiatorPdc, TargetPdc, TxPacket
 
@@ -51,10 +52,9 @@ class Flow:
 
     cc: CC.CongestionControl | None
     path: P.PathPolicy
-    in_flight: int = 0  # bytes of data packets sent and not yet ACKed
-    sent: dict[int, tuple[int, float]] = field(default_factory=dict)  # ext PSN → (entropy, t)
-    acked_bytes: int = 0  # released since the last on_ack
-    newest_sent: float | None = None  # send time of the newest packet released
+    #: entropy and send time per PSN, bytes in flight, what the last ACK released
+    #: (emu.core.reliable.paths)
+    ledger: PathLedger = field(default_factory=PathLedger)
     loss_at: float = -1.0  # last time a timeout was reported to cc (once per RTO round)
     credit_req_at: float | None = None
 
@@ -117,17 +117,17 @@ class FlowCtl:
         f = self.flow(pdc)
         if f.cc is None:
             return True
-        if f.in_flight and not pdc.unacked:
+        led = f.ledger
+        if led.in_flight and not pdc.sb.unacked:
             # packets dropped without an ACK (a NEW_START_PSN restart resends from
             # scratch): nothing is in flight any more
-            f.in_flight = 0
-            f.sent.clear()
-        allow = f.cc.send_allowance(f.in_flight)
-        if allow is None or allow >= nbytes or (allow > 0 and f.in_flight == 0
+            led.reset()
+        allow = f.cc.send_allowance(led.in_flight)
+        if allow is None or allow >= nbytes or (allow > 0 and led.in_flight == 0
                                                 and self.receiver is None):
             return True  # (a window below one packet still lets one packet through)
         if self.receiver is not None:
-            if not pdc.established and f.in_flight == 0:
+            if not pdc.established and led.in_flight == 0:
                 # a CREDIT can only reach an established PDC: the first packet (SYN)
                 # goes uncredited, once, and its ACK supplies the DPDCID
                 return True
@@ -143,7 +143,7 @@ class FlowCtl:
         f = self.flows.get(pdc.pdcid)
         if f is None or f.cc is None:
             return False
-        allow = f.cc.send_allowance(f.in_flight)
+        allow = f.cc.send_allowance(f.ledger.in_flight)
         return allow is not None and allow < nbytes
 
     def _ask_credit(self, pdc: InitiatorPdc, f: Flow, now: float) -> None:
@@ -166,17 +166,14 @@ class FlowCtl:
         f = self.flows.get(pdc.pdcid)
         if f is None or f.cc is None:
             return None
-        return f.cc.send_allowance(f.in_flight)
+        return f.cc.send_allowance(f.ledger.in_flight)
 
     def sent(self, pdc: InitiatorPdc, psn: int, k: int, nbytes: int, now: float) -> list[int]:
         """``k`` new data packets of ``nbytes`` each at PSNs ``psn …`` go out (a batch; one
         packet is a batch of one): account for them; returns their entropies."""
         f = self.flow(pdc)
         ents = f.path.choose_many(now, k)
-        sent = f.sent
-        for i, e in enumerate(ents):
-            sent[psn + i] = (e, now)
-        f.in_flight += k * nbytes
+        f.ledger.sent_many(psn, ents, nbytes, now)
         if f.cc is not None:
             f.cc.on_sent(k * nbytes, now)
         return ents
@@ -185,15 +182,15 @@ class FlowCtl:
         """A retransmission: a fresh entropy; after an RTO the old path is penalised and
         the controller told of a loss (once per timer round)."""
         f = self.flow(pdc)
-        old = f.sent.get(pkt.psn)
         if timeout:
+            old = f.ledger.sent.get(pkt.psn)
             if old is not None:
                 f.path.on_timeout(old[0], now)
             if f.cc is not None and f.loss_at != now:
                 f.loss_at = now
                 f.cc.on_loss(now)
         e = f.path.choose(now)
-        f.sent[pkt.psn] = (e, now)
+        f.ledger.resent(pkt.psn, e, now)
         if f.cc is not None:
             f.cc.on_sent(pkt.length, now)
         return e
@@ -203,18 +200,8 @@ class FlowCtl:
     def acked_many(self, pdc: InitiatorPdc, pkts: Any) -> None:
         """Packets released by an ACK (CACK, ACK_PSN or SACK), oldest first, in one call."""
         f = self.flows.get(pdc.pdcid)
-        if f is None:
-            return
-        sent = f.sent
-        for pkt in pkts:
-            s = sent.pop(pkt.psn, None)
-            if s is None:
-                continue
-            n = pkt.length
-            f.in_flight -= n
-            f.acked_bytes += n
-            if f.newest_sent is None or s[1] > f.newest_sent:
-                f.newest_sent = s[1]
+        if f is not None:
+            f.ledger.released(pkts)
 
     def on_ack(self, pdc: InitiatorPdc, entropy: int | None, ack: Any, now: float) -> None:
         """After an ACK was applied: the path learns from its entropy and M bit, the
@@ -223,13 +210,11 @@ class FlowCtl:
         if f is None:
             return
         ecn = bool(ack.m)
-        rtt = None if f.newest_sent is None else now - f.newest_sent
+        acked, rtt = f.ledger.feedback(now)
         if entropy is not None:
             f.path.on_ack(entropy, now, ecn=ecn, rtt=rtt)
-        if f.cc is not None and (f.acked_bytes or ecn):
-            f.cc.on_ack(f.acked_bytes, now, ecn_echo=ecn, rtt=rtt)
-        f.acked_bytes = 0
-        f.newest_sent = None
+        if f.cc is not None and (acked or ecn):
+            f.cc.on_ack(acked, now, ecn_echo=ecn, rtt=rtt)
 
     def on_nack(self, pdc: InitiatorPdc, entropy: int | None, nack: Any, now: float) -> None:
         """After a NACK: penalise its path; trims and other "retransmit" codes are a loss
@@ -244,7 +229,7 @@ class FlowCtl:
         if f.cc is None or D.NACK_REACTIONS.get(code) is not D.Reaction.RETRANSMIT:
             return
         if trimmed:
-            pkt = pdc.unacked.get(pdc.ext(nack.nack_psn))
+            pkt = pdc.sb.unacked.get(pdc.ext(nack.nack_psn))
             f.cc.on_trim(pkt.length if pkt is not None else self.h.mtu, now)
         else:
             f.cc.on_loss(now)
@@ -269,5 +254,5 @@ class FlowCtl:
         f = self.flows.get(pdcid)
         if f is None:
             return {}
-        return {"in_flight": f.in_flight, "path": f.path.state(),
+        return {"in_flight": f.ledger.in_flight, "path": f.path.state(),
                 "cc": None if f.cc is None else f.cc.state()}

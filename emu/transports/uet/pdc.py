@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.psn import PSN32
+from emu.core.reliable.retransmit import RetransmitQueue
+from emu.core.reliable.scoreboard import Scoreboard
+from emu.core.reliable.window import RecvWindow
 from emu.core.reorder import PlacementTracker
 from emu.core.rto import RtoEstimator
 from emu.core.sack import RangeSet
@@ -224,7 +227,9 @@ class TxPacket:
 
 @dataclass(eq=False)
 class InitiatorPdc:
-    """The initiator half: PSN allocation, the outstanding set, retransmission state."""
+    """The initiator half: messages, the PDC's state and UET's own fields; PSN allocation,
+    the outstanding set and the resends owed are the shared core's (``sb``,
+    :class:`emu.core.reliable.scoreboard.Scoreboard`)."""
 
     pdcid: int
     peer: str  # canonical host address of the target (lookup key)
@@ -234,13 +239,10 @@ class InitiatorPdc:
     window: int  # MP_RANGE in PSNs (ours, lowered to the peer's advertised mpr)
     dpdcid: int | None = None
     state: PdcState = PdcState.SYN_SENT
-    next_psn: int = 0  # extended
+    #: PSNs handed out and outstanding, and the resends owed (emu.core.reliable)
+    sb: Scoreboard[TxPacket] = field(init=False)
     queue: deque[TxMessage] = field(default_factory=deque)  # not yet fully segmented
     msgs: dict[int, TxMessage] = field(default_factory=dict)  # message_id → in flight
-    unacked: dict[int, TxPacket] = field(default_factory=dict)  # ext PSN → packet (PSN order)
-    sacked: set[int] = field(default_factory=set)  # ext PSNs the target reported
-    retx_now: deque[int] = field(default_factory=deque)  # ext PSNs to resend at once
-    retx_later: dict[int, float] = field(default_factory=dict)  # ext PSN → not before
     timers: TimerSet = field(default_factory=TimerSet)
     next_msg_id: int = 0
     ctl_pending: list[tuple[int, int]] = field(default_factory=list)  # (CP type, ext PSN)
@@ -255,7 +257,7 @@ class InitiatorPdc:
     rtt: RtoEstimator = field(default_factory=RtoEstimator)
 
     def __post_init__(self) -> None:
-        self.next_psn = self.start_psn
+        self.sb = Scoreboard(PSN32, self.start_psn)
 
     def move(self, new: PdcState) -> PdcState:
         """Change state along :data:`PDC_TRANSITIONS`; returns the old state."""
@@ -268,13 +270,21 @@ class InitiatorPdc:
     @property
     def oldest(self) -> int:
         """The oldest unACKed extended PSN (= CLEAR_PSN), or next_psn when all are ACKed."""
-        for p in self.unacked:
-            return p
-        return self.next_psn
+        return self.sb.oldest
+
+    @property
+    def next_psn(self) -> int:
+        """The extended PSN the next request or CP takes."""
+        return self.sb.next_psn
+
+    @property
+    def unacked(self) -> dict[int, TxPacket]:
+        """Outstanding packets, extended PSN → packet, in PSN order."""
+        return self.sb.unacked
 
     def ext(self, wire_psn: int) -> int:
         """Unwrap a wire PSN against our sending position."""
-        return PSN32.unwrap(wire_psn, self.next_psn)
+        return PSN32.unwrap(wire_psn, self.sb.next_psn)
 
     @property
     def established(self) -> bool:
@@ -361,19 +371,11 @@ class PsnMessages:
         return self.count
 
 
-class Rx(enum.Enum):
-    """A request's PSN as its target PDC sees it (:meth:`TargetPdc.classify`)."""
-
-    NEW = "new"  # in the window, not received yet: place it
-    DUPLICATE = "duplicate"  # in the window, received already: ACK again
-    STALE = "stale"  # behind the window: a stray, dropped
-    OUT_OF_WINDOW = "out_of_window"  # beyond the window: NACK PSN_OOR_WINDOW
-    AHEAD_ROD = "ahead_rod"  # ROD only: past the first missing PSN (dropped, ROD_OOO)
-
-
 @dataclass(eq=False)
 class TargetPdc:
-    """The target half: which PSNs arrived, ACK accounting, SES placement state."""
+    """The target half: ACK accounting, CLEAR_PSN, SES placement state; which PSNs arrived
+    and what a request's PSN is are the shared core's (``win``,
+    :class:`emu.core.reliable.window.RecvWindow`)."""
 
     pdcid: int
     peer: str  # canonical host of the initiator
@@ -381,13 +383,13 @@ class TargetPdc:
     ini_pdcid: int  # the initiator's PDCID = DPDCID of our ACKs
     start_psn: int  # wire value of the incarnation's Start_PSN
     window: int
-    rcvd: RangeSet = field(init=False)
+    #: the PSN window (emu.core.reliable): what arrived, the verdict on a request, the SACK
+    win: RecvWindow = field(init=False)
     clear_psn: int = 0  # extended; PSNs below it were seen ACKed by the initiator
     bytes_since_ack: int = 0
     #: first_missing when we last asked for a CLEAR (ask again only half a window later)
     clear_asked: int = -(1 << 40)
     rcvd_bytes: int = 0
-    ooo: int = 0  # packets accepted ahead of the first missing PSN
     placement: PlacementTracker[int] = field(default_factory=PlacementTracker)
     responses: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
     sends: dict[int, RecvAssign] = field(default_factory=dict)
@@ -405,35 +407,33 @@ class TargetPdc:
     confirmed: bool = False
 
     def __post_init__(self) -> None:
-        self.rcvd = RangeSet(PSN32, self.start_psn)
-        self.clear_psn = self.rcvd.floor_ext
+        # ROD delivers only the in-order prefix: a PSN past the hole is Rx.AHEAD (.rod)
+        self.win = RecvWindow(PSN32, self.start_psn, self.window, ordered=self.mode is Mode.ROD)
+        self.clear_psn = self.win.first_missing
+
+    @property
+    def rcvd(self) -> RangeSet:
+        """The PSNs received at or above the first missing one."""
+        return self.win.rcvd
+
+    @property
+    def ooo(self) -> int:
+        """Packets accepted ahead of the first missing PSN."""
+        return self.win.ooo
 
     @property
     def first_missing(self) -> int:
-        """Extended PSN of the first PSN not received (the floor after :meth:`advance`)."""
-        return self.rcvd.floor_ext
+        """Extended PSN of the first PSN not received (CACK_PSN + 1)."""
+        return self.win.rcvd.floor_ext
 
     def ext(self, wire_psn: int) -> int:
-        return PSN32.unwrap(wire_psn, self.rcvd.floor_ext)
-
-    def classify(self, psn: int) -> Rx:
-        """What a request at extended ``psn`` is to this PDC — the one receive verdict
-        the general path (``Target.on_request``) and the WRITE fast path
-        (``Target.write_middle``) both act on (uet.md: Behaviour, Window)."""
-        fm = self.rcvd.floor_ext
-        if psn == fm:
-            return Rx.NEW  # the usual case: the next PSN in order
-        if not -self.window <= psn - fm < self.window:
-            return Rx.STALE if psn < fm else Rx.OUT_OF_WINDOW
-        if psn < fm or psn in self.rcvd:
-            return Rx.DUPLICATE
-        return Rx.AHEAD_ROD if self.mode is Mode.ROD else Rx.NEW
+        return PSN32.unwrap(wire_psn, self.win.rcvd.floor_ext)
 
     def clear_to(self, cp: int) -> None:
         """CLEAR_PSN (extended ``cp``, from a request's clear_psn_offset or a CP CLEAR)
         moves up, never past one beyond the first missing PSN: the initiator has seen
         everything below it ACKed (uet.md: PDS headers — CLEAR_PSN)."""
-        if self.clear_psn < cp <= self.rcvd.floor_ext + 1:
+        if self.clear_psn < cp <= self.win.rcvd.floor_ext + 1:
             self.clear_psn = cp
 
     def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
@@ -469,17 +469,15 @@ def snapshot(pdc: InitiatorPdc | TargetPdc) -> dict[str, Any]:
             "window": pdc.window, "mode": pdc.mode.name.lower()}
 
 
-def release_due(later: dict[Any, float], due: Any, now: float) -> float | None:
-    """Move the keys of ``later`` (key → time) whose time has come onto ``due`` (a deque),
-    in order; return the earliest time still pending (for the "nack" timer), or None.
+def resend_for_nack(retx: RetransmitQueue[Any], timers: TimerSet, key: Any, code: int,
+                    now: float, delay: float) -> None:
+    """Owe ``key`` a resend for a "retransmit" NACK: a trimmed packet at once (uet.md:
+    Trimming — no waiting for a timeout), any other code after ``delay`` (the "nack"
+    timer), so a packet merely reordered behind the NACK can still be ACKed first.
 
-    The delayed resends after a non-trim "retransmit" NACK, shared by the PDC
-    initiator and RUDI (which has no PDC)."""
-    nxt = None
-    for k, t in list(later.items()):
-        if t <= now:
-            del later[k]
-            due.append(k)
-        elif nxt is None or t < nxt:
-            nxt = t
-    return nxt
+    The one rule for the PDC initiator and RUDI (which has no PDC)."""
+    if code in TRIM_CODES:
+        retx.at_once(key)
+    else:
+        retx.after(key, now + delay)
+        timers.set_if_earlier("nack", now + delay)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from emu.core.cq import WcStatus
 from emu.core.psn import PSN32
-from emu.core.sack import bitmap_runs
+from emu.core.reliable.retransmit import expired
 from emu.core.trace import Trace
 from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
@@ -151,17 +151,18 @@ class Initiator:
             ctl, psn = pdc.ctl_pending.pop(0)
             h.emit(control_packet(pdc, ctl, psn), pdc.addr, None, True)
             st["tx_cp"] += 1
-        while pdc.retx_now:
-            self._retransmit(pdc, pdc.retx_now.popleft(), now)
+        owed = pdc.sb.retx.now
+        while owed:
+            self._retransmit(pdc, owed.popleft(), now)
         self._send_new(pdc, now)
         if (pdc.state is PdcState.CLOSING and pdc.close_psn is None and not pdc.queue
-                and not pdc.unacked and not pdc.msgs):
+                and not pdc.sb.unacked and not pdc.msgs):
             self._send_close(pdc, now)
 
     def _retransmit(self, pdc: InitiatorPdc, psn: int, now: float, reason: str = "nack") -> None:
         """Resend one packet with RETX|AR (uet.md: Retransmit); a new entropy, so a
         retransmission avoids the path that lost it."""
-        pkt = pdc.unacked.get(psn)
+        pkt = pdc.sb.unacked.get(psn)
         if pkt is None:
             return
         pkt.sent_at = now
@@ -190,16 +191,17 @@ class Initiator:
     def _send_new(self, pdc: InitiatorPdc, now: float) -> None:
         """New packets while the window and the controller allow, batch after batch."""
         h = self.h
+        sb = pdc.sb
         win = pdc.send_window()
         while pdc.queue and pdc.state is not PdcState.CLOSED:
-            if pdc.next_psn - pdc.oldest >= win:
+            if sb.span >= win:
                 h.stats["tx_window_full"] += 1
                 return
             msg = pdc.queue[0]
             k, n, run = self._plan(pdc, msg, now, win)
             if not k:
                 return
-            oldest, off = pdc.oldest, msg.next_offset
+            oldest, off = sb.oldest, msg.next_offset
             first, ents, eom = self._commit(pdc, msg, k, n, now)
             self._encode(pdc, msg, first, off, k, n, oldest, ents,
                          self._asks_ack(pdc, eom, win), run, now)
@@ -229,10 +231,11 @@ class Initiator:
             return 0
         h = self.h
         mtu = h.mtu
+        sb = pdc.sb
         k = min((msg.length - msg.next_offset - 1) // mtu,  # full packets before the last
-                win - (pdc.next_psn - pdc.oldest), 64,
-                # a run's PSN field counts up without wrapping (emu.transports.base.Run)
-                _M + 1 - (pdc.next_psn & _M))
+                win - sb.span, 64,
+                # a run's PSN field counts up without wrapping (emu.core.datagram.Run)
+                _M + 1 - (sb.next_psn & _M))
         if k <= 0:
             return 0
         fl = h.flowctl
@@ -252,13 +255,13 @@ class Initiator:
         off = msg.next_offset
         if off == 0:
             pdc.msgs[msg.message_id] = msg
-        psn = first = pdc.next_psn
-        unacked = pdc.unacked
+        sb = pdc.sb
+        psn = first = sb.take(k)
+        unacked = sb.unacked  # (Scoreboard.track, inlined: a dict store per packet)
         for _ in range(k):
             unacked[psn] = TxPacket(psn, msg, off, n, now)
             psn += 1
             off += n
-        pdc.next_psn = psn
         msg.unacked += k
         msg.next_offset = off
         eom = off >= msg.length
@@ -274,12 +277,12 @@ class Initiator:
     def _asks_ack(self, pdc: InitiatorPdc, eom: bool, win: int) -> bool:
         """AR on a batch's last packet: on a message's last packet and on the last we can
         send for now, so the tail never waits for the RTO (uet.md: ACK generation — AR)."""
-        return (eom or not pdc.queue or pdc.next_psn - pdc.oldest >= win
+        return (eom or not pdc.queue or pdc.sb.span >= win
                 or self.h.flowctl.blocks(pdc, self.h.mtu))
 
     def _encode(self, pdc: InitiatorPdc, msg: TxMessage, first: int, off: int, k: int,
                 n: int, oldest: int, ents: list[int], ar: bool, run: bool, now: float) -> None:
-        """Emit a committed batch: a run as one :class:`~emu.transports.base.Run` when the
+        """Emit a committed batch: a run as one :class:`~emu.core.datagram.Run` when the
         daemon takes them (``runs``), else one request per packet; AR on the last."""
         h = self.h
         if run:
@@ -303,12 +306,12 @@ class Initiator:
 
     def _send_close(self, pdc: InitiatorPdc, now: float) -> None:
         """CLOSE consumes a PSN and asks for an ACK (uet.md: Behaviour, Close)."""
-        if pdc.next_psn == pdc.start_psn:  # never sent anything: nothing to tear down
+        sb = pdc.sb
+        if sb.next_psn == sb.start:  # never sent anything: nothing to tear down
             self._end(pdc, PdcState.CLOSED, "closed (unused)", None)
             return
-        psn = pdc.close_psn = pdc.next_psn
-        pdc.next_psn += 1
-        pdc.unacked[psn] = TxPacket(psn, None, 0, 0, now, ctl_type=D.CP_CLOSE)
+        psn = pdc.close_psn = sb.take(1)
+        sb.track(TxPacket(psn, None, 0, 0, now, ctl_type=D.CP_CLOSE))
         self.h.emit(control_packet(pdc, D.CP_CLOSE, psn), pdc.addr, None, True)
         self.h.stats["tx_close"] += 1
         self._arm(pdc, now)
@@ -327,7 +330,7 @@ class Initiator:
         spd = pds.spdcid
         if pdc.dpdcid is not None and spd != pdc.dpdcid and (is_ack or spd):
             return "rx_drop_reply_pdcid"
-        if is_ack and pdc.ext(pds.cack_psn) >= pdc.next_psn:
+        if is_ack and pdc.ext(pds.cack_psn) >= pdc.sb.next_psn:
             return "rx_drop_ack_unsent"
         return None
 
@@ -336,7 +339,7 @@ class Initiator:
         an outstanding packet, the CLOSE, or the last packet of a message still waiting
         for its response (the PSN of our ACK_REQ). A forger blind to our PSNs hits
         this set with odds of about a window in 2^32."""
-        if psn in pdc.unacked or psn == pdc.close_psn:
+        if psn in pdc.sb.unacked or psn == pdc.close_psn:
             return True
         return any(m.eom_psn == psn and m.waiting_since is not None for m in pdc.msgs.values())
 
@@ -359,21 +362,25 @@ class Initiator:
             pdc.window = min(pdc.window, mpr * D.MPR_UNIT)
         if ack.m:
             pdc.last_ack_ecn += 1
+        sb = pdc.sb
         cack = pdc.ext(ack.cack_psn)
         if h.rto_max > h.rto and not ack.p:
-            pkt = pdc.unacked.get(cack + ack.ack_psn_offset)
-            if pkt is not None and not pkt.resent:
-                # one round trip (Karn's rule: not from a resent packet; emu.core.rto)
-                pdc.rtt.sample(now - pkt.sent_at, h.rto, h.rto_max)
-        self._acked_through(pdc, cack, now)
+            r = sb.round_trip(cack + ack.ack_psn_offset, now)  # (Karn's rule)
+            if r is not None:
+                pdc.rtt.sample(r, h.rto, h.rto_max)  # (emu.core.rto)
+        # release what the ACK covers: cumulatively (CACK), by name (ACK_PSN), by SACK
+        pkts = sb.ack_through(cack)
+        if pkts:
+            self._released(pdc, pkts, now)
         if not ack.p:
-            self._acked(pdc, cack + ack.ack_psn_offset, now)
+            pkt = sb.ack(cack + ack.ack_psn_offset)
+            if pkt is not None:
+                self._released(pdc, (pkt,), now)
         bm = getattr(ack, "sack_bitmap", 0)
         if bm:
-            base = cack + ack.sack_psn_offset
-            for off, n in bitmap_runs(bm):
-                for k in range(n):
-                    self._acked(pdc, base + off + k, now)
+            pkts = sb.sack(cack + ack.sack_psn_offset, bm)
+            if pkts:
+                self._released(pdc, pkts, now)
         if rsp is not None:
             msg = pdc.msgs.get(rsp.message_id)
             if msg is not None and msg.all_sent:
@@ -383,42 +390,23 @@ class Initiator:
             pdc.ctl_pending.append((D.CP_CLEAR, pdc.oldest))
         elif ack.req == D.ACK_REQ_CLOSE and pdc.state is PdcState.ESTABLISHED:
             pdc.move(PdcState.CLOSING)  # the target asks us to close (uet.md: Close)
-        if not pdc.unacked and not any(m.waiting_since is not None for m in pdc.msgs.values()):
+        if not sb.unacked and not any(m.waiting_since is not None for m in pdc.msgs.values()):
             pdc.timers.cancel("retx")  # nothing left to time out
         if h.trace.enabled:
             h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
                                  sack=bm, outstanding=len(pdc.unacked))
 
-    def _acked(self, pdc: InitiatorPdc, psn: int, now: float) -> None:
-        pkt = pdc.unacked.pop(psn, None)
-        if pkt is not None:
-            self._released(pdc, (pkt,), now)
-
-    def _acked_through(self, pdc: InitiatorPdc, cack: int, now: float) -> None:
-        """:meth:`_acked` for every outstanding PSN up to ``cack`` — the cumulative part of
-        an ACK — oldest first, with the same effects in the same order.
-
-        Why one loop: an ACK of a daemon's transfer releases ~20 packets, and three
-        method calls per packet (release, flow accounting, message check) were most
-        of the initiator's ~1 µs of ACK processing per data packet."""
-        unacked = pdc.unacked
-        pkts = []
-        for p in list(unacked):  # extended PSNs, oldest first (the order they were sent)
-            if p > cack:
-                break
-            pkts.append(unacked.pop(p))
-        if pkts:
-            self._released(pdc, pkts, now)
-
     def _released(self, pdc: InitiatorPdc, pkts: Any, now: float) -> None:
-        """Packets an ACK took out of the outstanding set, oldest first: the controller's
-        accounting, no delayed resend, and each message's count (complete at zero); a
-        released CLOSE ends the PDC."""
+        """Packets an ACK took out of the outstanding set (the scoreboard already dropped any
+        resend they were owed), oldest first: the controller's accounting and each
+        message's count (complete at zero); a released CLOSE ends the PDC.
+
+        Why one call per ACK part, not per packet: an ACK of a daemon's transfer
+        releases ~20 packets, and three method calls per packet (release, flow
+        accounting, message check) were most of the initiator's ~1 µs of ACK
+        processing per data packet."""
         self.h.flowctl.acked_many(pdc, pkts)
-        later = pdc.retx_later
         for pkt in pkts:
-            if later:
-                later.pop(pkt.psn, None)
             if pkt.ctl_type == D.CP_CLOSE:
                 self._end(pdc, PdcState.CLOSED, "closed", None)
                 return
@@ -453,6 +441,7 @@ class Initiator:
                                   reaction=reaction.value)
         if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
             return
+        sb = pdc.sb
         psn = pdc.ext(nack.nack_psn)
         if (reaction is not Reaction.RETRANSMIT or code == D.NACK_ROD_OOO) and (
                 reaction is not Reaction.IGNORE and not self._nack_for_us(pdc, psn)):
@@ -461,17 +450,13 @@ class Initiator:
         if code == D.NACK_ROD_OOO and pdc.mode is D.Mode.ROD:
             rod.go_back(self, pdc, psn, now)
         elif reaction is Reaction.RETRANSMIT:
-            if psn not in pdc.unacked:
+            if psn not in sb.unacked:
                 # it arrived after all (SACK/ACK showed it): ask for fresh ACK state
                 # instead of resending data (uet.md: Retransmit)
-                if pdc.established and pdc.start_psn <= psn < pdc.next_psn:
+                if pdc.established and sb.sent(psn):
                     pdc.ctl_pending.append((D.CP_ACK_REQ, psn))
                 return
-            if code in D.TRIM_CODES:
-                pdc.retx_now.append(psn)  # no waiting for a timeout (uet.md: Trimming)
-            else:
-                pdc.retx_later[psn] = now + h.nack_retx_delay
-                pdc.timers.set_if_earlier("nack", now + h.nack_retx_delay)
+            D.resend_for_nack(sb.retx, pdc.timers, psn, code, now, h.nack_retx_delay)
         elif reaction is Reaction.CLOSE:
             if pdc.state is PdcState.CLOSING and psn == pdc.close_psn:
                 self._end(pdc, PdcState.CLOSED, "closed (target had forgotten it)", None)
@@ -492,11 +477,9 @@ class Initiator:
         pdc.msgs.clear()
         pdc.queue.clear()
         pdc.queue.extend(unfinished)
-        pdc.unacked.clear()
-        pdc.retx_now.clear()
-        pdc.retx_later.clear()
+        pdc.sb.restart(new_start & _M)
         pdc.timers.clear()
-        pdc.start_psn = pdc.next_psn = new_start & _M
+        pdc.start_psn = new_start & _M
         pdc.dpdcid = None
         pdc.close_psn = None
         if pdc.state is PdcState.ESTABLISHED:
@@ -514,7 +497,7 @@ class Initiator:
             if h.trace.enabled:  # "retx" is the RTO; "nack" the delayed NACK resend
                 h.trace.timer_fired(now, pdc=pdc.pdcid, timer=name)
             if name == "nack":
-                nxt = D.release_due(pdc.retx_later, pdc.retx_now, now)
+                nxt = pdc.sb.retx.release_due(now)
                 if nxt is not None:
                     pdc.timers.set("nack", nxt)
             elif name == "retx":
@@ -525,18 +508,15 @@ class Initiator:
     def _rto(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h
         rto = self.rto_of(pdc)
-        nxt: float | None = None
-        for pkt in list(pdc.unacked.values()):
-            due = pkt.sent_at + rto
-            if due > now:
-                nxt = due if nxt is None or due < nxt else nxt
-                continue
+        due, nxt = expired(pdc.sb.unacked.values(), now, rto)
+        for pkt in due:
             if pkt.retries >= h.max_retries:
                 self.fail(pdc, WcStatus.RETRY_EXC_ERR, "retries exhausted")
                 return
             pkt.retries += 1
             h.stats["rto_retransmits"] += 1
             self._retransmit(pdc, pkt.psn, now, reason="rto")
+        if due:
             nxt = now + rto if nxt is None or now + rto < nxt else nxt
         for msg in pdc.msgs.values():
             w = msg.waiting_since
@@ -570,9 +550,7 @@ class Initiator:
     def _end(self, pdc: InitiatorPdc, state: PdcState, reason: str,
              status: WcStatus | None) -> None:
         old = pdc.move(state)
-        pdc.unacked.clear()
-        pdc.retx_now.clear()
-        pdc.retx_later.clear()
+        pdc.sb.clear()
         pdc.ctl_pending.clear()
         pdc.timers.clear()
         self.h.pdc_ended(pdc, old, reason, status)

@@ -50,14 +50,7 @@ def target_out_of_order(target: Any, t: TargetPdc, pds: Any, addr: Any, ent: int
 def go_back(initiator: Any, pdc: InitiatorPdc, psn: int, now: float) -> None:
     """ROD_OOO: resend every unACKed PSN from extended ``psn`` on, in PSN order (the
     target dropped them all); packets already queued for resending are not doubled."""
-    queued = set(pdc.retx_now)
-    n = 0
-    for p in pdc.unacked:
-        if p >= psn and p not in queued:
-            pdc.retx_later.pop(p, None)
-            pdc.retx_now.append(p)
-            n += 1
-    initiator.h.stats["rod_go_back_packets"] += n
+    initiator.h.stats["rod_go_back_packets"] += pdc.sb.go_back(psn)  # (emu.core.reliable)
 
 
 def ready_in_order(pdc: InitiatorPdc, msg: TxMessage) -> list[TxMessage]:

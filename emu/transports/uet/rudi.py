@@ -34,6 +34,7 @@ from typing import Any
 
 from emu.core.cq import WcStatus
 from emu.core.memory import Access, MemoryAccessError
+from emu.core.reliable.retransmit import RetransmitQueue, expired
 from emu.core.timers import TimerSet
 from emu.transports.base import ECN_CE
 from emu.transports.uet import pdc as D
@@ -77,8 +78,7 @@ class Rudi:
         self.h = host
         self.queue: deque[tuple[TxMessage, Any]] = deque()  # not yet fully segmented
         self.out: dict[int, RudiPacket] = {}  # pkt_id → outstanding packet
-        self.retx_now: deque[int] = deque()
-        self.retx_later: dict[int, float] = {}
+        self.retx: RetransmitQueue[int] = RetransmitQueue()  # pkt_ids owed a resend
         self.timers = TimerSet()
         self._next_id = host.rng.getrandbits(32)
         self._next_msg_id = 0
@@ -99,8 +99,9 @@ class Rudi:
 
     def pull(self, now: float) -> None:
         """Emit retransmissions due now, then new packets within the window."""
-        while self.retx_now:
-            rp = self.out.get(self.retx_now.popleft())
+        owed = self.retx.now
+        while owed:
+            rp = self.out.get(owed.popleft())
             if rp is not None:
                 self._emit(rp, now, retx=True)
                 self.h.stats["tx_rudi_retransmits"] += 1
@@ -160,18 +161,14 @@ class Rudi:
             return
         reaction = D.NACK_REACTIONS.get(code, Reaction.IGNORE)
         if reaction is Reaction.RETRANSMIT:
-            if code in D.TRIM_CODES:
-                self.retx_now.append(rp.pkt_id)
-            else:
-                t = now + self.h.nack_retx_delay
-                self.retx_later[rp.pkt_id] = t
-                self.timers.set_if_earlier("nack", t)
+            D.resend_for_nack(self.retx, self.timers, rp.pkt_id, code, now,
+                              self.h.nack_retx_delay)
         elif reaction is not Reaction.IGNORE:
             self._end(rp.msg, WcStatus.REM_OP_ERR, 0, code)
 
     def _forget(self, rp: RudiPacket) -> None:
         del self.out[rp.pkt_id]
-        self.retx_later.pop(rp.pkt_id, None)
+        self.retx.forget(rp.pkt_id)
 
     def _end(self, msg: TxMessage, status: WcStatus, rc: int, vendor: int) -> None:
         """Fail ``msg``: drop its outstanding and unsent packets, complete it once."""
@@ -190,17 +187,13 @@ class Rudi:
         h = self.h
         for name in self.timers.expired(now):
             if name == "nack":
-                nxt = D.release_due(self.retx_later, self.retx_now, now)
+                nxt = self.retx.release_due(now)
                 if nxt is not None:
                     self.timers.set("nack", nxt)
                 continue
-            nxt = None
-            for rp in list(self.out.values()):
+            due, nxt = expired(self.out.values(), now, h.rto)
+            for rp in due:
                 if rp.pkt_id not in self.out:  # its message failed meanwhile
-                    continue
-                due = rp.sent_at + h.rto
-                if due > now:
-                    nxt = due if nxt is None or due < nxt else nxt
                     continue
                 if rp.retries >= h.max_retries:
                     h.stats["rudi_retries_exhausted"] += 1
@@ -208,7 +201,7 @@ class Rudi:
                     continue
                 rp.retries += 1
                 h.stats["rto_retransmits"] += 1
-                self.retx_now.append(rp.pkt_id)
+                self.retx.at_once(rp.pkt_id)
                 rp.sent_at = now
                 nxt = now + h.rto if nxt is None or now + h.rto < nxt else nxt
             if nxt is not None:

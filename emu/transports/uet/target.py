@@ -14,13 +14,14 @@ from typing import Any
 
 from emu.core.memory import Access, MemoryAccessError
 from emu.core.psn import PSN32
+from emu.core.reliable.window import Rx
 from emu.core.reorder import PlaceStatus
 from emu.transports.base import ECN_CE
 from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
-from emu.transports.uet.pdc import PdcIds, Rx, TargetPdc
+from emu.transports.uet.pdc import PdcIds, TargetPdc
 from emu.transports.uet.pds import nack_packet, s16
 from emu.wire.codec.uet import PdsAckCcNscc, encode_packet
 
@@ -123,7 +124,7 @@ class Target:
                 return
             assert t is not None
         psn = t.ext(pds.psn)
-        v = t.classify(psn)
+        v = t.win.classify(psn)
         if v is Rx.STALE:
             # far from the window: a stray or a forgery (a SYN's PDC was matched by its
             # Start_PSN, so only a request without SYN gets here); it moves nothing
@@ -144,7 +145,7 @@ class Target:
             rsp = t.response_for_psn(psn)
             self.ack(t, psn, ent, ecn == ECN_CE, pds.retx, rsp)
             return
-        if v is Rx.AHEAD_ROD:  # only the in-order prefix (see .rod)
+        if v is Rx.AHEAD:  # ROD: only the in-order prefix (see .rod)
             rod.target_out_of_order(self, t, pds, addr, ent, ecn)
             return
         ses = S.SH.request_view(pkt, psn)  # small, medium or standard alike (.ses_shape)
@@ -170,15 +171,13 @@ class Target:
         mark it received, then ACK per the ACK-generation rules (uet.md: Behaviour) —
         at once for AR/SYN/CE/a response/a CLEAR request, else every ``ack_bytes``."""
         h = self.h
-        rs = t.rcvd
-        if psn > rs.floor_ext:
-            t.ooo += 1
-        rs.add_advance(psn & _M)
+        win = t.win
+        win.accept(psn)
         t.rcvd_bytes += n
         t.bytes_since_ack += n if n > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
         t.psn_msg.add(psn, mid)
         h.stats["rx_data_packets"] += 1
-        fm = rs.floor_ext
+        fm = win.rcvd.floor_ext
         half = t.window // 2
         # CLEAR_PSN lags by more than half the window: ask once, not on every ACK while the
         # initiator's answer (or its next requests' clear_psn_offset) is on its way
@@ -218,7 +217,8 @@ class Target:
         psn = t.first_missing
         # only the next PSN in order with nothing held above (the wire PSN equals the
         # floor's: t.ext(wpsn) without the call), which classify() calls NEW
-        if wpsn != psn & _M or not t.rcvd.contiguous or t.classify(psn) is not Rx.NEW:
+        win = t.win
+        if wpsn != psn & _M or not win.rcvd.contiguous or win.classify(psn) is not Rx.NEW:
             return False
         # the message and region of the previous packet of this PDC, if this one continues
         # them: one check per message, not per packet (a deregistered region is invalid)
@@ -352,7 +352,7 @@ class Target:
         psn = t.ext(pds.psn)
         if ctl == D.CP_ACK_REQ:
             h.stats["rx_ack_req"] += 1
-            got = psn < t.first_missing or psn in t.rcvd
+            got = t.win.received(psn)
             self.ack(t, psn if got else t.first_missing - 1, ent, ecn == ECN_CE, pds.retx,
                      t.response_for_psn(psn) if got else None)
         elif ctl == D.CP_CLEAR:
@@ -377,13 +377,11 @@ class Target:
         """ACK_CC for extended ``psn``: SACK base = CACK + 1 (or later, so the bitmap
         still holds ``psn``), bit i = base + i, LSB first (uet.md: ACK generation)."""
         h = self.h
-        cack = t.first_missing - 1
-        base = cack + 1 if psn - cack <= 64 else psn - 63
-        bm = t.rcvd.to_bitmap(base & _M, below_floor=True)
+        cack, base, bm = t.win.sack(psn)
         if rsp is None:  # the common case, in one struct call (.fastpath)
             h.emit(FP.ack_cc_nscc(0, int(m), int(retx), req, s16(psn - cack), cack & _M,
                                   t.pdcid, t.ini_pdcid, h.mpr, s16(base - cack), bm,
-                                  t.rcvd_bytes & 0xFFFFFF, min(len(t.rcvd), 0xFFFF)),
+                                  t.rcvd_bytes & 0xFFFFFF, min(len(t.win.rcvd), 0xFFFF)),
                    t.addr, entropy, True)
         else:
             hdr = PdsAckCcNscc(next_hdr=_NH_RSP, m=int(m), retx=int(retx), req=req,
@@ -391,7 +389,7 @@ class Target:
                                spdcid=t.pdcid, dpdcid=t.ini_pdcid, cc_type=0, mpr=h.mpr,
                                sack_psn_offset=s16(base - cack), sack_bitmap=bm,
                                rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
-                               ooo_count=min(len(t.rcvd), 0xFFFF))
+                               ooo_count=min(len(t.win.rcvd), 0xFFFF))
             # a READ / fetching atomic answers with data, in as many packets as it needs
             for nh, ses, data in self.ses.response_parts(t, rsp, h.job_id):
                 hdr.next_hdr = nh

@@ -1,0 +1,115 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""emu.core.reliable.scoreboard: the sender's outstanding PSNs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from emu.core.psn import PSN32
+from emu.core.reliable.scoreboard import Scoreboard
+
+NEAR_WRAP = (1 << 32) - 3
+
+
+@dataclass
+class Pkt:
+    psn: int
+    sent_at: float
+    resent: bool = False
+
+
+def sent(sb: Scoreboard[Pkt], k: int, now: float = 0.0) -> list[int]:
+    first = sb.take(k)
+    for p in range(first, first + k):
+        sb.track(Pkt(p, now))
+    return list(range(first, first + k))
+
+
+def test_release_cumulative_named_and_sacked():
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, NEAR_WRAP)
+    assert sb.oldest == sb.next_psn == NEAR_WRAP and sb.span == 0
+    ps = sent(sb, 10)
+    assert sb.span == 10 and sb.oldest == ps[0] and len(sb) == 10
+    assert sb.ext(ps[5] & PSN32.mask) == ps[5]  # across the 32-bit wrap
+    assert [p.psn for p in sb.ack_through(ps[2])] == ps[:3]
+    assert sb.ack(ps[4]) is not None and sb.ack(ps[4]) is None  # released once
+    assert [p.psn for p in sb.sack(ps[3], 0b11110)] == ps[5:8]  # ps[4] gone already
+    assert list(sb.unacked) == [ps[3], ps[8], ps[9]] and sb.oldest == ps[3]
+    assert sb.span == sb.next_psn - ps[3]
+    assert sb.sent(ps[0]) and sb.sent(ps[9]) and not sb.sent(ps[9] + 1)
+
+
+def test_round_trip_follows_karns_rule():
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, 0)
+    a, b = sent(sb, 2, now=1.0)
+    sb.unacked[b].resent = True
+    assert sb.round_trip(a, 1.25) == 0.25
+    assert sb.round_trip(b, 1.25) is None  # which copy was ACKed is unknown
+    assert sb.round_trip(b + 1, 1.25) is None  # never sent
+
+
+def test_release_cancels_a_delayed_resend_and_go_back_brings_them_forward():
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, 0)
+    ps = sent(sb, 6)
+    sb.retx.after(ps[1], 5.0)
+    sb.retx.after(ps[4], 5.0)
+    sb.ack_through(ps[1])
+    assert list(sb.retx.later) == [ps[4]]
+    sb.retx.at_once(ps[3])
+    assert sb.go_back(ps[2]) == 3  # ps[3] already owed at once: not doubled
+    assert list(sb.retx.now) == [ps[3], ps[2], ps[4], ps[5]] and not sb.retx.later
+    sb.restart(1000)
+    assert not sb.unacked and not sb.retx and sb.next_psn == sb.start == sb.oldest == 1000
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("send"), st.integers(1, 8)),
+    st.tuples(st.just("cack"), st.integers(-2, 40)),
+    st.tuples(st.just("ack"), st.integers(-2, 40)),
+    st.tuples(st.just("sack"), st.integers(-2, 40), st.integers(0, (1 << 64) - 1)),
+    st.tuples(st.just("later"), st.integers(0, 40)),
+    st.tuples(st.just("goback"), st.integers(0, 40)),
+), max_size=60)
+
+
+@given(ops)
+def test_never_both_acked_and_outstanding(seq):
+    """Under any mix of sends, cumulative ACKs, named ACKs, SACKs and resends owed: a PSN
+    is released at most once and then never outstanding again; every handed-out PSN is
+    outstanding or released; oldest and span agree with the outstanding set; a released PSN is owed
+    no delayed resend."""
+    start = NEAR_WRAP
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, start)
+    released: set[int] = set()
+
+    def took(pkts: list[Pkt]) -> None:
+        for p in pkts:
+            assert p.psn not in released
+            released.add(p.psn)
+
+    for op in seq:
+        kind = op[0]
+        if kind == "send":
+            sent(sb, op[1])
+        elif kind == "cack":
+            took(sb.ack_through(start + op[1]))
+        elif kind == "ack":
+            p = sb.ack(start + op[1])
+            took([] if p is None else [p])
+        elif kind == "sack":
+            took(sb.sack(start + op[1], op[2]))
+        elif kind == "later" and start + op[1] in sb.unacked:
+            sb.retx.after(start + op[1], 1.0)
+        elif kind == "goback":
+            sb.go_back(start + op[1])
+        out = set(sb.unacked)
+        assert not out & released
+        assert out | released == set(range(start, sb.next_psn))  # nothing lost
+        assert all(start <= p < sb.next_psn for p in out)
+        assert sb.oldest == (min(out) if out else sb.next_psn)
+        assert sb.span == (sb.next_psn - min(out) if out else 0)
+        assert list(sb.unacked) == sorted(out)  # PSN order: cumulative release is a prefix
+        assert not set(sb.retx.later) & released
