@@ -173,3 +173,37 @@ def pair_cluster(prefix: str) -> Iterator[str]:
             emu_cli("down", name, check=False)
         assert state.load(name) is None
         assert not os.path.exists(f"/run/emu/nic/{name}")
+
+
+@contextlib.contextmanager
+def fabric_up(t: Topology, prefix: str) -> Iterator[Fabric]:
+    """``Fabric(t)`` up under a fresh cluster name starting with ``prefix`` (no daemons);
+    down and checked gone afterwards, also when the test fails."""
+    from emu.fabric import down, state
+    from emu.fabric.naming import random_cluster
+
+    name = random_cluster(prefix)
+    f = Fabric(t, cluster=name).up()
+    try:
+        yield f
+    finally:
+        down(name)
+        assert ns_of_cluster(name) == [] and state.load(name) is None
+
+
+def control_request(sock: str | Path, req: dict) -> dict:
+    """One JSON-lines request to a daemon's Unix control socket (a switch daemon's
+    ``control.sock``), its one-line JSON reply."""
+    import json
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(sock))
+        s.sendall((json.dumps(req) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"{sock}: closed before a full reply")
+            data += chunk
+    return json.loads(data)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fabric_util import inside, leaf_spine, ns_of_cluster
+from fabric_util import control_request, inside, leaf_spine, ns_of_cluster
 
 from emu.fabric import Fabric, down, state
 from emu.fabric.naming import random_cluster
@@ -95,14 +94,7 @@ class Proc:
 
 
 def _switch_request(state_dir: Path, req: dict) -> dict:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
-        s.connect(str(state_dir / "control.sock"))
-        s.sendall((json.dumps(req) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            data += s.recv(65536)
-    return json.loads(data)
+    return control_request(state_dir / "control.sock", req)
 
 
 def _nic_stats(cluster: str, host: str) -> dict:

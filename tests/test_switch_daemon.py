@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fabric_util import host_addr, inside, leaf_spine, ns_of_cluster
+from fabric_util import control_request, fabric_up, host_addr, inside, leaf_spine
 
-from emu.fabric import Fabric, down, state
+from emu.fabric import Fabric
 from emu.fabric.capture import Target, capture
 from emu.fabric.linkctl import run_in_ns
-from emu.fabric.naming import random_cluster
 from emu.switch import trim as T
 from emu.switch.pfc import PauseListener
 from emu.wire import icrc
@@ -41,14 +40,8 @@ OTHER_PORT = 5000
 
 @pytest.fixture
 def cluster():
-    t = leaf_spine(spines=1, leaves=2, hosts_per_leaf=3)
-    name = random_cluster("t")
-    f = Fabric(t, cluster=name).up()
-    try:
+    with fabric_up(leaf_spine(spines=1, leaves=2, hosts_per_leaf=3), "t") as f:
         yield f
-    finally:
-        down(name)
-        assert ns_of_cluster(name) == [] and state.load(name) is None
 
 
 class Daemon:
@@ -64,13 +57,7 @@ class Daemon:
         assert self.ready.startswith("ready datapath="), self.ready
 
     def request(self, req: dict) -> dict:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(self.dir / "control.sock"))
-            s.sendall((json.dumps(req) + "\n").encode())
-            data = b""
-            while not data.endswith(b"\n"):
-                data += s.recv(65536)
-        return json.loads(data)
+        return control_request(self.dir / "control.sock", req)
 
     def wait_idle(self, port: str, timeout: float = 20) -> dict:
         deadline = time.monotonic() + timeout

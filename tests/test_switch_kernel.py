@@ -25,12 +25,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fabric_util import host_addr, inside, leaf_spine, ns_of_cluster
+from fabric_util import control_request, fabric_up, host_addr, inside, leaf_spine
 
-from emu.fabric import Fabric, down, state
+from emu.fabric import Fabric
 from emu.fabric.capture import Target, capture
 from emu.fabric.linkctl import run_in_ns
-from emu.fabric.naming import random_cluster
 from emu.switch import kernel as K
 from emu.switch.config import ClassConfig, PortConfig, SwitchConfig
 from emu.wire.codec import roce as RC
@@ -88,25 +87,12 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 
 @pytest.fixture
 def cluster():
-    t = leaf_spine(spines=1, leaves=2, hosts_per_leaf=3)
-    name = random_cluster("k")
-    f = Fabric(t, cluster=name).up()
-    try:
+    with fabric_up(leaf_spine(spines=1, leaves=2, hosts_per_leaf=3), "k") as f:
         yield f
-    finally:
-        down(name)
-        assert ns_of_cluster(name) == [] and state.load(name) is None
 
 
 def _request(d: Path, req: dict) -> dict:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
-        s.connect(str(d / "control.sock"))
-        s.sendall((json.dumps(req) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            data += s.recv(65536)
-    return json.loads(data)
+    return control_request(d / "control.sock", req)
 
 
 def _sock(f: Fabric, host: str, family: int, tos: int) -> socket.socket:
