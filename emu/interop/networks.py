@@ -24,7 +24,7 @@ server × client pair and reuses it for every case (and transport) that names it
   flow saw only 3–9 of its 121 packets overtaken, sometimes none).
 * ``trimming`` — the same switch with the client's port at 1 Gbit/s and the
   server's at 100 Mbit/s, ECN marking at the pipeline's defaults, and trimming
-  above 100 KB of queue (what ``tests/test_roce_trim_e2e.py`` runs): a 1 MiB
+  above 100 KB of queue (what ``tests/scenarios/test_roce_trim_e2e.py`` runs): a 1 MiB
   WRITE overruns the 100 Mbit/s port ten to one, so the switch trims
   whatever the sender's congestion control does. emu's NIC daemons get the
   ports' rates as their line rates (``emu up`` does the same).

@@ -6,7 +6,7 @@ time, ~1.1 µs per 4 KiB packet — measured at ~15 % of a sending daemon's
 CPU. ISA-L's folding CRC (``python-isal``, a declared dependency) uses
 carry-less multiply and does the same 4 KiB in ~0.13 µs. Both compute the
 identical function (same polynomial, same ``crc32(data, start)`` chaining),
-which ``tests/test_icrc.py`` checks; when isal is missing (a source checkout
+which ``tests/wire/test_icrc.py`` checks; when isal is missing (a source checkout
 without it installed) we fall back to zlib and only lose speed.
 """
 

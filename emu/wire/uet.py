@@ -23,7 +23,7 @@ the codecs, so both pick the same class for the same bytes):
 * A SES request's opcode (and the AMO opcode) picks the extension header.
 
 Every field is an integer field (our :class:`_BitEnum` is a ``BitField``)
-so the generic codec ≡ scapy harness in ``tests/wirecheck.py`` applies. Each
+so the generic codec ≡ scapy harness in ``tests/support/wirecheck.py`` applies. Each
 reserved bit range is a field of its own, so a capture with non-zero reserved
 bits round-trips.
 

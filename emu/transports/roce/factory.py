@@ -24,7 +24,7 @@ DEFAULT_DAEMON_LINE_RATE = 10e9
 #: trio timer round; 64 KiB (16 packets) made the sender's pacer the bottleneck
 #: (bench-roce 0.65x → 0.84–1.0x at 256 KiB). Larger bursts outran a switch port's
 #: default 1 MB buffer before PFC could pause the sender (tail drops in a lossless
-#: class at 512 KiB and 1 MiB in tests/test_nic_pause.py).
+#: class at 512 KiB and 1 MiB in tests/nic/test_pause.py).
 DEFAULT_DAEMON_BURST = 256 << 10
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
 PMTU_OVERHEAD = 84

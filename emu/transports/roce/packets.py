@@ -5,7 +5,7 @@ Why not :mod:`emu.wire.codec.roce`'s header objects: constructing a checked
 ``BTH`` dataclass costs more than the whole packet build here, and the
 receive side needs a handful of fields, not objects. The opcode numbers and
 layouts are derived from the codec's tables (``OPERATIONS``, ``CHAINS``), so
-captures decode the same in both; ``tests/test_roce_engine_parts.py`` parses
+captures decode the same in both; ``tests/transports/roce/test_engine.py`` parses
 every opcode the codec encodes.
 """
 

@@ -13,7 +13,7 @@ the decoded headers are the codec's own classes built with their unchecked
 so everything downstream is unchanged.
 
 The layouts are the codec's (``emu.wire.codec.uet_pds`` / ``uet_ses``);
-``tests/test_uet_fastpath.py`` holds the two against each other on random
+``tests/transports/uet/test_fastpath.py`` holds the two against each other on random
 field values, and the decoder falls back to :func:`decode_packet` for
 anything it does not recognise (SYN, small/medium headers, extension
 headers, responses, control packets), so nothing off the fast path changes.

@@ -205,7 +205,7 @@ class Target:
         (decode into header objects, SES view, placement, range set) cost ~10 µs
         of Python per 8 KiB packet at the target. The checks here are the ones
         ``on_request`` would make for this packet, in the same order of effect;
-        ``tests/test_uet_fastpath.py`` runs both through loss, reordering and
+        ``tests/transports/uet/test_fastpath.py`` runs both through loss, reordering and
         duplication and compares the targets' state and the bytes."""
         f = FP.write_middle(data)
         if f is None:

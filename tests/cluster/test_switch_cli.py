@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The switch pipeline as users run it: a topology's [switch] section, emu up/switch/down."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+
+import pytest
+from fabric_util import ROOT
+from fabric_util import emu_cli as emu
+from fabric_util import ns_of_cluster as our_namespaces
+
+from emu.fabric import state
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+
+TOPOLOGY = """
+[topology]
+kind = "leaf-spine"
+name = "{name}"
+[switch.port]
+rate = "1gbit"
+kmin = "20KB"
+kmax = "200KB"
+[[switch.override]]
+node = "leaf2"
+port = "h4"
+rate = "20mbit"
+kmin = "3KB"
+kmax = "30KB"
+pmax = 1.0
+"""
+
+BLAST = """
+import socket, struct
+from emu.wire.codec import roce
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)          # ECT(0): markable
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF, as RoCE needs
+other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+other.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)
+payload = bytes(1024)
+for psn in range(300):
+    pkt = roce.encode_packet(roce.BTH(opcode=0x0A, dqpn=0x11, psn=psn),
+                             (roce.RETH(0x1000, 7, len(payload)),), payload)
+    s.sendto(pkt, ("10.0.2.12", 4791))
+    other.sendto(payload, ("10.0.2.12", 9999))  # not transport traffic: never queued
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    name = "s" + secrets.token_hex(3)
+    path = tmp_path / "switch.toml"
+    path.write_text(TOPOLOGY.format(name=name))
+    yield name, path
+    if state.load(name) is not None:
+        emu("down", name, check=False)
+    assert our_namespaces(name) == []
+
+
+def test_pipeline_from_topology_marks_and_is_controllable(cluster):
+    name, path = cluster
+    emu("up", str(path))
+    pids = [p["pid"] for p in state.load(name)["pids"] if p["what"].startswith("switchd")]
+    assert len(pids) == 4  # one per switch
+
+    # three senders into one 20 Mbit/s port: the queue builds and CE marks appear
+    for h in ("h1", "h2", "h3"):
+        emu("exec", f"{name}:{h}", "--", "env", f"PYTHONPATH={ROOT}", os.sys.executable,
+            "-c", BLAST)
+    st = json.loads(emu("status", name, "--json").stdout)
+    port = st["switches"]["leaf2"]["ports"]["h4"]
+    assert port["enqueued"] > 0 and port["marked"] > 0
+    assert port["max_depth"] > 3000  # marks only once the queue passed Kmin
+    # non-transport traffic never reached the pipeline: only 900 transport packets did
+    assert port["enqueued"] + port["dropped_tail"] + port["dropped_random"] <= 900
+
+    plot = ROOT / "out" / f"{name}-depth.svg"
+    plot.parent.mkdir(exist_ok=True)
+    emu("switch", f"{name}:leaf2", "--plot", str(plot), "--metric", "depth")
+    assert "<polyline" in plot.read_text()
+    plot.unlink()
+
+    out = emu("switch", f"{name}:leaf2", "h4", "set", "rate=5mbit", "c3.xoff=100KB").stdout
+    assert "rate=5mbit" in out
+    cfg = json.loads(emu("switch", f"{name}:leaf2", "--config").stdout)
+    assert cfg["config"]["ports"]["h4"]["rate"] == 5_000_000
+    bad = emu("switch", f"{name}:leaf2", "h4", "set", "kmin=lots", check=False)
+    assert bad.returncode == 2 and "kmin" in bad.stderr
+
+    emu("down", name)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.mark.parametrize("section,key", [
+    ('[switch.port]\nkmin = "soon"\n', "kmin"),
+    ('[switch]\nbogus = 1\n', "bogus"),
+    ('[[switch.override]]\nnode = "leaf9"\nrate = "1gbit"\n', "node"),
+])
+def test_bad_switch_section_is_one_line(cluster, section, key):
+    name, path = cluster
+    path.write_text(f'[topology]\nkind = "leaf-spine"\nname = "{name}"\n{section}')
+    p = emu("up", str(path), check=False)
+    assert p.returncode == 2
+    assert "\n" not in p.stderr.strip() and path.name in p.stderr and key in p.stderr

@@ -1,0 +1,300 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The fabric on real namespaces (root): build, reach, ECMP spread, failover, SRv6, cleanup."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fabric_util import host_addr, inside, leaf_spine, ns_of_cluster, pair, ping, rx_packets
+
+from emu.fabric import Fabric, FabricError, clean, down, exec_argv, nl, render, state, status
+from emu.fabric.naming import random_cluster
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+
+
+@pytest.fixture
+def make():
+    """Build fabrics with fresh cluster names; ALWAYS tear down and check nothing remains."""
+    made: list[str] = []
+
+    def _make(topology, **kw) -> Fabric:
+        name = random_cluster("t")
+        made.append(name)
+        return Fabric(topology, cluster=name, **kw).up()
+
+    try:
+        yield _make
+    finally:
+        for name in made:
+            try:
+                down(name)
+            except KeyError:
+                pass
+        for name in made:
+            assert ns_of_cluster(name) == [], f"namespaces of {name} left behind"
+            assert state.load(name) is None
+
+
+def _udp_flows(f: Fabric, src: str, dst: str, n: int, version: int = 4,
+               base_port: int = 20000, per_flow: int = 1) -> int:
+    """Send ``n`` flows (distinct source ports) from src to dst; return how many arrived."""
+    fam = socket.AF_INET if version == 4 else socket.AF_INET6
+    daddr = host_addr(f.topology, dst, version)
+    with inside(f, dst):
+        rx = socket.socket(fam, socket.SOCK_DGRAM)
+    rx.bind((daddr, 9999))
+    rx.setblocking(False)
+    socks = []
+    with inside(f, src):
+        for i in range(n):
+            s = socket.socket(fam, socket.SOCK_DGRAM)
+            s.bind(("", base_port + i))
+            socks.append(s)
+    for _ in range(per_flow):
+        for s in socks:
+            s.sendto(b"x" * 64, (daddr, 9999))
+    got, deadline = 0, time.monotonic() + 2
+    while got < n * per_flow and time.monotonic() < deadline:
+        if select.select([rx], [], [], 0.1)[0]:
+            while True:
+                try:
+                    rx.recv(2048)
+                    got += 1
+                except BlockingIOError:
+                    break
+    for s in socks:
+        s.close()
+    rx.close()
+    return got
+
+
+def test_pair_pings_and_exec(make):
+    f = make(pair())
+    for a, b in (("h1", "h2"), ("h2", "h1")):
+        for v in (4, 6):
+            assert ping(f, a, host_addr(f.topology, b, v), v), (a, b, v)
+    argv = exec_argv(f.cluster, "h1", ["cat", "/proc/net/dev"])
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert "eth0" in out and "lo" in out
+    s = status(f.cluster)
+    json.dumps(s)
+    (lk,) = s["links"]
+    assert lk["a"]["state"] == lk["b"]["state"] == "up"
+    assert lk["a"]["mtu"] == 9000 and lk["a"]["alias"] == f"emu:{f.cluster}"
+    assert "10.0.0.1/24" in lk["a"]["addresses"] and "fd00::2/64" in lk["b"]["addresses"]
+    assert "h1-h2" in render(s)
+
+
+def test_leaf_spine_all_hosts_ping(make):
+    f = make(leaf_spine())
+    hosts = [n.name for n in f.topology.hosts()]
+    for v in (4, 6):
+        for a in hosts:
+            for b in hosts:
+                if a != b:
+                    assert ping(f, a, host_addr(f.topology, b, v), v), (a, b, v)
+
+
+def test_ecmp_spreads_udp_source_ports_over_both_spines(make):
+    f = make(leaf_spine(hash_seed=7))
+    for v in (4, 6):
+        before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
+        assert _udp_flows(f, "h1", "h3", 200, v) == 200
+        delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
+        total = sum(delta.values())
+        assert total >= 200, delta
+        for d in delta.values():
+            assert d >= 0.3 * 200, (v, delta)
+
+
+def test_spine_link_down_reroutes(make):
+    f = make(leaf_spine())
+    with inside(f, "leaf1"):
+        idx = socket.if_nametoindex("spine1")
+        b = nl.Batch()
+    with b:
+        b.run([nl.link_set(idx, up=False)])
+    before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
+    assert _udp_flows(f, "h1", "h3", 100) == 100
+    delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
+    assert delta["spine1"] == 0 and delta["spine2"] >= 100, delta
+    # the way back needs the far side to forget spine1 → leaf1 (a routing protocol's job)
+    f.reconverge({"leaf1-spine1"})
+    assert _udp_flows(f, "h3", "h1", 100, base_port=21000) == 100
+    with inside(f, "leaf1"):
+        b2 = nl.Batch()
+    with b2:
+        b2.run([nl.link_set(idx, up=True)])
+    f.reconverge(set())
+    assert _udp_flows(f, "h3", "h1", 100, base_port=22000) == 100
+
+
+def test_captured_udp_has_correct_checksum(make):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    f = make(leaf_spine(spines=1, leaves=1, hosts_per_leaf=2))
+    with inside(f, "leaf1"):
+        cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    cap.bind(("h1", 0))
+    cap.settimeout(2)
+    assert _udp_flows(f, "h1", "h2", 2, 4) == 2
+    assert _udp_flows(f, "h1", "h2", 2, 6) == 2
+    seen = {4: 0, 6: 0}
+    deadline = time.monotonic() + 2
+    while min(seen.values()) == 0 and time.monotonic() < deadline:
+        pkt = Ether(cap.recv(65535))
+        for v, layer in ((4, IP), (6, IPv6)):
+            if layer in pkt and UDP in pkt and pkt[UDP].dport == 9999:
+                wire = pkt[UDP].chksum
+                ref = pkt.__class__(bytes(pkt))
+                del ref[UDP].chksum
+                assert wire == layer(bytes(ref[layer]))[UDP].chksum, (v, hex(wire))
+                seen[v] += 1
+    cap.close()
+    assert seen[4] and seen[6], seen
+
+
+def _srv6_send(f: Fabric, segments: list[str], segleft: int, outer_dst: str, n: int) -> int:
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
+
+    t = f.topology
+    src, dst = host_addr(t, "h1", 6), host_addr(t, "h3", 6)
+    inner = IPv6(src=src, dst=dst) / UDP(sport=4242, dport=7777) / b"srv6-payload"
+    pkt = (IPv6(src=src, dst=outer_dst, nh=43)
+           / IPv6ExtHdrSegmentRouting(addresses=segments, segleft=segleft,
+                                      lastentry=len(segments) - 1, nh=41)
+           / inner)
+    with inside(f, "h3"):
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    rx.bind((dst, 7777))
+    rx.settimeout(1)
+    with inside(f, "h1"):
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    got = 0
+    with tx, rx:
+        for _ in range(n):
+            tx.sendto(bytes(pkt), (outer_dst, 0))
+        try:
+            while got < n:
+                assert rx.recv(100) == b"srv6-payload"
+                got += 1
+        except TimeoutError:
+            pass
+    return got
+
+
+@pytest.mark.parametrize("via", ["spine1", "spine2"])
+def test_srv6_usid_steers_via_chosen_spine(make, via):
+    f = make(leaf_spine(routing="srv6"))
+    sid = {n.name: n.loopback6 for n in f.topology.nodes.values()}
+    # uSID container: <block fc00:0> <spine> <leaf2> <h3>; each End(next-csid) shifts it left
+    usid = ipaddress.IPv6Address(sid[via]).packed[4:6] + ipaddress.IPv6Address(
+        sid["leaf2"]).packed[4:6] + ipaddress.IPv6Address(sid["h3"]).packed[4:6]
+    container = str(ipaddress.IPv6Address(b"\xfc\x00\x00\x00" + usid + b"\0" * 6))
+    other = "spine1" if via == "spine2" else "spine2"
+    before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
+    assert _srv6_send(f, [container], 0, container, 20) == 20
+    delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
+    assert delta[via] >= 20 and delta[other] < 5, delta
+    # classic SRH, one full SID per hop (End falls back to SRH processing): spine, then h3
+    before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
+    segs = [str(sid["h3"]), str(sid[via])]  # Segment List[0] is the last hop
+    assert _srv6_send(f, segs, 1, str(sid[via]), 20) == 20
+    delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
+    assert delta[via] >= 20 and delta[other] < 5, delta
+
+
+def test_failure_half_way_rolls_back(make, monkeypatch):
+    name = random_cluster("t")
+
+    def boom(self, node, p, replace=False):
+        raise OSError(5, "injected")
+
+    monkeypatch.setattr(Fabric, "_route_msgs", boom)
+    with pytest.raises(FabricError, match="installing routes.*injected.*removed"):
+        Fabric(leaf_spine(), cluster=name).up()
+    assert ns_of_cluster(name) == [] and state.load(name) is None
+
+
+def test_two_clusters_coexist(make):
+    f1, f2 = make(pair()), make(pair())
+    assert f1.cluster != f2.cluster
+    assert ping(f1, "h1", "10.0.0.2", 4) and ping(f2, "h1", "10.0.0.2", 4)
+    f1.down()
+    assert ns_of_cluster(f1.cluster) == []
+    assert ping(f2, "h2", "fd00::1", 6)
+
+
+_KILL_CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fabric_util import leaf_spine
+from emu.fabric import Fabric, netns
+real = netns.create
+def slow(name):
+    time.sleep(0.01)
+    return real(name)
+netns.create = slow
+Fabric(leaf_spine(4, 8, 8), cluster={name!r}).up()
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("how", ["down", "clean"])
+def test_down_after_sigkill_during_up(how):
+    name = random_cluster("t")
+    code = _KILL_CHILD.format(tests=str(Path(__file__).resolve().parents[1] / "support"), name=name)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while len(ns_of_cluster(name)) < 10 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        assert 10 <= len(ns_of_cluster(name)) < 76  # killed mid-way
+        st = state.load(name)
+        assert st is not None and st["phase"] == "creating"
+        if how == "down":
+            down(name)
+        else:
+            assert clean(only=[name]) == [name]  # named: never another engineer's clusters
+        assert ns_of_cluster(name) == [] and state.load(name) is None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if state.load(name) is not None:
+            down(name)
+
+
+@pytest.mark.parametrize("name", ["pair", "leaf-spine", "rail-optimized", "multi-plane"])
+def test_topology_files_every_port_reachable(make, name):
+    """The shipped files (shared host subnets, /31 fabric links, planes, rails) all route."""
+    load = pytest.importorskip("emu.topology").__dict__.get("load")
+    if load is None:
+        pytest.skip("topology loader not available")
+    path = os.path.join(str(Path(__file__).resolve().parents[2]), "namespaces", f"{name}.toml")
+    f = make(load(path))
+    hosts = [n.name for n in f.topology.hosts()]
+    for a in hosts:
+        for b in hosts:
+            for lk in f.topology.links_of(b) if a != b else ():
+                ep = lk.end(b)
+                for v, iface in ((4, ep.ipv4), (6, ep.ipv6)):
+                    if iface is not None:
+                        assert ping(f, a, str(iface.ip), v), (a, b, ep.ifname, v)

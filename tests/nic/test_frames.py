@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The NIC's frame ring (emu.nic.frames) on real namespaces (root), routed a → r → b.
+
+What a frame built in the daemon must share with a datagram the kernel would
+have sent from a UDP socket bound to the entropy: it is routed (next hop r,
+its MAC from the neighbour table), its UDP checksum is right (the receiving
+kernel drops it otherwise — ``Udp*InCsumErrors``), source port = entropy,
+the TOS byte survives, the payload is byte-exact; and in a TX queue that
+mixes frames and socket sends, nothing overtakes anything.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+
+import pytest
+from routed_ns import RoutedTriple, made_and_removed
+
+from emu.core.datagram import Gather, Run
+from emu.fabric.capture import in_netns
+from emu.nic.frames import FrameTx
+from emu.nic.udp import PortSocket, TxPath
+from emu.transports.base import TxMeta
+
+PORT = 5561
+OCTET = 79
+
+
+@pytest.fixture(scope="module")
+def net():
+    # one routed triple for the module: tearing namespaces down keeps the kernel busy for
+    # a while, and a timing-sensitive test after this module (PFC) felt six of them
+    yield from made_and_removed(lambda: RoutedTriple("fr", OCTET, PORT))
+
+
+def _addrs(fam: int) -> tuple[str, str]:
+    if fam == socket.AF_INET6:
+        return f"fd{OCTET}:1::2", f"fd{OCTET}:2::2"
+    return f"10.{OCTET}.1.2", f"10.{OCTET}.2.2"
+
+
+def _receiver(net: RoutedTriple, fam: int) -> socket.socket:
+    s = net.sock(net.b, fam, bind=True)
+    if fam == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+    else:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    s.settimeout(2.0)
+    return s
+
+
+def _read(s: socket.socket, n: int) -> list[tuple[bytes, int, int]]:
+    """``n`` datagrams as (payload, source port, TOS byte), not counting the ones
+    :func:`_drain_resolved` sent to get the next hop resolved."""
+    out = []
+    while len(out) < n:
+        data, anc, _, addr = s.recvmsg(65536, socket.CMSG_SPACE(4))
+        if data != b"resolve":
+            out.append((data, addr[1], anc[0][2][0] if anc else -1))
+    return out
+
+
+def _port(net: RoutedTriple, fam: int) -> tuple[PortSocket, FrameTx]:
+    src, _ = _addrs(fam)
+    return in_netns(net.a, lambda: (PortSocket(src, PORT, ifname="a0", mtu=1500),
+                                    FrameTx("a0", src, 1500)))
+
+
+def _drain_resolved(fx: FrameTx, q: deque, main: PortSocket) -> int:
+    """Drain; while r's MAC is unknown, send the head by socket once (as TxPath does),
+    which makes the kernel resolve it, and try again."""
+    sent = 0
+    for _ in range(200):
+        k, _, _ = fx.drain(q, main, lambda ip: main)
+        sent += k
+        fx.kick()
+        if not q:
+            return sent
+        data, addr, meta = q[0]
+        if k == 0 and fx.counters()["unresolved"]:
+            main.sock.sendto(b"resolve", addr)  # the kernel's own send resolves r
+            time.sleep(0.02)
+    raise AssertionError("the next hop never resolved")
+
+
+@pytest.mark.parametrize("fam", [socket.AF_INET6, socket.AF_INET], ids=["v6", "v4"])
+def test_frames_are_routed_checksummed_and_carry_entropy_and_tos(net, fam):
+    rx = _receiver(net, fam)
+    main, fx = _port(net, fam)
+    try:
+        _, dst = _addrs(fam)
+        payloads = [os.urandom(64 + 30 * i) for i in range(40)]  # up to 1234 B: within the MTU
+        q: deque = deque()
+        for i, p in enumerate(payloads):
+            meta = TxMeta(50000 + i, dscp=i % 64, ecn=i % 3)
+            if i % 2:  # scatter-gather pieces, as the UET engine hands them over
+                q.append((Gather(bytearray(p[:10]), memoryview(p)[10:-3], bytearray(p[-3:]),
+                                 len(p)), (dst, PORT), meta))
+            else:
+                q.append((p, (dst, PORT), meta))
+        _drain_resolved(fx, q, main)
+        got = _read(rx, 40)
+        assert [g[0] for g in got] == payloads  # byte-exact, in order, none dropped
+        assert [g[1] for g in got] == [50000 + i for i in range(40)]
+        assert [g[2] for g in got] == [((i % 64) << 2) | (i % 3) for i in range(40)]
+        c = fx.counters()
+        assert c["frames"] == 40 and c["send_errors"] == 0
+    finally:
+        rx.close()
+        main.close()
+        fx.close()
+
+
+def test_a_full_ring_stops_and_a_kick_frees_it(net):
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    main, fx = in_netns(net.a, lambda: (PortSocket(src, PORT, ifname="a0", mtu=1500),
+                                        FrameTx("a0", src, 1500, frames=8)))
+    try:
+        q = deque((b"x%03d" % i, (dst, PORT), TxMeta(50000 + i)) for i in range(20))
+        _drain_resolved(fx, deque([q.popleft()]), main)
+        k, _, full = fx.drain(q, main, lambda ip: main)
+        assert (k, full) == (8, True)  # eight slots, then it waits for the kernel
+        fx.kick()
+        rest = 0
+        while q:
+            k, _, _ = fx.drain(q, main, lambda ip: main)
+            fx.kick()
+            rest += k
+        assert rest == 11
+        got = [g[0] for g in _read(rx, 20)]
+        assert got == [b"x%03d" % i for i in range(20)]
+    finally:
+        rx.close()
+        main.close()
+        fx.close()
+
+
+def test_what_frames_cannot_take_stays_queued_for_the_socket(net):
+    src, dst = _addrs(socket.AF_INET6)
+    main, fx = _port(net, socket.AF_INET6)
+    try:
+        other = object()
+        q: deque = deque([
+            (b"main-port", (dst, PORT), TxMeta(PORT)),  # the port's own source port
+            (b"no-meta", (dst, PORT), None),
+        ])
+        assert fx.drain(q, main, lambda ip: main)[0] == 0 and len(q) == 2
+        q = deque([(b"elsewhere", (dst, PORT), TxMeta(50001))])
+        assert fx.drain(q, main, lambda ip: other)[0] == 0 and len(q) == 1  # another port's
+        big = deque([(bytes(1500), (dst, PORT), TxMeta(50002))])  # over the MTU: EMSGSIZE
+        assert fx.drain(big, main, lambda ip: main)[0] == 0 and len(big) == 1
+    finally:
+        main.close()
+        fx.close()
+
+
+def test_txpath_interleaves_frames_and_socket_sends_in_order(net):
+    """Sprayed datagrams go by the ring, the port's own by its socket (GSO), and the
+    receiver sees the queue's order: frames are kicked before any socket send."""
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    c: dict[str, int] = {}
+    main, tx = _txpath_with_ring(net, src, c)
+    try:
+        own = TxMeta(PORT)
+        items = []
+        for i in range(60):
+            if i % 10 < 3:  # runs of the port's own flow (GSO batches) between sprayed ones
+                items.append((b"s%03d" % i, (dst, PORT), own))
+            else:
+                items.append((b"f%03d" % i, (dst, PORT), TxMeta(50000 + i)))
+        for _ in range(100):  # until r's MAC is known the ring refuses; the socket resolves
+            tx.put(items)
+            tx.flush()
+            got = [g[0] for g in _read(rx, len(items))]
+            if c.get("tx_frames"):
+                break
+            time.sleep(0.02)
+        assert got == [d for d, _, _ in items]
+        assert c["tx_frames"] >= 40 and c["tx_gso_sends"] >= 1
+    finally:
+        rx.close()
+        tx.close()
+        main.close()
+        os.close(tx.netns_fd)
+
+
+def _txpath_with_ring(net: RoutedTriple, src: str, c: dict[str, int]) -> tuple[PortSocket,
+                                                                               TxPath]:
+    """A TxPath on a's port with its frame ring, counters mirrored into ``c``; its entropy
+    sockets are made in a's namespace too (close ``tx.netns_fd`` after)."""
+
+    def make():
+        main = PortSocket(src, PORT, ifname="a0", mtu=1500)
+        tx = TxPath([main], _Counts(c), max_queue=1000)
+        assert tx.use_rings(lambda m: FrameTx(m.ifname, m.address, m.mtu)) == 1
+        return main, tx
+
+    main, tx = in_netns(net.a, make)
+    tx.netns_fd = os.open(f"/run/netns/{net.a}", os.O_RDONLY)
+    return main, tx
+
+
+class _Counts(dict):
+    """A dict that starts every counter at 0 and mirrors into ``out``."""
+
+    def __init__(self, out: dict[str, int]) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, key: str) -> int:
+        return 0
+
+    def __setitem__(self, key: str, value: int) -> None:
+        super().__setitem__(key, value)
+        self.out[key] = value
+
+
+def test_frames_dropped_on_the_way_out_are_counted_and_the_rest_still_go(net):
+    """Emulated loss (linkctl's nftables egress hook) drops some frames inside the kick:
+    each drop is counted, and the frames behind it leave in the same kick."""
+    from emu.fabric import linkctl
+    from emu.topology.model import Direction
+
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    main, fx = _port(net, socket.AF_INET6)
+    try:
+        _drain_resolved(fx, deque([(b"first", (dst, PORT), TxMeta(50000))]), main)
+        linkctl.apply_direction(net.a, "a0", Direction(loss=0.3))
+        q = deque((b"d%03d" % i, (dst, PORT), TxMeta(50000 + i)) for i in range(200))
+        while q:
+            fx.drain(q, main, lambda ip: main)
+            fx.kick()  # never raises for a drop
+        c = fx.counters()
+        got = [g[0] for g in _read(rx, 201 - c["dropped"])]
+        rx.settimeout(0.3)
+        with pytest.raises(TimeoutError):  # a dropped frame is lost, not sent again
+            print(_read(rx, 1))
+        assert 20 < c["dropped"] < 110 and c["send_errors"] == 0 and c["wrong_format"] == 0
+        assert got[0] == b"first" and got[1:] == sorted(got[1:])  # the rest, in order
+        assert fx.pending == 0
+    finally:
+        linkctl.clear_direction(net.a, "a0")
+        rx.close()
+        main.close()
+        fx.close()
+
+
+def _run(n: int, seg: int, ents: list[int], hlen: int = 12) -> tuple[Run, list[bytes]]:
+    """A Run of ``n`` datagrams (header ``hlen`` bytes naming the index) and the datagrams
+    it stands for."""
+    heads = b"".join(b"H%03d" % i + bytes(hlen - 4) for i in range(n))
+    pay = os.urandom(n * seg)
+    run = Run(bytearray(heads), hlen, memoryview(pay), seg, [TxMeta(e) for e in ents])
+    return run, [heads[i * hlen:(i + 1) * hlen] + pay[i * seg:(i + 1) * seg] for i in range(n)]
+
+
+def test_a_run_leaves_as_frames_across_a_full_ring_byte_exact(net):
+    """A Run is written frame by frame from its cursor: a ring smaller than the run
+    fills, is kicked, and the rest follows; every datagram arrives whole, in order,
+    on its own entropy."""
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    main, fx = in_netns(net.a, lambda: (PortSocket(src, PORT, ifname="a0", mtu=1500),
+                                        FrameTx("a0", src, 1500, frames=8)))
+    try:
+        _drain_resolved(fx, deque([(b"first", (dst, PORT), TxMeta(50000))]), main)
+        run, want = _run(20, 700, [51000 + i for i in range(20)])
+        q: deque = deque([(run, (dst, PORT), None), (b"after", (dst, PORT), TxMeta(50001))])
+        k, nb, full = fx.drain(q, main, lambda ip: main)
+        assert (k, nb, full, run.done) == (8, 8 * 712, True, 8) and q[0][0] is run
+        sent = k
+        while q:
+            fx.kick()
+            sent += fx.drain(q, main, lambda ip: main)[0]
+        fx.kick()
+        got = _read(rx, 22)[1:]  # after "first"
+        assert [g[0] for g in got] == want + [b"after"] and sent == 21
+        assert [g[1] for g in got] == [51000 + i for i in range(20)] + [50001]
+    finally:
+        rx.close()
+        main.close()
+        fx.close()
+
+
+def test_txpath_sends_what_a_run_cannot_put_in_the_ring_by_socket_in_order(net):
+    """A Run whose middle packet carries the port's own source port: the frames before
+    it go by the ring, then the rest of the run one by one through TxPath (that one by
+    the port's socket, the others by entropy sockets or the ring) — in order."""
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    c: dict[str, int] = {}
+    main, tx = _txpath_with_ring(net, src, c)
+    try:
+        ents = [52000 + i for i in range(12)]
+        ents[5] = PORT
+        for _ in range(100):  # until r's MAC is known the ring refuses; the socket resolves
+            run, want = _run(12, 500, ents)
+            tx.put([(run, (dst, PORT), None)])
+            tx.flush()
+            got = _read(rx, 12)
+            if c.get("tx_frames", 0) >= 5:
+                break
+            time.sleep(0.02)
+        assert [g[0] for g in got] == want
+        assert [g[1] for g in got] == ents
+        assert not tx.queue
+    finally:
+        rx.close()
+        tx.close()
+        main.close()
+        os.close(tx.netns_fd)

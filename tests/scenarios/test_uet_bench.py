@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Smoke test of ``scripts/bench-uet`` (root): the harness runs end to end with tiny sizes,
+prints its table, and ``--json`` is one document with the keys tools read.
+
+No numbers are judged here (a 1 MiB run measures start-up, not goodput); the
+bench builds and removes its own clusters (``random_cluster("b")``, ``down`` in
+``finally``) and stops its daemons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+TINY = ["--total", "1", "--msg", "1", "--depth", "1", "--runs", "1", "--blast-seconds", "0.2"]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def test_bench_uet_script_prints_the_pair_table():
+    out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
+    assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
+    for row in ("UET WRITE goodput", "Python UDP blaster", "ratio",
+                "CPU per data packet of 8704 B", "the blaster's (per datagram): sender"):
+        assert row in out, out
+    assert "leaf-spine" not in out  # --part pair only
+
+
+def test_bench_uet_json_has_both_parts():
+    p = _run([sys.executable, str(ROOT / "benchmarks/bench_uet.py"), "--json", *TINY])
+    res = json.loads(p.stdout)
+    assert res["msg_bytes"] == res["total_bytes"] == 1 << 20 and res["runs"] == 1
+    pair = res["pair"]
+    for k in ("family", "payload", "uet_gbps", "blaster_gbps", "uet_gbps_median",
+              "blaster_gbps_median", "ratio", "retransmits", "goal_ratio"):
+        assert k in pair, k
+    assert pair["payload"] == 8704 and pair["uet_gbps_median"] > 0
+    assert pair["blaster_gbps_median"] > 0 and len(pair["uet_gbps"]) == 1
+    # per-packet CPU of each daemon (clock ticks: a 1 MiB run may show 0)
+    cpu = pair["cpu_per_packet"]
+    assert all(cpu[h][k] >= 0 for h in ("h1", "h2") for k in ("user_us", "kernel_us"))
+    # and the blaster's, from its own rusage: a sender busy for seconds used CPU
+    bc = pair["blaster_cpu_per_packet"]
+    assert bc["tx_user_us"] + bc["tx_kernel_us"] > 0 and bc["rx_kernel_us"] >= 0
+    spray = res["spray"]
+    assert len(spray["spines"]) == 2 and spray["goal_ratio"] == 0.9 and "ratio" in spray
+    for label in ("sprayed", "pinned"):
+        x = spray[label]
+        assert x["gbps_median"] > 0 and set(x["packets_per_spine"]) == set(spray["spines"])
+    # pinned to one entropy: the flow's data crossed one spine only (ACKs may take either
+    # way back, but they are not counted on leaf1 → spine links)
+    pinned = spray["pinned"]["packets_per_spine"]
+    assert min(pinned.values()) < max(pinned.values())

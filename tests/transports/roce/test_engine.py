@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""RoCE engine parts: wire layout vs the codec, QP states, timer codes (the sans-IO import
+rule is the layer contract: tests/test_layers.py)."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+
+import pytest
+
+from emu.core.memory import MemoryTable
+from emu.transports.base import Engine, VerbsError
+from emu.transports.roce import QpState, RecvWR, RoceEngine, SendWR, Sge
+from emu.transports.roce import packets as P
+from emu.transports.roce.qp import ack_timeout, rnr_delay
+from emu.wire.codec.roce import (
+    AETH,
+    BTH,
+    CHAINS,
+    CNP_OPCODE,
+    IETH,
+    OPERATIONS,
+    RETH,
+    TRANSPORT_PREFIX,
+    AtomicAckETH,
+    AtomicETH,
+    CNPPadding,
+    ImmDt,
+    decode_packet,
+    encode_packet,
+)
+from emu.wire.icrc import compute_icrc
+
+ROOT = pathlib.Path(__file__).resolve().parents[3] / "emu"
+
+
+def test_engine_implements_the_contract():
+    assert issubclass(RoceEngine, Engine)
+    e = RoceEngine(MemoryTable(random.Random(1)), random.Random(2))
+    assert e.get_timer() is None and e.next_event() is None and e.datagrams_to_send(0) == []
+    assert e.counters()["qps"] == 0
+
+
+# -- our hot-path builder/parser vs the reference codec -----------------------------------
+
+
+@pytest.mark.parametrize("opcode,ext,hdrs", [
+    (P.SEND_ONLY_IMM, P.u32(0xCAFEBABE), [ImmDt(0xCAFEBABE)]),
+    (P.WRITE_FIRST, P.reth(0x7F00_0000_1000, 0x1234, 5000), [RETH(0x7F00_0000_1000, 0x1234,
+                                                                  5000)]),
+    (P.WRITE_ONLY_IMM, P.reth(1, 2, 3) + P.u32(4), [RETH(1, 2, 3), ImmDt(4)]),
+    (P.READ_RESP_FIRST, P.aeth(P.ack_syndrome(), 77), [AETH(P.ack_syndrome(), 77)]),
+    (P.ATOMIC_ACK, P.aeth(P.ack_syndrome(), 9) + P.atomic_ack_eth(2**64 - 1),
+     [AETH(P.ack_syndrome(), 9), AtomicAckETH(2**64 - 1)]),
+    (P.CMP_SWAP, P.atomic_eth(8, 9, 10, 11), [AtomicETH(8, 9, 10, 11)]),
+    (P.ACKNOWLEDGE, P.aeth(P.nak_syndrome(P.NAK_PSN_SEQ), 5),
+     [AETH(P.nak_syndrome(P.NAK_PSN_SEQ), 5)]),
+])
+def test_packets_match_the_codec(opcode, ext, hdrs):
+    payload = bytes(range(7))
+    buf = P.build(opcode, 0xABCDEF, 0x123456, ext, payload if opcode < 0x11 else b"",
+                  ackreq=1, se=1)
+    ref = decode_packet(buf)
+    assert (ref.bth.opcode, ref.bth.dqpn, ref.bth.psn, ref.bth.ackreq, ref.bth.solicited) == (
+        opcode, 0xABCDEF, 0x123456, 1, 1)
+    assert ref.headers == hdrs
+    mine = P.parse(buf)
+    assert (mine.opcode, mine.dqpn, mine.psn, mine.ackreq) == (opcode, 0xABCDEF, 0x123456, 1)
+    assert bytes(mine.payload) == bytes(ref.payload)
+    assert len(buf) % 4 == 0  # padded to 4 bytes before the ICRC
+
+
+#: a header of each kind with distinct field values, and what the parser must read from it
+_SAMPLES = {
+    RETH: (RETH(0x7F00_0000_1000, 0x1234, 5000), {"va": 0x7F00_0000_1000, "rkey": 0x1234,
+                                                  "dmalen": 5000}),
+    AETH: (AETH(0x1F, 0xABCDE), {"syndrome": 0x1F, "msn": 0xABCDE}),
+    ImmDt: (ImmDt(0xCAFEBABE), {"imm": 0xCAFEBABE}),
+    IETH: (IETH(0x5151), {}),
+    AtomicETH: (AtomicETH(0x1000, 0x77, 2**63 + 5, 9), {"va": 0x1000, "rkey": 0x77,
+                                                        "swap_add": 2**63 + 5, "compare": 9}),
+    AtomicAckETH: (AtomicAckETH(2**64 - 2), {"orig": 2**64 - 2}),
+    CNPPadding: (CNPPadding(0, 0), {}),
+}
+_RC = sorted(TRANSPORT_PREFIX["RC"] | op for op in OPERATIONS)
+
+
+def test_every_rc_opcode_is_parsed():
+    assert len(_RC) == 23 and set(P._LAYOUT) == {*_RC, CNP_OPCODE}
+
+
+@pytest.mark.parametrize("opcode", [*_RC, CNP_OPCODE], ids=hex)
+def test_parser_reads_every_opcode_as_the_codec_lays_it_out(opcode):
+    """The hot-path parser's layouts come from the codec's chains: a packet the codec
+    encodes, with every extension header the opcode has, parses to the same fields."""
+    chain = CHAINS[opcode]
+    payload = b"" if opcode == CNP_OPCODE else bytes(range(7))
+    bth = BTH(opcode=opcode, solicited=1, padcount=-len(payload) & 3, dqpn=0xABCDEF,
+              ackreq=1, psn=0x123456)
+    buf = encode_packet(bth, [_SAMPLES[h][0] for h in chain], payload)
+    mine = P.parse(buf)
+    assert (mine.opcode, mine.se, mine.dqpn, mine.ackreq, mine.psn) == (
+        opcode, 1, 0xABCDEF, 1, 0x123456)
+    for h in chain:
+        for field, value in _SAMPLES[h][1].items():
+            assert getattr(mine, field) == value, (h.__name__, field)
+    assert bytes(mine.payload) == payload
+    if ImmDt not in chain:
+        assert mine.imm is None
+
+
+def test_cnp_layout():
+    buf = P.cnp(0x118)
+    ref = decode_packet(buf)
+    assert ref.bth.opcode == 0x81 and ref.bth.becn == 1 and ref.bth.dqpn == 0x118
+    assert ref.headers == [CNPPadding(0, 0)]
+
+
+def test_pseudo_header_icrc_is_the_real_icrc_over_an_ipv6_packet():
+    """The test ICRC is emu.wire.icrc over a fixed IPv6/UDP header, nothing home-made."""
+    import struct
+    buf = P.build(P.SEND_ONLY, 5, 6, b"", b"payload!")
+    P.seal(buf, P.pseudo_header_icrc)
+    udp_len = 8 + len(buf)
+    ip = struct.pack("!IHBB", 6 << 28, udp_len, 17, 64) + bytes(15) + b"\1" + bytes(15) + b"\2"
+    udp = struct.pack("!HHHH", 0xC000, 4791, udp_len, 0)
+    whole = ip + udp + bytes(buf)
+    assert compute_icrc(whole) == struct.unpack("<I", buf[-4:])[0]
+    assert P.icrc_ok(buf, P.pseudo_header_icrc)
+
+
+# -- QP state machine and verbs errors ------------------------------------------------------
+
+
+def test_qp_state_machine():
+    e = RoceEngine(MemoryTable(random.Random(1)), random.Random(2))
+    q = e.create_qp()
+    assert e.qp_attr(q)[0] is QpState.RESET
+    with pytest.raises(VerbsError):
+        e.modify_qp(q, QpState.RTS)  # RESET -> RTS skips INIT/RTR
+    with pytest.raises(VerbsError):
+        e.post_send(q, SendWR.send(1, []))  # nothing posts in RESET
+    e.modify_qp(q, "INIT")
+    e.post_recv(q, RecvWR(1))  # receives may be posted from INIT on
+    e.modify_qp(q, "RTR", dest_qp_num=5, rq_psn=10, dest_addr=("h2", 4791))
+    with pytest.raises(VerbsError, match="RTR -> RTR"):
+        e.modify_qp(q, timeout=3)  # as in IB: attributes alone may not change in RTR
+    e.modify_qp(q, "RTS")
+    with pytest.raises(VerbsError, match="pmtu"):
+        e.modify_qp(q, pmtu=1500)
+    with pytest.raises(VerbsError, match="unknown QP attribute"):
+        e.modify_qp(q, mtu=1024)
+    e.modify_qp(q, retry_cnt=3)
+    assert e.qp_attr(q)[1].retry_cnt == 3
+    e.modify_qp(q, "SQE")
+    e.modify_qp(q, "RTS")
+    e.modify_qp(q, "ERR")
+    with pytest.raises(VerbsError):
+        e.modify_qp(q, "RTS")
+    e.modify_qp(q, "RESET")
+    e.destroy_qp(q)
+    with pytest.raises(VerbsError):
+        e.post_recv(q, RecvWR(1))
+
+
+def test_post_send_validation():
+    mem = MemoryTable(random.Random(1))
+    e = RoceEngine(mem, random.Random(2))
+    q = e.create_qp(max_send_wr=1)
+    e.connect(q, {"qpn": 5, "psn": 0, "address": "h2"})
+    with pytest.raises(VerbsError, match="bad SGE"):
+        e.post_send(q, SendWR.send(1, [Sge(0x1000, 10, 0xBAD)]))
+    with pytest.raises(VerbsError, match="imm"):
+        e.post_send(q, SendWR(1, SendWR.send(1, []).opcode, imm=5))
+    e.post_send(q, SendWR.send(1, []))
+    with pytest.raises(VerbsError, match="full"):
+        e.post_send(q, SendWR.send(2, []))
+
+
+def test_timer_codes():
+    assert ack_timeout(0) is None  # infinite
+    assert ack_timeout(14) == pytest.approx(4.096e-6 * 2**14)  # 67 ms
+    assert rnr_delay(0) == pytest.approx(0.65536)
+    assert rnr_delay(1) == pytest.approx(10e-6)
+    assert rnr_delay(14) == pytest.approx(1.28e-3)
+
+
+# -- the daemon-facing surface ---------------------------------------------------------------
+
+
+class _Ctx:
+    """Duck-typed stand-in for emu.nic.engines.EngineContext."""
+
+    def __init__(self, mtu: int, options: dict | None = None) -> None:
+        self.memory = MemoryTable(random.Random(1))
+        self.rng = random.Random(2)
+        self.addresses = ["fd00::1", "10.0.0.1"]
+        self.port = 4791
+        self.mtu = mtu
+        self.options = options or {}
+
+
+@pytest.mark.parametrize("mtu,pmtu", [(1500, 1024), (9000, 4096), (4000, 2048), (300, 256)])
+def test_create_engine_factory_picks_pmtu_from_ip_mtu(mtu, pmtu):
+    from emu.transports.roce import create_engine
+    e = create_engine(_Ctx(mtu, {"line_rate": 25e9, "cc": None, "rto": 1}))  # unknown: ignored
+    assert isinstance(e, RoceEngine) and e.line_rate == 25e9 and e.cc_name is None
+    q = e.create_qp(pd=None, send_cq=1, recv_cq=2, attrs={"dscp": 10})
+    info = e.query_qp(q)
+    assert info == {"qpn": q, "psn": info["psn"], "pmtu": pmtu, "address": "fd00::1",
+                    "port": 4791, "state": "RESET", "transport": "roce"}
+    assert e.qp_attr(q)[1].dscp == 10
+
+
+def test_connect_takes_the_peer_query_dict_and_the_smaller_pmtu():
+    e = RoceEngine(MemoryTable(random.Random(1)), random.Random(2))
+    q = e.create_qp()
+    e.connect(q, {"qpn": 7, "psn": 99, "address": "fd00::2", "pmtu": 1024, "port": 5000})
+    st, a = e.qp_attr(q)
+    assert (st, a.dest_qp_num, a.rq_psn, a.dest_addr, a.pmtu) == (
+        QpState.RTS, 7, 99, ("fd00::2", 5000), 1024)
+    with pytest.raises(VerbsError, match="qpn, psn and address"):
+        e.connect(e.create_qp(), {"qpn": 1})
+
+
+def test_source_address_forms_are_normalised():
+    """recvfrom may give a scoped or v4-mapped form of the peer's address: still the peer."""
+    e = RoceEngine(MemoryTable(random.Random(1)), random.Random(2), cc=None)
+    q = e.create_qp()
+    e.connect(q, {"qpn": 7, "psn": 0, "address": "10.0.0.2"})
+    e.post_recv(q, RecvWR(1))
+    for i, src in enumerate([("::ffff:10.0.0.2", 4791, 0, 0), ("10.0.0.2", 1)]):
+        e.receive_datagram(P.build(P.SEND_ONLY, q, i, ackreq=1), src, 0.0)
+    e.receive_datagram(P.build(P.SEND_ONLY, q, 2), ("10.0.0.3", 4791), 0.0)
+    assert e.counters()["rx_drop_wrong_source"] == 1
+    assert e.counters().get("rx_out_of_sequence", 0) == 0
