@@ -357,6 +357,7 @@ class SwitchDaemon:
             self.datapath_note = "datapath = user"
             return {}
         names = [n for _, n in socket.if_nameindex() if n != "lo"]
+        K.remove_leftovers(names)  # a SIGKILLed predecessor's tbf and filter
         ports = {n: cfg.port(n) for n in names}
         why = K.reasons(cfg, ports)
         if why:
@@ -520,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cleanup:
             remove_rules(cfg.queue_num)
+            K.remove_leftovers([n for _, n in socket.if_nameindex() if n != "lo"])
             return 0
         return SwitchDaemon(cfg, Path(a.state_dir)).run()
     finally:

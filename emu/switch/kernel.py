@@ -259,6 +259,27 @@ def root_qdisc(ifname: str) -> str | None:
     return None
 
 
+def remove_leftovers(ifnames: list[str]) -> int:
+    """Remove what a SIGKILLed daemon's kernel path left on these ports — only ours: the
+    egress filter with our priority and handle, a root qdisc with our handle. Returns
+    how many ports had some."""
+    n = 0
+    for ifname in ifnames:
+        hit = False
+        out = _tc("-j", "filter", "show", "dev", ifname, "egress", check=False) or "[]"
+        if any(str(f.get("pref")) == TC_PRIO and (f.get("options") or {}).get("handle")
+               == TC_HANDLE for f in json.loads(out)):
+            _tc("filter", "del", "dev", ifname, "egress", "prio", TC_PRIO, "handle",
+                TC_HANDLE, "bpf", check=False)
+            hit = True
+        out = _tc("-j", "qdisc", "show", "dev", ifname, check=False) or "[]"
+        if any(q.get("root") and q.get("handle") == "e1:" for q in json.loads(out)):
+            _tc("qdisc", "del", "dev", ifname, "root", check=False)
+            hit = True
+        n += hit
+    return n
+
+
 class KernelPort:
     """One egress port served by tbf + the BPF virtual queue (see the module docstring)."""
 

@@ -218,3 +218,46 @@ def test_kernel_datapath(cluster: Fabric, tmp_path: Path) -> None:
     wire = sum(len(ip) + 14 for _, ip in data4 + data6 + others)
     rate = (wire - len(data4[-1][1]) - 14) * 8 / (times[-1] - times[0])
     assert 0.8 * RATE < rate < 1.1 * RATE, rate
+
+
+def _start(f: Fabric, tmp: Path, cfg: dict) -> subprocess.Popen:
+    (tmp / "cfg.json").write_text(json.dumps(cfg))
+    return subprocess.Popen([sys.executable, "-m", "emu.switch.daemon", "--netns",
+                             f.ns("leaf1"), "--state-dir", str(tmp / "sw"), "--config",
+                             str(tmp / "cfg.json")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@needs_root
+def test_a_killed_daemons_kernel_path_is_taken_over_and_removed(tmp_path: Path) -> None:
+    """SIGKILL leaves the port's tbf and BPF filter in place (the datapath keeps
+    forwarding, as an ASIC whose control plane died); the next daemon removes exactly
+    those (our handle and priority) and attaches its own; ``--cleanup`` removes them."""
+    cfg = {"ports": {"h2": {"rate": "100mbit"}}, "datapath": "kernel"}
+    with fabric_up(leaf_spine(spines=1, leaves=1, hosts_per_leaf=2), "kk") as f:
+        def on_port() -> tuple[bool, bool]:
+            filt = run_in_ns(f.ns("leaf1"), ["tc", "filter", "show", "dev", "h2", "egress"])
+            qd = run_in_ns(f.ns("leaf1"), ["tc", "qdisc", "show", "dev", "h2"])
+            return "bpf" in filt.stdout, "tbf" in qd.stdout
+
+        p = _start(f, tmp_path, cfg)
+        assert p.stdout.readline().strip() == "ready datapath=kernel", p.stderr.read()
+        p.kill()
+        p.wait()
+        assert on_port() == (True, True)
+        p = _start(f, tmp_path, cfg)
+        try:
+            assert p.stdout.readline().strip() == "ready datapath=kernel", p.stderr.read()
+            assert on_port() == (True, True)
+            p.kill()
+            p.wait()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        r = subprocess.run([sys.executable, "-m", "emu.switch.daemon", "--netns",
+                            f.ns("leaf1"), "--cleanup"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.returncode == 0, r.stderr
+        assert on_port() == (False, False)
