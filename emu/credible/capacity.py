@@ -154,10 +154,22 @@ def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
             advice.append(f"--set nic.line_rate={r}")
     return {"fits": not too_fast, "proposed": proposed,
             "max_rate": limit, "switch_hops": hops, "frame_bytes": frame_bytes(mtu),
+            "switch_datapaths": datapaths(topo),
             "costs": costs.to_dict(),
             "ports": [{"host": p.host, "ifname": p.ifname, "rate": p.rate, "source": p.source}
                       for p in ports],
             "too_fast": [f"{p.host}:{p.ifname}" for p in too_fast], "advice": advice}
+
+
+def datapaths(topo: Topology) -> dict[str, int]:
+    """How many switches will run each switch-pipeline datapath ({} without one)."""
+    from emu.switch import topology as sw
+
+    if not sw.enabled(topo):
+        return {}
+    user = sw.user_space(topo)
+    n = len(topo.switches())
+    return {k: v for k, v in (("kernel", n - len(user)), ("user", len(user))) if v}
 
 
 def show_rate(bps: float) -> str:
@@ -175,9 +187,12 @@ def describe(res: dict[str, Any]) -> str:
     rates = sorted({p["rate"] for p in res["ports"]})
     srcs = sorted({p["source"] for p in res["ports"]})
     shown = ", ".join(format_rate(int(r)) for r in rates)
+    dp = res.get("switch_datapaths") or {}
+    paths = (" with the switch pipeline's " + " and ".join(f"{k} datapath on {v} switch(es)"
+                                                         for k, v in dp.items())) if dp else ""
     if res["fits"]:
         return (f"NIC line rate {shown} ({'/'.join(srcs)}); this machine sustains up to "
-                f"{show_rate(res['max_rate'])} per flow here "
+                f"{show_rate(res['max_rate'])} per flow here{paths} "
                 f"({res['costs']['source']} costs)")
     return (f"warning: line rate {shown} exceeds what this machine emulates credibly "
             f"({show_rate(res['max_rate'])} per flow over {res['switch_hops']} switch "
