@@ -26,13 +26,14 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import Access, SharedBuffer
+from emu.core.verbs import WrOpcode
+from emu.nic import compact
 from emu.nic.protocol import (
-    LineBuffer,
     NicError,
     ProtocolError,
     decode,
@@ -60,7 +61,8 @@ class _Pending:
 class Connection:
     """One control-socket connection: request/reply by id, events to a callback."""
 
-    def __init__(self, path: str, on_event: Any = None, timeout: float = 30.0) -> None:
+    def __init__(self, path: str, on_event: Any = None, timeout: float = 30.0,
+                 on_wcs: Callable[[int, list[WorkCompletion]], None] | None = None) -> None:
         self.path = path
         self.timeout = timeout
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -73,10 +75,13 @@ class Connection:
         self._pending: dict[int, _Pending | None] = {}
         self._lock = threading.Lock()
         self._on_event = on_event
+        self._on_wcs = on_wcs  # compact completion records go here (cq handle, wcs)
+        #: the daemon takes compact posts (its hello said so): :meth:`post` sends them
+        self.compact = False
         self.closed_reason: str | None = None
         self._reason: str | None = None  # why, if the daemon said before closing
         self.async_errors: list[dict[str, Any]] = []
-        self._lb = LineBuffer()
+        self._lb = compact.RecordBuffer()
         self._cork: list[bytes] | None = None  # pipelined requests held by corked()
         self._io_lock = threading.Lock()  # one reader of the socket at a time
         self._busy = False
@@ -89,25 +94,65 @@ class Connection:
 
     def call(self, op: str, *, wait: bool = True, **args: Any) -> dict[str, Any]:
         """Send a request; with ``wait`` return its result or raise :class:`NicError`."""
+        req = {"id": 0, "op": op, **args}
+        if not wait:
+            req["quiet"] = True  # no reply unless it fails: nobody waits for one
+
+        def build(rid: int) -> bytes:
+            req["id"] = rid
+            return encode(req)
+
+        r = self._request(op, wait, build)
+        assert r is not None
+        return r
+
+    def post(self, op: str, qp: int, wr: dict[str, Any], wait: bool) -> None:
+        """``post_send``/``post_recv`` of one work request (protocol shape): as a compact
+        record (:mod:`emu.nic.compact`) when the daemon takes them and the request fits
+        one (no tag, no atomic operands), else as JSON. Same replies, same errors."""
+        if self.compact and "tag" not in wr and "compare_add" not in wr:
+            recv = op == "post_recv"
+            kind = compact.POST_RECV if recv else compact.POST_SEND
+            try:
+                opcode = 0 if recv else _WR_CODES[wr.get("opcode", "SEND")]
+            except (KeyError, TypeError):
+                opcode = None  # let the daemon say what is wrong with it, in JSON
+
+            def build(rid: int) -> bytes | None:
+                if opcode is None:
+                    return None
+                return compact.pack_post(
+                    kind, rid, qp, wr["wr_id"], opcode, wr["sg_list"], wr.get("remote_addr", 0),
+                    wr.get("rkey", 0), wr.get("imm"), quiet=not wait,
+                    signaled=wr.get("signaled", True), solicited=wr.get("solicited", False))
+
+            if self._request(op, wait, build) is not None:
+                return
+        self.call(op, qp=qp, wr=wr, wait=wait)
+
+    def _request(self, op: str, wait: bool, build: Callable[[int], bytes | None]
+                 ) -> dict[str, Any] | None:
+        """Send ``build(request id)``; with ``wait`` return the result or raise
+        :class:`NicError`. None (nothing sent) if ``build`` returns None."""
         if self.closed_reason is not None:
             raise NicError("ECONNRESET", self.closed_reason)
         p = _Pending() if wait else None
-        req = {"id": 0, "op": op, **args}
-        if p is None:
-            req["quiet"] = True  # no reply unless it fails: nobody waits for one
         with self._lock:
-            req["id"] = rid = next(self._ids)
+            rid = next(self._ids)
+            data = build(rid)
+            if data is None:
+                return None
             if p is None and self._cork is not None:
-                self._cork.append(encode(req))
+                self._cork.append(data)
                 return {}
             if p is not None:
                 self._pending[rid] = p
             try:
                 if self._cork:  # what was corked goes first, in one write with this
                     corked, self._cork = self._cork, []
-                    self.sock.sendall(b"".join(corked) + encode(req))
+                    self.sock.sendall(b"".join(corked) + data)
                 else:
-                    self.sock.sendall(encode(req))
+                    self.sock.sendall(data)
             except OSError as e:
                 self._pending.pop(rid, None)
                 raise NicError("ECONNRESET", self.closed_reason or str(e)) from None
@@ -166,7 +211,10 @@ class Connection:
             if not data:
                 return False
             for line in self._lb.feed(data):
-                self._dispatch(decode(line))
+                if line[0] == compact.MARK:
+                    self._dispatch_compact(line)
+                else:
+                    self._dispatch(decode(line))
             if len(data) < 1 << 16:
                 return True
 
@@ -186,6 +234,16 @@ class Connection:
             p.event.set()
         elif not msg.get("ok", True):
             self.async_errors.append(msg)
+
+    def _dispatch_compact(self, rec: bytes) -> None:
+        """A compact completion record (the only kind a daemon sends)."""
+        if rec[1] != compact.WC:
+            raise ProtocolError(f"compact record kind {rec[1]} from the daemon")
+        cq, items = compact.unpack_wcs(rec)
+        if self._on_wcs is not None:
+            self._on_wcs(cq, [WorkCompletion(w, WcStatus(st), WcOpcode(op), qpn, n, imm, src,
+                                             verr)
+                              for w, st, op, qpn, n, imm, src, verr in items])
 
     def _closed(self, reason: str) -> None:
         if self._reason is not None:
@@ -262,6 +320,9 @@ class Connection:
             self._reader.join(2.0)
 
 
+_WR_CODES = {op.name: int(op) for op in WrOpcode}
+
+
 def _wc(d: dict[str, Any]) -> WorkCompletion:
     return WorkCompletion(d["wr_id"], WcStatus[d["status"]], WcOpcode[d["opcode"]], d["qp_num"],
                           d.get("byte_len", 0), d.get("imm"), d.get("src_qp", 0),
@@ -275,12 +336,13 @@ class Device:
         self._cqs: dict[int, CQ] = {}
         self._qps: dict[int, QP] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=1024)  # QP/CQ async events
-        self.conn = Connection(path, self._on_event, timeout)
+        self.conn = Connection(path, self._on_event, timeout, self._on_wcs)
         try:
-            hello = self.conn.call("hello")
+            hello = self.conn.call("hello", compact=True)
         except BaseException:
             self.conn.close()
             raise
+        self.conn.compact = hello.get("compact") is True
         self.session = hello["session"]
         self.attrs: dict[str, Any] = hello["device"]
         self.ports: list[dict[str, Any]] = self.attrs["ports"]
@@ -296,6 +358,11 @@ class Device:
     @property
     def gids(self) -> list[str]:
         return [g for p in self.ports for g in p["gids"]]
+
+    def _on_wcs(self, cq: int, wcs: list[WorkCompletion]) -> None:
+        rec = self._cqs.get(cq)
+        if rec is not None:
+            rec._deliver(wcs)
 
     def _on_event(self, msg: dict[str, Any]) -> None:
         ev = msg.get("event")
@@ -479,7 +546,7 @@ class QP:
         self.info = self.dev.conn.call("connect", qp=self.handle, remote=remote)
 
     def _post(self, op: str, wr: dict[str, Any], wait: bool) -> None:
-        self.dev.conn.call(op, qp=self.handle, wr=wr, wait=wait)
+        self.dev.conn.post(op, self.handle, wr, wait)
 
     def post_send(self, sg: Any, wr_id: int = 0, imm: int | None = None, *,
                   signaled: bool = True, solicited: bool = False, wait: bool = True) -> None:

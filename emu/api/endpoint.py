@@ -68,8 +68,7 @@ class Endpoint:
                 **kw}
 
     def _post(self, wr: dict[str, Any], wait: bool, recv: bool = False) -> None:
-        self.dev.conn.call("post_recv" if recv else "post_send", qp=self.qp.handle, wr=wr,
-                           wait=wait)
+        self.dev.conn.post("post_recv" if recv else "post_send", self.qp.handle, wr, wait)
 
     # -- messages ---------------------------------------------------------------------
     def send(self, sg: Any, context: int = 0, *, signaled: bool = True, wait: bool = True

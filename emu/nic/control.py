@@ -34,8 +34,9 @@ import trio
 from emu.core import shm
 from emu.core.cq import CompletionQueue
 from emu.core.memory import Access, MemoryRegion, SharedBuffer
-from emu.nic.protocol import PROTOCOL_VERSION, LineBuffer, ProtocolError, decode, encode
-from emu.nic.session import CqRec, OpError, QpRec, Session, recv_wr, send_wr
+from emu.nic import compact
+from emu.nic.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode
+from emu.nic.session import CqRec, OpError, QpRec, Session, make_send_wr, recv_wr, send_wr
 from emu.nic.udp import gid_of
 from emu.transports.base import Completion, StateChanged, VerbsError
 
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 OUT_MAX = 1024  # replies waiting for the writer before we stop reading requests
 READ_STREAK = 16  # request reads in a row before the reader lets other tasks run
 _UCRED = struct.Struct("3i")
+#: what a request may raise: each becomes an error reply, the session carries on
+_REQUEST_ERRORS = (ProtocolError, OpError, VerbsError, KeyError, ValueError, TypeError,
+                   OSError)
 
 
 class ControlServer:
@@ -175,7 +179,8 @@ class ControlServer:
         latency test pays a request and a completion per message (measured:
         ``docs/measurements.md``, "Latency"). The writer task only takes over
         what the socket cannot take at once (:meth:`_send_now`)."""
-        lb = LineBuffer()
+        lb = compact.RecordBuffer()
+        mark = compact.MARK
         sock, streak = s.sock, 0
         while not s.closing:
             try:
@@ -195,7 +200,8 @@ class ControlServer:
                 return
             touched: dict[EngineSlot, None] = {}
             for line in lines:
-                reply = self._handle(s, line, touched)
+                reply = self._handle_compact(s, line, touched) if line[0] == mark else \
+                    self._handle(s, line, touched)
                 if reply is not None:
                     s.out.append(reply)
             for slot in touched:
@@ -226,8 +232,10 @@ class ControlServer:
         for h in s.dirty:
             rec = self.cqs.get(h)
             if rec is not None and len(rec.cq):
-                wcs = [wc.to_dict() for wc in rec.cq.poll(len(rec.cq))]
-                chunks.append(encode({"event": "wc", "cq": h, "wcs": wcs}))
+                wcs = rec.cq.poll(len(rec.cq))
+                packed = compact.pack_wcs(h, wcs) if s.compact else None
+                chunks.append(packed or encode({"event": "wc", "cq": h,
+                                                "wcs": [wc.to_dict() for wc in wcs]}))
         s.dirty.clear()
         return b"".join(chunks)
 
@@ -335,20 +343,49 @@ class ControlServer:
             if msg.get("quiet") is True:
                 return None
             return encode({"id": rid, "ok": True, "result": result})
-        except ProtocolError as e:
+        except _REQUEST_ERRORS as e:
+            return self._error_reply(rid, e)
+
+    def _error_reply(self, rid: Any, e: Exception) -> bytes:
+        """The error reply to a request that raised ``e`` (JSON, for either framing)."""
+        if isinstance(e, ProtocolError):
             err: tuple[str, str] = ("EPROTO", str(e))
-        except OpError as e:
+        elif isinstance(e, OpError):
             err = (e.code, str(e))
-        except VerbsError as e:
+        elif isinstance(e, VerbsError):
             err = (getattr(e, "code", "EINVAL"), str(e))
-        except KeyError as e:
+        elif isinstance(e, KeyError):
             err = ("EINVAL", f"missing or unknown {e}")
-        except FileNotFoundError as e:
+        elif isinstance(e, FileNotFoundError):
             err = ("ENOENT", str(e))
-        except (ValueError, TypeError, OSError) as e:
+        else:
             err = ("EINVAL", str(e))
         self.c["request_errors"] += 1
         return encode({"id": rid, "ok": False, "code": err[0], "error": err[1]})
+
+    def _handle_compact(self, s: Session, rec: bytes, touched: dict[EngineSlot, None]
+                        ) -> bytes | None:
+        """A compact post (:mod:`emu.nic.compact`): the same work request, checks and
+        replies as its JSON form, without the JSON."""
+        self.c["requests"] += 1
+        if rec[1] == compact.WC:
+            return self._error_reply(None, OpError(
+                "ENOSYS", "a compact completion record is not a request"))
+        kind, flags, opcode, rid, qp, wr_id, raddr, rkey, imm, sges = compact.unpack_post(rec)
+        try:
+            q = self._qp(s, {"qp": qp})
+            if kind == compact.POST_SEND:
+                result = self._post_wrs(q, touched, False, (None,), lambda _: make_send_wr(
+                    wr_id, opcode, sges, raddr, rkey, imm, 0, 0,
+                    bool(flags & compact.F_SIGNALED), bool(flags & compact.F_SOLICITED)))
+            else:
+                result = self._post_wrs(q, touched, True, (None,),
+                                        lambda _: recv_wr({"wr_id": wr_id, "sg_list": sges}))
+            if flags & compact.F_QUIET:
+                return None
+            return encode({"id": rid, "ok": True, "result": result})
+        except _REQUEST_ERRORS as e:
+            return self._error_reply(rid, e)
 
     def _slot(self, name: str | None) -> EngineSlot:
         slots = self.d.slots
@@ -368,8 +405,11 @@ class ControlServer:
         return rec
 
     def op_hello(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        """``compact: true`` asks for completions as compact records; the reply's
+        ``compact: true`` says compact posts are understood (:mod:`emu.nic.compact`)."""
+        s.compact = m.get("compact") is True
         return {"protocol": PROTOCOL_VERSION, "session": s.id, "pd": s.pd.handle,
-                "device": self.d.device_info()}
+                "device": self.d.device_info(), "compact": True}
 
     def op_query_device(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
         return self.d.device_info()
@@ -471,11 +511,17 @@ class ControlServer:
     def _post(self, s: Session, m: dict[str, Any], t: Any, recv: bool) -> dict[str, Any]:
         rec = self._qp(s, m)
         wrs = m["wrs"] if "wrs" in m else [m["wr"]]
+        return self._post_wrs(rec, t, recv, wrs, recv_wr if recv else send_wr)
+
+    def _post_wrs(self, rec: QpRec, t: Any, recv: bool, wrs: Any, make: Any
+                  ) -> dict[str, Any]:
+        """Post ``make(w)`` for each ``w`` of ``wrs`` in order, JSON or compact alike: the
+        one place a work request is built, checked and handed to the engine."""
         eng, now, done = rec.slot.engine, trio.current_time(), 0
         t[rec.slot] = None
         try:
             for d in wrs:
-                wr = recv_wr(d) if recv else send_wr(d)
+                wr = make(d)
                 if getattr(wr, "tag", None) is not None and not getattr(eng, "tagged", False):
                     raise OpError("ENOTSUP", f"{rec.slot.name} has no tagged messages")
                 if recv:

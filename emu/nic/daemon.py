@@ -294,7 +294,14 @@ class NicDaemon:
             try:
                 ps.recv_batch(slot.backlog, batch, maxlen, slot.c, slot.check, slot.check_buf)
             except BlockingIOError:
-                slot.rx_lot.unpark_all()
+                if len(slot.backlog) == 1:
+                    # a lone datagram (a ping-pong's, an ACK): into the engine and its answer
+                    # out in this turn — waking the engine task cost a scheduler turn on
+                    # each hop of a round trip. A batch still goes to the engine task.
+                    self._feed(slot, trio.current_time())
+                    self.pump(slot)
+                else:
+                    slot.rx_lot.unpark_all()
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError:

@@ -48,6 +48,7 @@ class Session:
     cqs: set[int] = field(default_factory=set)
     qps: set[int] = field(default_factory=set)
     closing: bool = False
+    compact: bool = False  # completions as compact records (asked for in its hello)
     pending: memoryview | None = None  # the unsent rest of a write (the writer task owns it)
     events_dropped: int = 0
 
@@ -110,21 +111,36 @@ def _u64(d: dict[str, Any], key: str) -> int:
 def send_wr(d: dict[str, Any]) -> SendWR:
     """A protocol work request (JSON) as the engines' ``SendWR`` (``TaggedSendWR``
     when it has a ``tag``: only engines with tagged messages accept those)."""
-    op = d.get("opcode", "SEND")
-    opcode = WrOpcode[op] if isinstance(op, str) else WrOpcode(int(op))
     imm = d.get("imm")
-    args = (int(d["wr_id"]), opcode, _sges(d), int(d.get("remote_addr", 0)),
-            int(d.get("rkey", 0)), None if imm is None else int(imm),
-            int(d.get("compare_add", 0)), int(d.get("swap", 0)),
-            bool(d.get("signaled", True)), bool(d.get("solicited", False)))
-    if d.get("tag") is not None:
+    return make_send_wr(int(d["wr_id"]), d.get("opcode", "SEND"), _sges(d),
+                        int(d.get("remote_addr", 0)), int(d.get("rkey", 0)),
+                        None if imm is None else int(imm), int(d.get("compare_add", 0)),
+                        int(d.get("swap", 0)), bool(d.get("signaled", True)),
+                        bool(d.get("solicited", False)),
+                        None if d.get("tag") is None else _u64(d, "tag"))
+
+
+def make_send_wr(wr_id: int, op: Any, sg_list: Any, remote_addr: int = 0, rkey: int = 0,
+                 imm: int | None = None, compare_add: int = 0, swap: int = 0,
+                 signaled: bool = True, solicited: bool = False, tag: int | None = None
+                 ) -> SendWR:
+    """A send work request from protocol values, JSON's (:func:`send_wr`) or a compact
+    record's (:mod:`emu.nic.compact`): the opcode and tag checks live here, once; the
+    engine checks the rest (state, keys, bounds) at ``post_send``. ``sg_list``: Sge
+    objects or ``(addr, length, lkey)`` triples."""
+    opcode = WrOpcode[op] if isinstance(op, str) else WrOpcode(int(op))
+    sges = tuple(e if type(e) is Sge else Sge(*e) for e in sg_list)
+    args = (wr_id, opcode, sges, remote_addr, rkey, imm, compare_add, swap, signaled,
+            solicited)
+    if tag is not None:
         if opcode != WrOpcode.SEND:
             raise ValueError(f"a tag goes with SEND, not {opcode.name}")
-        return TaggedSendWR(*args, tag=_u64(d, "tag"))
+        return TaggedSendWR(*args, tag=tag)
     return SendWR(*args)
 
 
 def recv_wr(d: dict[str, Any]) -> RecvWR:
+    """A protocol receive work request (JSON, or a compact record's fields as a dict)."""
     if d.get("tag") is not None:
         return TaggedRecvWR(int(d["wr_id"]), _sges(d), tag=_u64(d, "tag"),
                             ignore=_u64(d, "ignore"))

@@ -56,6 +56,8 @@ LEND_MIN = 32768
 RX_CHUNK = 256 * 1024
 RX_SPARE = 8
 GSO_MAX_BYTES = 65000
+#: sends at another TOS than the socket's (by cmsg) before that TOS becomes the socket's
+TOS_ADOPT = 8
 _ANC = socket.CMSG_SPACE(4) * 4
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
@@ -196,6 +198,8 @@ class PortSocket:
         self.mtu = mtu
         self.kernel_drops = 0  # SO_RXQ_OVFL: cumulative, as the kernel reports it
         self.tos = 0
+        self._tos_other: dict[int, int] = {}  # TOS → datagrams sent at it by cmsg (see tos_anc)
+        self._tos_anc: dict[int, list[tuple[int, int, bytes]]] = {}
         self.sndbuf = sndbuf
         self._buf = bytearray(65536 if self.gro else 16384)
         self._chunk: bytearray | None = None  # made on the first read (entropy sockets get none)
@@ -396,6 +400,27 @@ class PortSocket:
             c["rx_backlog_drops"] += dropped
 
     # -- send ---------------------------------------------------------------------
+
+    def tos_anc(self, tos: int) -> list[tuple[int, int, bytes]] | None:
+        """How one datagram goes out at ``tos`` (not the socket's TOS): a ``sendmsg``
+        control message (``IP_TOS``/``IPV6_TCLASS``), or None once this TOS has gone
+        out :data:`TOS_ADOPT` times that way and has become the socket's own.
+
+        Why: a ping-pong alternates the data's TOS and the ACKs'; a ``setsockopt``
+        per change was two extra syscalls per round trip in each daemon. A steady
+        stream (a bandwidth test's data, a receiver's ACKs) still moves the socket's
+        TOS once and then sends with plain ``sendto``."""
+        n = self._tos_other.get(tos, 0) + 1
+        if n >= TOS_ADOPT:
+            self._tos_other.clear()
+            self.set_tos(tos)
+            return None
+        self._tos_other[tos] = n
+        anc = self._tos_anc.get(tos)
+        if anc is None:
+            level, typ = self._tos_cmsg
+            anc = self._tos_anc[tos] = [(level, typ, _I32.pack(tos))]
+        return anc
 
     def set_tos(self, tos: int) -> None:
         """The IP TOS (DSCP | ECN) of what this socket sends next; a syscall only on change."""
@@ -631,8 +656,7 @@ class TxPath:
             if budget <= 0:
                 return
             tos = getattr(meta, "tos", None)
-            if tos is not None and tos != ps.tos:
-                ps.set_tos(tos)
+            anc = ps.tos_anc(tos) if tos is not None and tos != ps.tos else None
             seg = total = len(data)
             batch = [data]
             if ps.gso and seg + ps.hdr <= ps.mtu and len(q) > 1 and seg < budget:
@@ -660,12 +684,15 @@ class TxPath:
             iov = _iovec(batch)
             try:
                 if k == 1:
-                    if iov is batch:
+                    if anc is not None:
+                        ps.sock.sendmsg(iov, anc, 0, addr)
+                    elif iov is batch:
                         ps.sock.sendto(data, addr)
                     else:
                         ps.sock.sendmsg(iov, (), 0, addr)
                 else:
-                    ps.sock.sendmsg(iov, [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))], 0, addr)
+                    gso = [(SOL_UDP, UDP_SEGMENT, _U16.pack(seg))]
+                    ps.sock.sendmsg(iov, gso if anc is None else gso + anc, 0, addr)
                     c["tx_gso_sends"] += 1
             except BlockingIOError:
                 self.blocked = ps
