@@ -40,8 +40,13 @@ class Header:
         if ann:
             cls.FIELDS = tuple(ann)
             cls._trusted = classmethod(_trusted_constructor(cls.FIELDS))  # type: ignore[assignment]
+            if len(cls.WIDTHS) == len(cls.FIELDS):  # else the loop below says what is wrong
+                cls.__post_init__ = _range_checker(cls.FIELDS, cls.WIDTHS)  # type: ignore[method-assign]
 
     def __post_init__(self) -> None:
+        """Every field in range (a generated, unrolled form of this loop replaces it per
+        class: the loop cost ~3 µs per header the engines build, four per UET packet
+        and ACK; the checks are the same)."""
         for name, bits in zip(self.FIELDS, self.WIDTHS, strict=True):
             v = getattr(self, name)
             if bits > 0:
@@ -82,3 +87,18 @@ def _trusted_constructor(fields: tuple[str, ...]):  # noqa: ANN202
     scope: dict[str, object] = {"_new": object.__new__}
     exec(src, scope)  # noqa: S102 - field names come from class annotations, not input
     return scope["_trusted"]
+
+
+def _range_checker(fields: tuple[str, ...], widths: tuple[int, ...]):  # noqa: ANN202
+    """Compile ``__post_init__`` for one header class: each field's range check written
+    out (no loop, no ``getattr``), raising what :meth:`Header.__post_init__` raises."""
+    body = []
+    for n, bits in zip(fields, widths, strict=True):
+        lo, hi = (0, 1 << bits) if bits > 0 else (-(1 << (-bits - 1)), 1 << (-bits - 1))
+        body.append(f"    v = self.{n}\n"
+                    f"    if not (isinstance(v, int) and {lo} <= v < {hi}):\n"
+                    f"        raise _err(self.NAME, {n!r}, v, {abs(bits)})\n")
+    src = "def __post_init__(self):\n" + "".join(body) + "    return None\n"
+    scope: dict[str, object] = {"_err": FieldRangeError}
+    exec(src, scope)  # noqa: S102 - field names come from class annotations, not input
+    return scope["__post_init__"]
