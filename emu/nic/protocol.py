@@ -13,6 +13,9 @@ is the full description; in short:
 * event    ``{"event": "wc", "cq": 3, "wcs": [{...}, ...]}`` (no ``id``),
   ``{"event": "qp", "qpn": ..., ...}``, ``{"event": "shutdown"}``
 
+The hot verbs (``post_send``/``post_recv``, completions) also travel as
+fixed binary records that mix with the lines: :mod:`emu.nic.compact`.
+
 This module imports only the standard library so that the client API (and
 its users: perftest-style tools) load fast.
 """
