@@ -2,7 +2,7 @@
 """Compact control records (emu.nic.compact): framing, round trips, the daemon's answers.
 
 The units run without a daemon; the rest against an in-process daemon (loopback
-engine on 127.0.0.1, no namespaces), as tests/test_api_memory.py does. Waits have
+engine on 127.0.0.1, no namespaces), as tests/api/test_memory.py does. Waits have
 deadlines only to fail fast.
 """
 
