@@ -19,7 +19,10 @@ afterwards, also on failure):
 3. a leaf-spine with the switch pipeline at a rate it surely sustains
    (50 Mb/s per port): write-bw h1 → h4, each switch daemon's CPU per packet
    it handled, and write-lat again: the extra round trip over the pair's,
-   per switch pass, is a switch daemon's turnaround.
+   per switch pass, is a switch daemon's turnaround;
+4. the leaf-spine with the kernel datapath at 10 Gb/s: the two end daemons' CPU
+   per packet over the pair's, per switch on the path, is a kernel hop (its
+   softirq work runs mostly on their CPU time).
 
 The result goes to :data:`emu.credible.capacity.COSTS_FILE`; ``emu up`` and
 ``emu doctor`` use it from then on.
@@ -157,10 +160,32 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
         sw_turn = max(0.0, (lat_ls - ping_ls) * 1e-6 - nic_turn) / 6
         say(f"  write-lat round trip {lat_ls:.0f} us (ping {ping_ls:.0f} us): "
             f"{sw_turn * 1e6:.0f} us per switch pass")
+    say(f"doctor: kernel datapath, leaf-spine with the pipeline at 10gbit, {seconds:g} s …")
+    # its per-packet work (veth, forwarding, tbf, BPF) runs in softirq, mostly charged to
+    # the daemons that send into and take from the path: their extra CPU per packet over
+    # the pair's, per switch on the path
+    extra = []
+    with _Cluster(ls, f"dr{pid}k", ["switch.port.rate=10gbit", "switch.datapath=kernel"],
+                  say) as cl:
+        for i, transport in enumerate(("roce", "uet")):
+            before = snapshot(cl)["nic"]
+            cpu0 = {h: _cpu_s(s["pid"]) for h, s in before.items()}
+            _perf(cl, "write-bw", "h1", "h4", "-s", "1M", "-D", f"{seconds:g}",
+                  "--transport", transport)
+            after = snapshot(cl)["nic"]
+            sent = (after["h1"]["engines"][transport].get("tx_packets", 0)
+                    - before["h1"]["engines"][transport].get("tx_packets", 0))
+            both = sum(_cpu_s(after[h]["pid"]) - cpu0[h] for h in ("h1", "h4")) / max(1, sent)
+            extra.append(both - tx_costs[i] - rx_costs[i])
+    from emu.topology.loader import load
+
+    hops = capacity.switches_on_path(load(ls, ["switch.datapath=kernel"]), "kernel")
+    khop = max(0.0, max(extra) / max(1, hops))
+    say(f"  {hops} kernel switch hop(s): {khop * 1e6:.1f} us of CPU per packet per hop")
     cores = len(os.sched_getaffinity(0))
     return capacity.Costs(nic_tx=max(tx_costs), nic_rx=max(rx_costs), switch=sw,
                           nic_turnaround=nic_turn, switch_turnaround=sw_turn, cores=cores,
-                          source="measured")
+                          kernel_hop=khop, source="measured")
 
 
 def report(res: dict[str, Any]) -> list[str]:
@@ -176,7 +201,8 @@ def report(res: dict[str, Any]) -> list[str]:
 def costs_lines(c: capacity.Costs) -> list[str]:
     return [f"costs ({c.source}, {c.cores} cores): NIC daemon {c.nic_tx * 1e6:.1f} us per packet "
             f"sent, {c.nic_rx * 1e6:.1f} us received; switch daemon {c.switch * 1e6:.1f} us per "
-            f"packet; emu's own round trip {c.nic_turnaround * 1e6:.0f} us + "
+            f"packet, a kernel-datapath switch {c.kernel_hop * 1e6:.1f} us; emu's own round "
+            f"trip {c.nic_turnaround * 1e6:.0f} us + "
             f"{c.switch_turnaround * 1e6:.0f} us per switch pass"]
 
 

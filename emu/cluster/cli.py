@@ -219,6 +219,8 @@ def _status(a: argparse.Namespace) -> int:
 
 def _credible_lines(s: dict) -> str:
     """The line rates in force and every daemon's overload since the cluster came up."""
+    from emu.nic.protocol import overload_causes
+
     lines = []
     cr = s.get("credible") or {}
     if cr.get("line"):
@@ -228,7 +230,8 @@ def _credible_lines(s: dict) -> str:
     if ov and not bad:
         lines.append(f"overload: none in {len(ov)} daemon(s) since up")
     for k, v in sorted(bad.items()):
-        lines.append(f"overload in {k}: " + ", ".join(f"{c} {n}" for c, n in v.items() if n)
+        lines.append(f"overload in {k}: " + ", ".join(f"{c} {n}" for c, n in
+                                                      overload_causes(v).items() if n)
                      + " — results through it are NOT CREDIBLE")
     return ("\n" + "\n".join(lines)) if lines else ""
 

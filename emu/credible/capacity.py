@@ -36,6 +36,10 @@ MACHINE_SHARE = 0.6
 MIN_RATE = 10e6
 
 
+#: a kernel-datapath hop on the development VM (``emu doctor --measure``)
+KERNEL_HOP_REFERENCE = 2.4e-6
+
+
 @dataclass(frozen=True)
 class Costs:
     """Per-packet CPU (seconds, user + kernel) and the emulator's own delays."""
@@ -47,6 +51,9 @@ class Costs:
     switch_turnaround: float  # delay one switch daemon adds per pass, unloaded (s)
     cores: int
     source: str = "reference"
+    #: one kernel-datapath switch hop (veth, forwarding, tbf, BPF in softirq), per packet,
+    #: charged to the NIC daemons at the ends of the path (whose CPU it mostly runs on)
+    kernel_hop: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Costs:
@@ -59,14 +66,17 @@ class Costs:
 
 #: the 2-core development VM, as ``emu doctor --measure`` measured it (docs/credibility.md)
 REFERENCE = Costs(nic_tx=13.3e-6, nic_rx=12.8e-6, switch=101e-6, nic_turnaround=750e-6,
-                  switch_turnaround=136e-6, cores=2)
+                  switch_turnaround=136e-6, cores=2, kernel_hop=KERNEL_HOP_REFERENCE)
 
 
 def load(path: str = COSTS_FILE) -> Costs:
-    """This machine's measured costs, else :data:`REFERENCE` scaled to its core count."""
+    """This machine's measured costs, else :data:`REFERENCE` scaled to its core count
+    (a file measured before kernel hops were: the reference hop cost)."""
     try:
         with open(path) as f:
-            return Costs.from_dict(json.load(f)["costs"])
+            d = json.load(f)["costs"]
+            d.setdefault("kernel_hop", KERNEL_HOP_REFERENCE)
+            return Costs.from_dict(d)
     except (OSError, ValueError, KeyError, TypeError):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
         return Costs(**{**REFERENCE.to_dict(), "cores": cores})
@@ -88,22 +98,28 @@ def frame_bytes(mtu: int) -> int:
     return pmtu_for(mtu) + 12 + 16 + 4 + 8 + 40 + 14
 
 
-def switches_on_path(topo: Topology) -> int:
-    """User-space switch daemons a packet passes on the longest path (0 without the
-    pipeline, or where the switches run the kernel datapath)."""
+def switches_on_path(topo: Topology, datapath: str = "user") -> int:
+    """Switches of the pipeline's ``datapath`` (``user``: switch daemons; ``kernel``: tc
+    BPF) a packet passes on the longest path (0 without the pipeline)."""
     from emu.credible.rates import longest_path
     from emu.switch import topology as sw
 
+    if not sw.enabled(topo):
+        return 0
     user = sw.user_space(topo)
-    return sum(1 for node, _ in longest_path(topo) if node in user)
+    return sum(1 for node, _ in longest_path(topo)
+               if topo.nodes[node].kind == "switch" and (node in user) == (datapath == "user"))
 
 
-def max_rate(costs: Costs, hops: int, mtu: int) -> float:
-    """The highest line rate (bits/s) at which one flow over ``hops`` switch daemons fits."""
-    pps_daemon = DAEMON_SHARE / max(costs.nic_tx, costs.nic_rx,
+def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0) -> float:
+    """The highest line rate (bits/s) at which one flow over ``hops`` switch daemons and
+    ``khops`` kernel-datapath switches fits (the kernel hops' softirq work shared by the
+    two end daemons)."""
+    k = khops * costs.kernel_hop / 2
+    pps_daemon = DAEMON_SHARE / max(costs.nic_tx + k, costs.nic_rx + k,
                                     costs.switch if hops else 0.0)
     pps_machine = MACHINE_SHARE * costs.cores / (costs.nic_tx + costs.nic_rx
-                                                 + hops * costs.switch)
+                                                 + hops * costs.switch + 2 * k)
     return min(pps_daemon, pps_machine) * frame_bytes(mtu) * 8
 
 
@@ -125,7 +141,8 @@ def mtu_of(topo: Topology) -> int:
 def propose(topo: Topology, costs: Costs | None = None) -> float:
     """The line rate to use on every port of ``topo`` on this machine (bits/s)."""
     costs = costs or load()
-    return nice_floor(max_rate(costs, switches_on_path(topo), mtu_of(topo)))
+    return nice_floor(max_rate(costs, switches_on_path(topo), mtu_of(topo),
+                               switches_on_path(topo, "kernel")))
 
 
 def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
@@ -137,7 +154,7 @@ def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
     costs = costs or load()
     hops = switches_on_path(topo)
     mtu = mtu_of(topo)
-    limit = max_rate(costs, hops, mtu)
+    limit = max_rate(costs, hops, mtu, switches_on_path(topo, "kernel"))
     proposed = nice_floor(limit)
     ports = host_ports(topo, proposed)
     too_fast = [p for p in ports if p.rate > limit * 1.001]

@@ -7,7 +7,8 @@ backlog drops and sends behind their port's schedule (``emu.nic.daemon``
 ``overload``); switch daemons count releases behind their departure times
 and packets the kernel dropped before they reached the queue model
 (``emu.switch.daemon`` ``overload``); a NIC daemon that spent more than
-:data:`CPU_WAIT_MAX` of the run waiting for a CPU counts as ``cpu_wait``.
+:data:`CPU_WAIT_MAX` of the run waiting for a CPU counts as ``cpu_wait``, one that
+used more than :data:`CPU_BUSY_MAX` of a CPU as ``cpu_bound``.
 Tools take a :func:`snapshot` before and after a run and report
 :func:`delta`, so a run is judged by what happened during it, not by an
 earlier run's damage.
@@ -26,6 +27,8 @@ import os
 import time
 from typing import Any
 
+from emu.nic.protocol import overload_causes
+
 NIC_RUN_DIR = "/run/emu/nic"
 SWITCH_RUN_DIR = "/run/emu/switch"
 #: engine counters that count retransmitted packets on the wire (RoCE go-back-N; UET RUD,
@@ -37,6 +40,15 @@ RETX_KEYS = ("tx_retransmits", "tx_rudi_retransmits")
 #: whether or not a frame was queued at that moment (a deep transmit FIFO hides the gaps
 #: from ``tx_late``; this does not). Short waits — a wake-up's latency — stay far below it
 CPU_WAIT_MAX = 0.05
+#: a NIC daemon that used more than this share of one CPU over a run was the bottleneck
+#: itself — it could not produce or take in packets as fast as its port and the path
+#: allowed — even when no frame ever waited for the port (``tx_late`` sees only a port
+#: behind on queued frames; a daemon slower than its port never queues any). A credible
+#: run at a rate emu doctor proposes uses well under half a core per daemon
+CPU_BUSY_MAX = 0.85
+#: … while its busiest direction carried less than this share of its line rate (a daemon
+#: that used a core and kept its port full kept up: that is the rate it was given)
+PORT_BUSY_MIN = 0.9
 
 
 def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
@@ -101,8 +113,8 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             if d.get("total"):
                 daemons[f"{'nicd' if kind == 'nic' else 'switchd'} {name}"] = {
                     k: v for k, v in d.items() if v}
-            for k, v in d.items():
-                if k != "total" and not k.endswith("_s") and v:
+            for k, v in overload_causes(d).items():
+                if v:
                     causes[k] = causes.get(k, 0) + v
             waited = d.get("cpu_wait_s", 0.0)
             if kind == "nic" and elapsed > 0 and waited > CPU_WAIT_MAX * elapsed:
@@ -110,6 +122,17 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 who = f"nicd {name}"
                 daemons[who] = {**daemons.get(who, {}), "cpu_wait": 1,
                                 "cpu_wait_s": waited}
+            busy = d.get("cpu_s", 0.0)
+            rate = float(b.get("overload", {}).get("line_rate") or 0.0)
+            moved = max(d.get("tx_bytes", 0), d.get("rx_bytes", 0)) * 8
+            port_busy = moved / (rate * elapsed) if rate and elapsed > 0 else 0.0
+            if kind == "nic" and elapsed > 0 and busy > CPU_BUSY_MAX * elapsed \
+                    and port_busy < PORT_BUSY_MIN:
+                causes["cpu_bound"] = causes.get("cpu_bound", 0) + 1
+                who = f"nicd {name}"
+                daemons[who] = {**daemons.get(who, {}), "cpu_bound": 1,
+                                "cpu_share": round(busy / elapsed, 3),
+                                "port_share": round(port_busy, 3)}
     total = int(sum(causes.values()))
     unreachable = sorted(set(before.get("unreachable", []) + after.get("unreachable", [])))
     # link time the NIC ports stood idle while frames waited for a late daemon

@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any
 
-from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, sock_path
+from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, overload_causes, sock_path
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -262,7 +262,9 @@ def render(s: dict[str, Any]) -> str:
                      f"  port {ifname}: unpaced")
     ov = s.get("overload") or {}
     if ov:
-        causes = "  ".join(f"{k} {v}" for k, v in ov.items() if k not in ("total",))
+        causes = "  ".join(f"{k} {v}" for k, v in overload_causes(ov).items())
+        if ov.get("cpu_s") is not None:
+            causes += f"  (cpu {ov['cpu_s']:.1f} s, waited {ov.get('cpu_wait_s', 0):.3f} s)"
         bad = " (NOT CREDIBLE: the emulator lost or delayed packets)" if ov.get("total") else ""
         lines.append(f"  overload {ov.get('total', 0)}{bad}: {causes}")
     for ifname, pc in (s.get("pause") or {}).items():

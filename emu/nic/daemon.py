@@ -575,12 +575,21 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     later than the port's serializer schedule (``tx_late``: the daemon was
     behind; ``tx_late_s`` link time lost). ``total`` > 0 makes any result
     measured through this daemon not credible. ``cpu_wait_s`` (cumulative, not in
-    ``total``): time the daemon waited for a CPU."""
+    ``total``): time the daemon waited for a CPU; ``cpu_s``: CPU time it used (a run
+    during which it used nearly a whole core was limited by the daemon, not the port:
+    :data:`emu.credible.overload.CPU_BUSY_MAX`)."""
     out: dict[str, Any] = {k: int(totals.get(v, 0)) for k, v in OVERLOAD_CAUSES.items()}
     out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
     out["total"] = sum(out.values())
     out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
     out["cpu_wait_s"] = cpu_wait_s()
+    t = os.times()
+    out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread
+    # what its ports carried and could carry: a busy daemon whose ports were busy too
+    # kept up; one whose ports idled was the limit (emu.credible.overload.delta)
+    out["tx_bytes"] = int(totals.get("tx_bytes", 0))
+    out["rx_bytes"] = int(totals.get("rx_bytes", 0))
+    out["line_rate"] = max((float(p.get("line_rate") or 0) for p in ports.values()), default=0.0)
     return out
 
 

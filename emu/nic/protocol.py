@@ -27,6 +27,17 @@ import os
 import socket
 from typing import Any
 
+#: keys of a daemon's ``overload`` that are measures beside the counts, not overload: the
+#: total itself, seconds (``*_s``) and what the credibility judge needs to tell a busy
+#: daemon that kept up from one that was the limit (``emu.credible.overload``)
+OVERLOAD_INFO = frozenset({"total", "cpu_s", "tx_bytes", "rx_bytes", "line_rate"})
+
+
+def overload_causes(ov: dict[str, Any]) -> dict[str, Any]:
+    """The counts in a daemon's ``overload`` (every key but :data:`OVERLOAD_INFO` and
+    seconds), for display and for summing causes."""
+    return {k: v for k, v in ov.items() if k not in OVERLOAD_INFO and not k.endswith("_s")}
+
 PROTOCOL_VERSION = 1
 RUN_DIR = "/run/emu/nic"
 #: the largest message either side accepts; longer lines are a protocol error

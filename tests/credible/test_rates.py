@@ -184,12 +184,15 @@ def test_reference_machine_proposals_meet_the_floor():
     assert capacity.propose(load(NS / "pair.toml"), capacity.REFERENCE) >= 1e9
     ls = load(NS / "leaf-spine.toml", ["switch.port.rate=10gbit", "switch.datapath=user"])
     assert capacity.propose(ls, capacity.REFERENCE) >= 100e6
-    # with the kernel datapath the switches cost no daemon time: the pair's rate
+    # with the kernel datapath the switches cost no daemon, only softirq work at the ends:
+    # between the user-space datapath's rate and the pair's
     kls = load(NS / "leaf-spine.toml", ["switch.port.rate=10gbit", "switch.datapath=kernel"])
     if kernel.available() is None:
         assert capacity.switches_on_path(kls) == 0
-        assert capacity.propose(kls, capacity.REFERENCE) == \
-            capacity.propose(load(NS / "pair.toml"), capacity.REFERENCE)
+        assert capacity.switches_on_path(kls, "kernel") == 3
+        pair_rate = capacity.max_rate(capacity.REFERENCE, 0, 9000)
+        k = capacity.max_rate(capacity.REFERENCE, 0, 9000, 3)
+        assert capacity.max_rate(capacity.REFERENCE, 3, 9000) < k < pair_rate
 
 
 def test_fit_names_the_setting_that_fits():
@@ -267,3 +270,30 @@ def test_cpu_wait_reads_schedstat(tmp_path):
     assert cpu_wait_s(str(f)) == pytest.approx(5.266204235)
     assert cpu_wait_s(str(tmp_path / "missing")) == 0.0
     assert cpu_wait_s() >= 0.0  # this kernel's own
+
+
+def test_a_daemon_that_used_a_core_while_its_port_idled_was_the_limit():
+    """cpu_bound: a NIC daemon busy for more than CPU_BUSY_MAX of the run while its port
+    carried less than PORT_BUSY_MIN of its line rate limited the run itself (at 10 Gb/s
+    no frame ever waits for the port, so tx_late cannot see it); busy with a full port
+    is a daemon that kept up."""
+    from emu.credible.overload import CPU_BUSY_MAX, PORT_BUSY_MIN
+
+    def snap(cpu_s: float, tx_bytes: int, t: float, rate: float = 1e9) -> dict:
+        o = overload({"tx_bytes": tx_bytes}, {"eth0": {"late": 0, "line_rate": rate}})
+        o["cpu_s"] = cpu_s
+        return {"t": t, "switch": {}, "unreachable": [],
+                "nic": {"h1": {"overload": o, "tx_packets": 0, "retransmits": 0}}}
+    busy = 2 * (CPU_BUSY_MAX + 0.05)
+    full = int(2 * 1e9 / 8 * (PORT_BUSY_MIN + 0.05))
+    kept_up = delta(snap(0.0, 0, 10.0), snap(busy, full, 12.0))
+    assert kept_up["credible"], kept_up
+    limit = delta(snap(0.0, 0, 10.0), snap(busy, full // 3, 12.0))
+    assert not limit["credible"] and limit["causes"] == {"cpu_bound": 1}
+    assert limit["daemons"]["nicd h1"]["cpu_share"] == pytest.approx(CPU_BUSY_MAX + 0.05)
+    idle = delta(snap(0.0, 0, 10.0), snap(0.5, full // 3, 12.0))  # CC-limited, not CPU
+    assert idle["credible"]
+    # the measures beside the counts are never counted as overload
+    assert {"cpu_s", "tx_bytes", "rx_bytes", "line_rate"} <= set(snap(1, 1, 0)["nic"]["h1"]
+                                                              ["overload"])
+    assert snap(1, 1, 0)["nic"]["h1"]["overload"]["total"] == 0
