@@ -57,7 +57,8 @@ def up(topology: str, name: str, sets: list[str]) -> str:
         args += ["--set", s]
     r = emu(*args)
     keep = ("line rate", "switch pipeline running")
-    return "; ".join(ln.strip() for ln in r.stdout.splitlines() if any(k in ln for k in keep))
+    return "; ".join(ln.strip() for ln in (r.stdout + r.stderr).splitlines()
+                     if any(k in ln for k in keep))
 
 
 def line_rate(name: str, host: str) -> float:
