@@ -89,27 +89,14 @@ def decode(line: bytes) -> dict[str, Any]:
     return msg
 
 
-class LineBuffer:
-    """Accumulates stream bytes and yields complete lines; bounded by ``MAX_LINE``."""
+def __getattr__(name: str) -> Any:
+    """``LineBuffer``: the control stream's one framing, JSON lines and compact records
+    (:class:`emu.nic.compact.RecordBuffer`; imported late, compact imports this module)."""
+    if name == "LineBuffer":
+        from emu.nic.compact import RecordBuffer
 
-    __slots__ = ("_buf", "max_line")
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self._buf = bytearray()
-        self.max_line = max_line
-
-    def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf
-        buf += data
-        if b"\n" not in data:
-            if len(buf) > self.max_line:
-                raise ProtocolError(f"message longer than {self.max_line} bytes")
-            return []
-        *lines, rest = bytes(buf).split(b"\n")
-        self._buf = bytearray(rest)
-        if len(rest) > self.max_line or any(len(x) > self.max_line for x in lines):
-            raise ProtocolError(f"message longer than {self.max_line} bytes")
-        return [x for x in lines if x.strip()]
+        return RecordBuffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def find_sock(run_dir: str = RUN_DIR) -> str:
@@ -157,7 +144,9 @@ def call_once(path: str, op: str, timeout: float = 10.0, **args: Any) -> dict[st
         s.settimeout(timeout)
         s.connect(path)
         s.sendall(encode({"id": 1, "op": op, **args}))
-        lb = LineBuffer()
+        from emu.nic.compact import RecordBuffer
+
+        lb = RecordBuffer()
         while True:
             data = s.recv(1 << 16)
             if not data:
