@@ -46,8 +46,10 @@ CPU_WAIT_MAX = 0.05
 #: behind on queued frames; a daemon slower than its port never queues any). A credible
 #: run at a rate emu doctor proposes uses well under half a core per daemon
 CPU_BUSY_MAX = 0.85
-#: … while its busiest direction carried less than this share of its line rate (a daemon
-#: that used a core and kept its port full kept up: that is the rate it was given)
+#: … while no frame waited for its port's serializer and its busier direction carried
+#: less than this share of its line rate (a daemon that used a core and kept its port
+#: full kept up: that is the rate it was given; the share is of the whole snapshot
+#: window, set-up included, so the waits decide for a sender)
 PORT_BUSY_MIN = 0.9
 
 
@@ -127,7 +129,7 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             moved = max(d.get("tx_bytes", 0), d.get("rx_bytes", 0)) * 8
             port_busy = moved / (rate * elapsed) if rate and elapsed > 0 else 0.0
             if kind == "nic" and elapsed > 0 and busy > CPU_BUSY_MAX * elapsed \
-                    and port_busy < PORT_BUSY_MIN:
+                    and not d.get("port_waits") and port_busy < PORT_BUSY_MIN:
                 causes["cpu_bound"] = causes.get("cpu_bound", 0) + 1
                 who = f"nicd {name}"
                 daemons[who] = {**daemons.get(who, {}), "cpu_bound": 1,

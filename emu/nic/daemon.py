@@ -585,9 +585,12 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     out["cpu_wait_s"] = cpu_wait_s()
     t = os.times()
     out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread
-    # what its ports carried and could carry: a busy daemon whose ports were busy too
-    # kept up; one whose ports idled was the limit (emu.credible.overload.delta)
-    out["tx_bytes"] = int(totals.get("tx_bytes", 0))
+    # whether its ports were the limit: frames that waited for a serializer, the frame
+    # bytes sent and the bytes taken in, against the line rate — a busy daemon whose
+    # port made frames wait kept up; one whose port idled was the limit
+    # (emu.credible.overload.delta)
+    out["port_waits"] = sum(int(p.get("waits", 0)) for p in ports.values())
+    out["tx_bytes"] = sum(int(p.get("bytes", 0)) for p in ports.values())
     out["rx_bytes"] = int(totals.get("rx_bytes", 0))
     out["line_rate"] = max((float(p.get("line_rate") or 0) for p in ports.values()), default=0.0)
     return out

@@ -85,6 +85,7 @@ class PortPacer:
         c = self.c
         c["bytes"] += nbytes
         c["frames"] += frames
+        c["waits"] += waited
         if not self.paced:
             return
         t = self.t_free

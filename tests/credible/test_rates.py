@@ -53,6 +53,7 @@ def test_pacer_counts_the_daemon_late_only_when_frames_waited():
     t = p.t_free
     p.charge(t + 10e-6, 9000, 1, waited=True)  # under a frame's time (12 µs): not late
     assert p.c["late"] == 1
+    assert p.c["waits"] == 2  # sends whose frames had waited for the port
 
 
 def test_unpaced_port_never_waits():
@@ -273,14 +274,15 @@ def test_cpu_wait_reads_schedstat(tmp_path):
 
 
 def test_a_daemon_that_used_a_core_while_its_port_idled_was_the_limit():
-    """cpu_bound: a NIC daemon busy for more than CPU_BUSY_MAX of the run while its port
-    carried less than PORT_BUSY_MIN of its line rate limited the run itself (at 10 Gb/s
-    no frame ever waits for the port, so tx_late cannot see it); busy with a full port
-    is a daemon that kept up."""
+    """cpu_bound: a NIC daemon busy for more than CPU_BUSY_MAX of the run while no frame
+    waited for its port and the port carried less than PORT_BUSY_MIN of its line rate
+    limited the run itself (at 10 Gb/s no frame ever waits for the port, so tx_late
+    cannot see it); busy with a full or a waiting port is a daemon that kept up."""
     from emu.credible.overload import CPU_BUSY_MAX, PORT_BUSY_MIN
 
-    def snap(cpu_s: float, tx_bytes: int, t: float, rate: float = 1e9) -> dict:
-        o = overload({"tx_bytes": tx_bytes}, {"eth0": {"late": 0, "line_rate": rate}})
+    def snap(cpu_s: float, port_bytes: int, t: float, waits: int = 0) -> dict:
+        o = overload({}, {"eth0": {"late": 0, "line_rate": 1e9, "bytes": port_bytes,
+                                   "waits": waits}})
         o["cpu_s"] = cpu_s
         return {"t": t, "switch": {}, "unreachable": [],
                 "nic": {"h1": {"overload": o, "tx_packets": 0, "retransmits": 0}}}
@@ -291,9 +293,13 @@ def test_a_daemon_that_used_a_core_while_its_port_idled_was_the_limit():
     limit = delta(snap(0.0, 0, 10.0), snap(busy, full // 3, 12.0))
     assert not limit["credible"] and limit["causes"] == {"cpu_bound": 1}
     assert limit["daemons"]["nicd h1"]["cpu_share"] == pytest.approx(CPU_BUSY_MAX + 0.05)
+    # frames waited for the port: it was the limit, whatever share of a long window the
+    # bytes were (set-up and tear-down are in the window too)
+    waited = delta(snap(0.0, 0, 10.0), snap(busy, full // 3, 12.0, waits=40))
+    assert waited["credible"], waited
     idle = delta(snap(0.0, 0, 10.0), snap(0.5, full // 3, 12.0))  # CC-limited, not CPU
     assert idle["credible"]
     # the measures beside the counts are never counted as overload
-    assert {"cpu_s", "tx_bytes", "rx_bytes", "line_rate"} <= set(snap(1, 1, 0)["nic"]["h1"]
-                                                              ["overload"])
-    assert snap(1, 1, 0)["nic"]["h1"]["overload"]["total"] == 0
+    o = snap(1, 1, 0, waits=3)["nic"]["h1"]["overload"]
+    assert {"cpu_s", "port_waits", "tx_bytes", "rx_bytes", "line_rate"} <= set(o)
+    assert o["total"] == 0 and o["port_waits"] == 3
