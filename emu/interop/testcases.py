@@ -55,6 +55,14 @@ class TestCase:
     #: bytes that must appear as payload in the capture (a client that moves nothing fails)
     wire_bytes: ClassVar[int] = 0
     goodput_bytes: ClassVar[int] = 0      # bytes for the goodput figure (0: not measured)
+    #: the files the case moves: (sending side, file name, size, what it is called in a
+    #: verdict); :meth:`prepare` writes them, :meth:`check_outputs` compares each with
+    #: what the other side received
+    payloads: ClassVar[tuple[tuple[str, str, int, str], ...]] = ()
+    #: operations (substrings of the capture's packet types) one of which must be on the
+    #: wire, and the verdict when none is
+    wire_ops: ClassVar[tuple[str, ...]] = ()
+    wire_ops_missing: ClassVar[str] = ""
 
     def __init__(self, server_dir: str, client_dir: str) -> None:
         self.server_dir, self.client_dir = server_dir, client_dir
@@ -66,6 +74,8 @@ class TestCase:
 
     def prepare(self) -> None:
         """Write the files the sending side needs into its DATA_DIR."""
+        for side, name, size, _ in self.payloads:
+            self._put(self.client_dir if side == "client" else self.server_dir, name, size)
 
     def recv(self, side: str, name: str) -> str:
         return os.path.join(self.server_dir if side == "server" else self.client_dir,
@@ -76,9 +86,16 @@ class TestCase:
 
     # -- verdict --------------------------------------------------------------------
     def check_outputs(self) -> str | None:
+        for side, name, _, what in self.payloads:
+            other = "server" if side == "client" else "client"
+            why = _same(self.sent(side, name), self.recv(other, name), what)
+            if why:
+                return why
         return None
 
     def check_wire(self, w: Wire) -> str | None:
+        if self.wire_ops and not any(op in t for t in w.types for op in self.wire_ops):
+            return self.wire_ops_missing
         return None
 
     def check(self, w: Wire) -> str | None:
@@ -102,18 +119,8 @@ class Handshake(TestCase):
     name = "handshake"
     description = "connection established, one SEND of 32 B"
     wire_bytes = C.HANDSHAKE_SIZE
-
-    def prepare(self) -> None:
-        self._put(self.client_dir, "payload.bin", C.HANDSHAKE_SIZE)
-
-    def check_outputs(self) -> str | None:
-        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
-                     "SEND")
-
-    def check_wire(self, w: Wire) -> str | None:
-        if not any("SEND" in t for t in w.types):
-            return "no SEND request on the wire"
-        return None
+    payloads = (("client", "payload.bin", C.HANDSHAKE_SIZE, "SEND"),)
+    wire_ops, wire_ops_missing = ("SEND",), "no SEND request on the wire"
 
 
 class Transfer(TestCase):
@@ -121,19 +128,16 @@ class Transfer(TestCase):
 
     size: ClassVar[int]
 
-    def prepare(self) -> None:
-        self._put(self.client_dir, "payload.bin", self.size)
 
-    def check_outputs(self) -> str | None:
-        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
-                     f"WRITE of {self.size} B")
+def _write_of(size: int) -> tuple[tuple[str, str, int, str], ...]:
+    return (("client", "payload.bin", size, f"WRITE of {size} B"),)
 
 
 def _transfer(case: str, text: str) -> type[Transfer]:
     size = C.TRANSFER_SIZES[case]
     return type(f"Transfer_{case}", (Transfer,), {
         "name": case, "description": text, "size": size, "wire_bytes": size,
-        "goodput_bytes": size, "__doc__": text})
+        "goodput_bytes": size, "payloads": _write_of(size), "__doc__": text})
 
 
 Transfer1B = _transfer("transfer-1b", "WRITE of 1 B")
@@ -147,31 +151,15 @@ class Read(TestCase):
     description = "READ of the server's 1 MiB region"
     wire_bytes = C.READ_SIZE
     goodput_bytes = C.READ_SIZE
-
-    def prepare(self) -> None:
-        self._put(self.server_dir, "payload.bin", C.READ_SIZE)
-
-    def check_outputs(self) -> str | None:
-        return _same(self.sent("server", "payload.bin"), self.recv("client", "payload.bin"),
-                     "READ")
-
-    def check_wire(self, w: Wire) -> str | None:
-        if not any("READ" in t for t in w.types):
-            return "no READ request or response on the wire"
-        return None
+    payloads = (("server", "payload.bin", C.READ_SIZE, "READ"),)
+    wire_ops, wire_ops_missing = ("READ",), "no READ request or response on the wire"
 
 
 class SendRecv(TestCase):
     name = "sendrecv"
     description = "16 SENDs of 16 KiB into posted receives"
     wire_bytes = C.SENDRECV_SIZE
-
-    def prepare(self) -> None:
-        self._put(self.client_dir, "payload.bin", C.SENDRECV_SIZE)
-
-    def check_outputs(self) -> str | None:
-        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
-                     "SENDs")
+    payloads = (("client", "payload.bin", C.SENDRECV_SIZE, "SENDs"),)
 
 
 class Atomics(TestCase):
@@ -197,28 +185,16 @@ class Atomics(TestCase):
             return f"target holds {final} after the atomics, expected {C.ATOMIC_SWAP}"
         return None
 
-    def check_wire(self, w: Wire) -> str | None:
-        if not any("ATOMIC" in t or "FETCH_ADD" in t or "CMP_SWAP" in t for t in w.types):
-            return "no atomic request on the wire"
-        return None
+    wire_ops = ("ATOMIC", "FETCH_ADD", "CMP_SWAP")
+    wire_ops_missing = "no atomic request on the wire"
 
 
 class MultiConn(TestCase):
     name = "multiconn"
     description = f"{C.MULTICONN_N} QPs / endpoints, one WRITE each"
     wire_bytes = C.MULTICONN_N * C.MULTICONN_SIZE
-
-    def prepare(self) -> None:
-        for i in range(C.MULTICONN_N):
-            self._put(self.client_dir, f"payload-{i}.bin", C.MULTICONN_SIZE)
-
-    def check_outputs(self) -> str | None:
-        for i in range(C.MULTICONN_N):
-            why = _same(self.sent("client", f"payload-{i}.bin"),
-                        self.recv("server", f"payload-{i}.bin"), f"connection {i}")
-            if why:
-                return why
-        return None
+    payloads = tuple(("client", f"payload-{i}.bin", C.MULTICONN_SIZE, f"connection {i}")
+                     for i in range(C.MULTICONN_N))
 
     def check_wire(self, w: Wire) -> str | None:
         if w.qpns and len(w.qpns) < C.MULTICONN_N:
@@ -230,6 +206,7 @@ class Loss(Transfer):
     name = "loss"
     description = "WRITE of 1 MiB with 2 % random drop: retransmissions on the wire"
     size = C.TRANSFER_SIZES["loss"]
+    payloads = _write_of(size)
     wire_bytes = size
     impair = N.LOSS_ARGS
 
@@ -246,6 +223,7 @@ class Duplication(Transfer):
     name = "duplication"
     description = "WRITE of 1 MiB, every packet client → server sent twice"
     size = C.TRANSFER_SIZES["duplication"]
+    payloads = _write_of(size)
     wire_bytes = size
     impair = N.DUPLICATE_ARGS
 
@@ -261,6 +239,7 @@ class Reordering(Transfer):
     name = "reordering"
     description = "WRITE of 1 MiB through a switch that holds each packet 0–2 ms"
     size = C.TRANSFER_SIZES["reordering"]
+    payloads = _write_of(size)
     wire_bytes = size
     network = N.REORDERING.name
 
@@ -274,6 +253,7 @@ class Trimming(Transfer):
     name = "trimming"
     description = "WRITE of 1 MiB into a 100 Mbit/s switch port that trims above 100 KB"
     size = C.TRANSFER_SIZES["trimming"]
+    payloads = _write_of(size)
     wire_bytes = size
     network = N.TRIMMING.name
 
@@ -293,9 +273,8 @@ class BadKey(TestCase):
     name = "badkey"
     description = "WRITE with a wrong key: error at the initiator, target unchanged"
 
-    def prepare(self) -> None:
-        self._put(self.client_dir, "payload.bin", C.BADKEY_SIZE)
-        self._put(self.server_dir, "target.bin", C.BADKEY_SIZE)
+    payloads = (("client", "payload.bin", C.BADKEY_SIZE, "WRITE"),
+                ("server", "target.bin", C.BADKEY_SIZE, "target memory"))
 
     def check_outputs(self) -> str | None:
         why = _same(self.sent("server", "target.bin"), self.recv("server", "target.bin"),
@@ -313,16 +292,8 @@ class Teardown(TestCase):
     name = "teardown"
     description = "WRITE, destroy the connection, a second connection, WRITE"
     wire_bytes = 2 * C.TEARDOWN_SIZE
-
-    def prepare(self) -> None:
-        self._put(self.client_dir, "payload.bin", C.TEARDOWN_SIZE)
-        self._put(self.client_dir, "payload2.bin", C.TEARDOWN_SIZE)
-
-    def check_outputs(self) -> str | None:
-        return _same(self.sent("client", "payload.bin"), self.recv("server", "payload.bin"),
-                     "first connection") or \
-            _same(self.sent("client", "payload2.bin"), self.recv("server", "payload2.bin"),
-                  "second connection")
+    payloads = (("client", "payload.bin", C.TEARDOWN_SIZE, "first connection"),
+                ("client", "payload2.bin", C.TEARDOWN_SIZE, "second connection"))
 
     def check_wire(self, w: Wire) -> str | None:
         if w.qpns and len(w.qpns) < 2:
