@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from emu.api import Device  # noqa: E402
 from emu.fabric import Fabric, down  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.nic.protocol import call_once, sock_path  # noqa: E402
+from emu.proc import stop  # noqa: E402
 from emu.topology import load  # noqa: E402
 
 MiB = 1 << 20
@@ -245,9 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                "goals": {"ratio": 1.0, "stretch": 3.0, "start_s": 0.5, "rss_mib": 40}}
     finally:
         for pr in procs:
-            if pr.poll() is None:
-                pr.send_signal(signal.SIGTERM)
-            pr.wait(20)
+            stop(pr, 20)
             pr.stdout.close()
         down(name)
     if a.json:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from emu.fabric import Fabric, down, linkctl  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
 from emu.nic.protocol import call_once, sock_path  # noqa: E402
+from emu.proc import stop  # noqa: E402
 from emu.topology import load  # noqa: E402
 from emu.topology.units import format_rate, parse_rate  # noqa: E402
 
@@ -75,13 +75,7 @@ def start_daemons(cluster: str, hosts: dict[str, str], opts: list[str],
 
 def stop_daemons(procs: list[Any]) -> None:
     for pr in procs:
-        if pr.poll() is None:
-            pr.send_signal(signal.SIGTERM)
-        try:
-            pr.wait(20)
-        except subprocess.TimeoutExpired:
-            pr.kill()
-            pr.wait()
+        stop(pr, 20)
         pr.stdout.close()
     procs.clear()
 

@@ -13,6 +13,9 @@ counts as dead: it serves nothing any more.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from typing import Any
 
 PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit()
 
@@ -109,3 +112,16 @@ def find_by_argv(argv: list[str], not_before: float) -> list[int]:
         if t is not None and t >= not_before - 1.0 and not gone(pid):
             out.append(pid)
     return out
+
+
+def stop(p: subprocess.Popen[Any], timeout: float = 10.0) -> int:
+    """Stop a child emu started: SIGTERM (emu's daemons drain and exit 0 on it), wait up
+    to ``timeout`` seconds, then SIGKILL. Returns its exit status; a child already gone
+    is only reaped."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return p.wait()

@@ -13,9 +13,10 @@ runner's daemon. The daemon's log and event trace go to ``$LOGDIR``.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
+
+from emu.proc import stop
 
 _DAEMON = ("import sys, json\n"
            "from emu.wire import uet_defs\n"
@@ -58,13 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return subprocess.call(cmd)
     finally:
-        if d.poll() is None:
-            d.send_signal(signal.SIGTERM)
-            try:
-                d.wait(10)
-            except subprocess.TimeoutExpired:
-                d.kill()
-                d.wait()
+        stop(d)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from emu.fabric import Fabric, netns
 from emu.fabric.naming import random_cluster
+from emu.proc import stop
 from emu.topology.model import Endpoint, Link, Node, Topology
 
 UDP_SEGMENT = 103
@@ -151,8 +152,7 @@ def run(seconds: float, size: int, repeat: int, copy_range: int) -> dict[str, di
                     res[mode]["pipeline"].append(pps)
                     res[mode].setdefault("received", []).append(got)
                 finally:
-                    d.terminate()
-                    d.wait(30)
+                    stop(d, 30)
                 c = json.loads((Path(tmp) / "counters.json").read_text())
                 res[mode].setdefault("switch", []).append(c["switch"])
     return res

@@ -38,6 +38,7 @@ from emu.fabric import Fabric, down, state
 from emu.fabric.naming import random_cluster
 from emu.nic import pause as NP
 from emu.nic.protocol import sock_path
+from emu.proc import stop
 from emu.switch import pfc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,13 +82,7 @@ class Proc:
             raise AssertionError(f"{argv[2]} not ready: {line!r} {self.p.stderr.read()}")
 
     def stop(self) -> int:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-        rc = self.p.wait()
+        rc = stop(self.p, 20)
         self.p.stdout.close()
         self.p.stderr.close()
         return rc

@@ -30,6 +30,7 @@ from fabric_util import control_request, fabric_up, host_addr, inside, leaf_spin
 from emu.fabric import Fabric
 from emu.fabric.capture import Target, capture
 from emu.fabric.linkctl import run_in_ns
+from emu.proc import stop as stop_child
 from emu.switch import kernel as K
 from emu.switch.config import ClassConfig, PortConfig, SwitchConfig
 from emu.wire.codec import roce as RC
@@ -173,9 +174,7 @@ def test_kernel_datapath(cluster: Fabric, tmp_path: Path) -> None:
     finally:
         stop.set()
         cap.join(20)
-        if proc.poll() is None:
-            proc.terminate()
-        rc = proc.wait(30)
+        rc = stop_child(proc, 30)
         for s in socks:
             s.close()
     assert rc == 0
