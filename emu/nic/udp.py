@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.datagram import Gather, Run
+from emu.ifinfo import if_mtu
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -47,7 +48,7 @@ SO_RXQ_OVFL = 40
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
 IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
-SIOCGIFADDR, SIOCGIFMTU = 0x8915, 0x8921
+SIOCGIFADDR = 0x8915
 GSO_MAX_SEGS = 64
 #: a GRO read at least this big is handed on as views of its buffer (see recv_batch)
 LEND_MIN = 32768
@@ -89,7 +90,7 @@ def interfaces() -> list[Iface]:
                 continue
             req = struct.pack("16s16x", name.encode())
             try:
-                mtu = struct.unpack_from("=i", fcntl.ioctl(s, SIOCGIFMTU, req), 16)[0]
+                mtu = if_mtu(name, s)
             except OSError:
                 continue
             ifc = Iface(name, mtu)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from emu.fabric import netns
+from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
 from emu.switch import trim as T
 from emu.switch.config import ConfigError, SwitchConfig, apply_settings
@@ -370,7 +371,7 @@ class SwitchDaemon:
             obj = K.build_object()
             for n, p in ports.items():
                 if p.rate or p.loss:
-                    kp = K.KernelPort(n, K.if_mtu(n), obj)
+                    kp = K.KernelPort(n, if_mtu(n), obj)
                     out[n] = kp
                     kp.attach(cfg, p)
         except (K.KernelPathError, OSError, ValueError) as e:

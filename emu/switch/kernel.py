@@ -169,10 +169,13 @@ def _bpf(cmd: int, attr: bytearray) -> int:
     return int(r)
 
 
-def _info(fd: int, size: int, extra: dict[int, int] | None = None) -> bytearray:
+def _info(fd: int, size: int, preset: tuple[tuple[str, int, int], ...] = ()) -> bytearray:
+    """``BPF_OBJ_GET_INFO_BY_FD``: the first ``size`` bytes of the object's info struct;
+    ``preset`` fields ``(struct format, offset, value)`` are written first (where the
+    kernel is to copy arrays, and how many)."""
     info = bytearray(size)
-    for off, val in (extra or {}).items():
-        struct.pack_into("<Q" if off % 8 == 0 and val > _U32_MAX else "<I", info, off, val)
+    for fmt, off, val in preset:
+        struct.pack_into(fmt, info, off, val)
     ib = (ctypes.c_char * size).from_buffer(info)
     attr = bytearray(16)
     struct.pack_into("<IIQ", attr, 0, fd, size, ctypes.addressof(ib))
@@ -215,10 +218,11 @@ def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
     pfd = _bpf(_PROG_GET_FD_BY_ID, a)
     try:
         ids = (ctypes.c_uint32 * 8)()
-        info = _info(pfd, 80, {52: 8, 56: ctypes.addressof(ids)})
+        # bpf_prog_info: nr_map_ids (u32 at 52), map_ids (u64 pointer at 56)
+        info = _info(pfd, 80, (("<I", 52, len(ids)), ("<Q", 56, ctypes.addressof(ids))))
         n = struct.unpack_from("<I", info, 52)[0]
         out: dict[str, BpfMap] = {}
-        for mid in list(ids)[:min(n, 8)]:
+        for mid in list(ids)[:min(n, len(ids))]:
             a = bytearray(12)
             struct.pack_into("<I", a, 0, mid)
             mfd = _bpf(_MAP_GET_FD_BY_ID, a)
@@ -232,17 +236,6 @@ def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
 
 
 # ------------------------------------------------------------------ one port
-
-def if_mtu(ifname: str) -> int:
-    """The interface's MTU in the current network namespace (``SIOCGIFMTU``; /sys/class/net
-    shows the namespace /sys was mounted in, not ours)."""
-    import fcntl
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        ifr = struct.pack("16sI12x", ifname.encode()[:15], 0)
-        return int(struct.unpack_from("16sI", fcntl.ioctl(s, 0x8921, ifr))[1])
-
 
 def _tc(*args: str, check: bool = True) -> str:
     p = subprocess.run(["tc", *args], capture_output=True, text=True)
