@@ -197,6 +197,7 @@ class ControlServer:
                 self.c["protocol_errors"] += 1
                 s.out.append(encode({"id": None, "ok": False, "code": "EPROTO", "error": str(e)}))
                 await self._flush_then_close(s)
+                await self._linger(sock)
                 return
             touched: dict[EngineSlot, None] = {}
             for line in lines:
@@ -221,6 +222,21 @@ class ControlServer:
                 streak = 0
                 await trio.lowlevel.checkpoint()
         await self._flush_then_close(s)
+
+    @staticmethod
+    async def _linger(sock: socket.socket) -> None:
+        """Half-close, then read and discard what the peer still sends until it hangs up
+        (bounded: 4 MiB, 2 s). Closing with unread input would make the kernel reset the
+        connection, and a client still writing would lose the explanation we sent."""
+        with contextlib.suppress(OSError), trio.move_on_after(2.0):
+            sock.shutdown(socket.SHUT_WR)
+            for _ in range(64):
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    if not sock.recv(65536):
+                        break
+                except BlockingIOError:
+                    continue
 
     async def _flush_then_close(self, s: Session) -> None:
         s.closing = True
