@@ -14,9 +14,11 @@ Order of ``up()`` and why:
    namespace *directly inside* their two namespaces with their final names
    (``IFLA_NET_NS_FD`` on the device and on the peer). No temporary device
    ever exists in the root namespace, so nothing there can collide or leak;
-5. **per node**: TX checksum offload off (``SIOCETHTOOL``/``ETHTOOL_STXCSUM``
-   ioctl on a socket inside the namespace, both veth ends — so locally sent
-   packets carry a real checksum in captures), links up with ifalias
+5. **per node**: offloads by ``SIOCETHTOOL`` ioctl on a socket inside the
+   namespace, both veth ends (:func:`emu.ifinfo.set_feature`): TX checksum
+   offload off (locally sent packets carry a real checksum in captures); GRO
+   on and TSO off, which puts the veth in NAPI mode — see :func:`cable_offloads`
+   for why a cable needs it; then links up with ifalias
    ``emu:<cluster>``, addresses (IPv6 ``nodad``), then routes, SRv6 SIDs and
    rules (:mod:`emu.fabric.routes`) in a second pass once carriers are up.
 
@@ -25,22 +27,18 @@ Any failure rolls back everything recorded and raises :class:`FabricError`.
 
 from __future__ import annotations
 
-import array
 import contextlib
-import fcntl
 import ipaddress
 import os
 import socket
-import struct
 import time
 from typing import Any
 
 from emu.fabric import naming, netns, nl, routes, state
 from emu.fabric.progress import Progress
+from emu.ifinfo import set_feature
 from emu.topology.model import Topology
 
-SIOCETHTOOL = 0x8946
-ETHTOOL_STXCSUM = 0x17
 #: veth ifindexes are unique across the cluster (link j: a = BASE+2j, b = BASE+2j+1) — see nl.veth
 IFINDEX_BASE = 16
 
@@ -49,11 +47,27 @@ class FabricError(RuntimeError):
     """``up`` failed; everything it made has been removed again."""
 
 
-def set_tx_checksum(sock: socket.socket, ifname: str, on: bool) -> None:
-    """ETHTOOL_STXCSUM via ioctl on a socket in the device's namespace (= ``ethtool -K tx``)."""
-    val = array.array("I", [ETHTOOL_STXCSUM, 1 if on else 0])
-    ifr = struct.pack("16sP", ifname.encode(), val.buffer_info()[0]) + b"\0" * 16
-    fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifr)
+def cable_offloads(sock: socket.socket, ifname: str, checksum_offload: bool) -> None:
+    """Offloads of one veth end, through a socket of its namespace.
+
+    GRO on and TSO off make the veth receive through NAPI: a per-device ring
+    that one CPU drains in order. Why: without NAPI a veth hands each packet to
+    the backlog of the CPU that sent it, and a shaped link (tbf) sends from two —
+    the sender's system call and the qdisc's timer — so the two CPUs' backlogs
+    raced and a cable reordered one flow (RoCEv2 write-bw at 1 Gb/s over IPv6,
+    no loss anywhere: out-of-sequence NAKs and go-back-N in 4 of 6 runs). A
+    cable never reorders. (One receive CPU per device by RPS kept order too, but
+    a packet sent from the other CPU then waited for an inter-processor
+    interrupt: the kernel ping's round trip went from ~25 to ~70 µs.) TSO must
+    be off for veth to take locally sent packets into the ring; emu carries no
+    TCP traffic. GRO merges nothing here: UDP datagrams merge only for a socket
+    that asks (``UDP_GRO``), and the NIC daemons ask only where the sender's
+    segments arrive unsplit (:class:`emu.nic.udp.PortSocket`), so a capture
+    shows every frame as sent."""
+    if not checksum_offload:
+        set_feature(sock, ifname, "tx", False)
+    set_feature(sock, ifname, "tso", False)
+    set_feature(sock, ifname, "gro", True)
 
 
 class Fabric:
@@ -237,8 +251,7 @@ class Fabric:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for ifname, _mtu, _up in p.ifaces:
                     idx[ifname] = socket.if_nametoindex(ifname)
-                    if not self.checksum_offload:
-                        set_tx_checksum(s, ifname, False)
+                    cable_offloads(s, ifname, self.checksum_offload)
         self._ifindex[node] = idx
         msgs = [nl.link_set(1, what=f"{node}: lo up")]
         msgs += [nl.link_set(idx[ifn], up=up, alias=alias, what=f"{node}: {ifn} up")

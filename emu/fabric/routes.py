@@ -38,7 +38,6 @@ the address plan beyond the endpoint addresses:
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -77,33 +76,13 @@ class NodePlan:
     rules: list[tuple[Addr, int, int]] = field(default_factory=list)
 
 
-def rx_cpus() -> list[int]:
-    """The CPUs this process may use, in order: namespaces take their receive CPU from
-    these in turn (:func:`sysctls_for`)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return [0]
-
-
-def sysctls_for(topology: Topology, is_switch: bool, rx_cpu: int | None = None
-                ) -> dict[str, object]:
+def sysctls_for(topology: Topology, is_switch: bool) -> dict[str, object]:
     """Per-namespace sysctls. Written before the veths exist, so ``default`` reaches them.
 
     rp_filter off (ECMP return paths differ from forward paths), linkdown
     nexthops ignored (a downed cable takes its ECMP member out at once), IPv6
     addresses kept across link down/up, L4 multipath hashing, forwarding on
     switches only.
-
-    ``rx_cpu``: every device of the namespace takes its received packets on this
-    one CPU (``net.core.rps_default_mask``, per namespace since Linux 6.2, so it
-    reaches the veths made after it). Why: a veth hands a packet to the backlog
-    of whichever CPU sent it, and a shaped link (tbf) sends from two — the
-    sender's system call and the qdisc's timer — so without one receive CPU
-    per device the two backlogs raced and a cable reordered one flow (RoCEv2
-    write-bw at 1 Gb/s over IPv6: go-back-N after out-of-sequence NAKs in 4 of
-    6 runs with no loss anywhere; 0 of 6 with it). A real cable never
-    reorders. Namespaces take the CPUs in turn so the receive work stays spread.
     """
     s: dict[str, object] = {
         "net.ipv4.conf.all.rp_filter": 0,
@@ -121,8 +100,6 @@ def sysctls_for(topology: Topology, is_switch: bool, rx_cpu: int | None = None
         "net.ipv4.ip_forward": 1 if is_switch else 0,
         "net.ipv6.conf.all.forwarding": 1 if is_switch else 0,
     }
-    if rx_cpu is not None:
-        s["net.core.rps_default_mask"] = f"{1 << rx_cpu:x}"
     if topology.hash_seed is not None:
         s["net.ipv4.fib_multipath_hash_seed"] = topology.hash_seed
     if topology.routing == "srv6":
@@ -260,11 +237,9 @@ def plan(topology: Topology, exclude_links: set[str] | None = None) -> dict[str,
     srv6 = topology.routing == "srv6"
     shared = _shared(topology)
     plans: dict[str, NodePlan] = {}
-    cpus = rx_cpus()
-    for i, node in enumerate(topology.nodes.values()):
+    for node in topology.nodes.values():
         is_sw = node.kind == "switch"
-        p = NodePlan(node.name, sysctls_for(topology, is_sw,
-                                            cpus[i % len(cpus)] if len(cpus) > 1 else None))
+        p = NodePlan(node.name, sysctls_for(topology, is_sw))
         links = topology.links_of(node.name)
         gw_routes: list[tuple[str, Addr]] = []  # (port, gateway) of shared-subnet host ports
         for lk in links:

@@ -169,7 +169,10 @@ def _run(a: argparse.Namespace) -> int:
         enter_netns(ns)
     import trio
 
+    from emu.cpu import request_slice
     from emu.nic.daemon import NicDaemon
+
+    request_slice()  # run soon after each wake-up, as the hardware it stands in for (emu.cpu)
 
     async def main() -> None:
         d = NicDaemon(cfg)

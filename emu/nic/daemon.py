@@ -42,6 +42,7 @@ import trio
 
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
+from emu.cpu import slice_in_force
 from emu.nic import engines
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
@@ -527,6 +528,7 @@ class NicDaemon:
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
                 "uptime_s": round(time.monotonic() - self._t0, 3),
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
+                "sched_slice_s": slice_in_force(),
                 "totals": totals, "ports": ports, "overload": overload(totals, ports),
                 "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,

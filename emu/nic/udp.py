@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.core.datagram import Gather, Run
-from emu.ifinfo import if_mtu
+from emu.ifinfo import feature, if_mtu
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -172,6 +172,14 @@ class PortSocket:
             with contextlib.suppress(OSError):
                 s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
             self.gro = False
+            if gro and ifname:
+                # only where a sender's GSO batch crosses the cable unsplit (TX checksum
+                # offload on, as in benchmark clusters). Elsewhere the cable carries single
+                # frames, and a veth in NAPI mode (emu.fabric.build.cable_offloads) would
+                # merge them for a socket that asks: the capture would show super-frames
+                # that no wire carried
+                with contextlib.suppress(OSError):
+                    gro = feature(ifname, "tx")
             if gro:
                 try:
                     s.setsockopt(SOL_UDP, UDP_GRO, 1)

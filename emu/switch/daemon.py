@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from emu.cpu import request_slice
 from emu.fabric import netns
 from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
@@ -524,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             remove_rules(cfg.queue_num)
             K.remove_leftovers([n for _, n in socket.if_nameindex() if n != "lo"])
             return 0
+        request_slice()  # run soon after each wake-up, as the hardware it stands in for
         return SwitchDaemon(cfg, Path(a.state_dir)).run()
     finally:
         if ctx is not None:

@@ -9,6 +9,8 @@ API (tests build engines directly) and the mapping from daemon configuration
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from emu.transports.roce import packets as P
@@ -26,6 +28,15 @@ DEFAULT_DAEMON_LINE_RATE = 10e9
 #: default 1 MB buffer before PFC could pause the sender (tail drops in a lossless
 #: class at 512 KiB and 1 MiB in tests/nic/test_pause.py).
 DEFAULT_DAEMON_BURST = 256 << 10
+#: … but behind a paced port (the daemon passes ``tx_hold``: how far ahead of the wire its
+#: port's FIFO runs) a QP produces at most this share of that FIFO per turn. Why: the
+#: port paces; the QP's own burst only sets how much one pump builds at once. 256 KiB
+#: at 1 Gb/s is 2 ms of wire — one pump built ~64 packets in ~1 ms of Python, and that
+#: step plus a collector pause or a preemption outlasted the 2 ms FIFO: the port went
+#: idle with frames queued (``tx_late`` in 4 of 5 IPv6 write-bw runs; 1 of 6 at 64 KiB)
+BURST_SHARE_OF_FIFO = 0.25
+#: the smallest burst whatever the rate: a few full packets
+MIN_DAEMON_BURST = 16 << 10
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
 PMTU_OVERHEAD = 84
 
@@ -54,7 +65,11 @@ def create_engine(ctx: Any) -> RoceEngine:
     # overrun into a retransmit storm (31k of 47k packets resent for 64 MiB).
     # 10 Gb/s keeps the pacer from being the limit while bursts stay absorbable.
     opts.setdefault("line_rate", DEFAULT_DAEMON_LINE_RATE)
-    opts.setdefault("burst_bytes", DEFAULT_DAEMON_BURST)
+    hold = float((getattr(ctx, "options", {}) or {}).get("tx_hold") or 0.0)
+    fifo = opts["line_rate"] * hold / 8 if hold > 0 else math.inf
+    opts.setdefault("burst_bytes", max(MIN_DAEMON_BURST,
+                                       min(DEFAULT_DAEMON_BURST, int(BURST_SHARE_OF_FIFO * fifo))
+                                       if fifo != math.inf else DEFAULT_DAEMON_BURST))
     opts.setdefault("gather", True)  # the daemon sends Gather pieces by scatter-gather
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
