@@ -584,7 +584,7 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
     out["total"] = sum(out.values())
     out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
-    out["cpu_wait_s"] = cpu_wait_s()
+    out["cpu_wait_s"], out["cpu_runs"] = cpu_wait()
     t = os.times()
     out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread
     # whether its ports were the limit: frames that waited for a serializer, the frame
@@ -598,16 +598,23 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     return out
 
 
-def cpu_wait_s(path: str = "/proc/self/schedstat") -> float:
-    """Seconds this process has waited on a run queue, runnable but not running
-    (``schedstat``'s second field): the emulated hardware waiting for a CPU. Its growth
-    over a run, against the run's length, is judged by ``emu.credible.overload.delta``;
-    0.0 where the kernel keeps no schedstat."""
+def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
+    """``(seconds, runs)``: how long this process has waited on a run queue, runnable but
+    not running, and how many times it got a CPU (``schedstat``'s second and third
+    fields) — the emulated hardware waiting for a CPU, and over how many wake-ups. Their
+    growth over a run is judged by ``emu.credible.overload.delta``; zeros where the
+    kernel keeps no schedstat."""
     try:
         with open(path) as f:
-            return round(int(f.read().split()[1]) / 1e9, 6)
+            fields = f.read().split()
+        return round(int(fields[1]) / 1e9, 6), int(fields[2])
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return 0.0, 0
+
+
+def cpu_wait_s(path: str = "/proc/self/schedstat") -> float:
+    """Seconds this process has waited on a run queue (:func:`cpu_wait`)."""
+    return cpu_wait(path)[0]
 
 
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:

@@ -30,8 +30,8 @@ from typing import Any
 #: keys of a daemon's ``overload`` that are measures beside the counts, not overload: the
 #: total itself, seconds (``*_s``) and what the credibility judge needs to tell a busy
 #: daemon that kept up from one that was the limit (``emu.credible.overload``)
-OVERLOAD_INFO = frozenset({"total", "cpu_s", "port_waits", "tx_bytes", "rx_bytes",
-                           "line_rate"})
+OVERLOAD_INFO = frozenset({"total", "cpu_s", "cpu_runs", "port_waits", "tx_bytes",
+                           "rx_bytes", "line_rate"})
 
 
 def overload_causes(ov: dict[str, Any]) -> dict[str, Any]:

@@ -262,13 +262,23 @@ def test_a_daemon_starved_of_cpu_is_overload_even_without_a_late_frame():
     assert not bad["credible"] and bad["causes"] == {"cpu_wait": 1}
     assert bad["daemons"]["nicd h1"]["cpu_wait_s"] == pytest.approx(0.5)
     assert "cpu_wait 1" in warning(bad) and "nicd h1" in warning(bad)
+    # over how many wake-ups decides: 0.5 s in 1,000 waits of 500 µs is starvation, in
+    # 50,000 waits of 10 µs (a daemon woken for every packet) it is wake-up latency
+    def snap_runs(wait_s: float, n: int, t: float) -> dict:
+        d = snap(wait_s, t)
+        d["nic"]["h1"]["overload"]["cpu_runs"] = n
+        return d
+    assert not delta(snap_runs(1.0, 0, 10.0), snap_runs(1.5, 1_000, 12.0))["credible"]
+    busy = delta(snap_runs(1.0, 0, 10.0), snap_runs(1.5, 50_000, 12.0))
+    assert busy["credible"] and not busy["causes"], busy  # (cpu_runs is never a cause)
 
 
 def test_cpu_wait_reads_schedstat(tmp_path):
-    from emu.nic.daemon import cpu_wait_s
+    from emu.nic.daemon import cpu_wait, cpu_wait_s
     f = tmp_path / "schedstat"
     f.write_text("4184204497 5266204235 8724\n")
     assert cpu_wait_s(str(f)) == pytest.approx(5.266204235)
+    assert cpu_wait(str(f)) == (pytest.approx(5.266204235), 8724)
     assert cpu_wait_s(str(tmp_path / "missing")) == 0.0
     assert cpu_wait_s() >= 0.0  # this kernel's own
 
