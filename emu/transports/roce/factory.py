@@ -10,7 +10,6 @@ API (tests build engines directly) and the mapping from daemon configuration
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 from emu.transports.roce import packets as P
