@@ -20,9 +20,17 @@ afterwards, also on failure):
    (50 Mb/s per port): write-bw h1 → h4, each switch daemon's CPU per packet
    it handled, and write-lat again: the extra round trip over the pair's,
    per switch pass, is a switch daemon's turnaround;
-4. the leaf-spine with the kernel datapath at 10 Gb/s: the two end daemons' CPU
-   per packet over the pair's, per switch on the path, is a kernel hop (its
-   softirq work runs mostly on their CPU time).
+4. a kernel-datapath hop, where it costs most — ports paced by their tbf, as at
+   any rate this machine proposes (:data:`KERNEL_PROBE_RATE`): write-bw over
+   the pair and over the leaf-spine with the kernel datapath, both at that rate;
+   the whole machine's busy CPU (``/proc/stat``: every process and the
+   softirq work wherever it ran) per packet, leaf-spine over pair, divided by
+   the switches on the path. Why not the end daemons' CPU at 10 Gb/s (as
+   before): a port that never waits dequeues inline in the sender's call, for
+   ~2.5 µs a hop; a paced port dequeues on its qdisc's timer, in softirq on
+   whichever CPU it fires, for ~4 times that — and the proposals made from the
+   cheap figure (500 Mb/s on the leaf-spine) left the sending daemon at 0.9 of
+   a core and UET at 0.82 of the line rate.
 
 The result goes to :data:`emu.credible.capacity.COSTS_FILE`; ``emu up`` and
 ``emu doctor`` use it from then on.
@@ -36,6 +44,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +54,48 @@ from emu.credible import capacity
 
 NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "namespaces")
+
+
+#: the port rate at which a kernel-datapath hop is measured (step 4): paced on every hop
+KERNEL_PROBE_RATE = "200mbit"
+
+
+def _busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all CPUs, all work, /proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return (sum(v[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_window(cluster: str, transport: str, dst: str, seconds: float
+                 ) -> tuple[float, int]:
+    """``(machine busy CPU s, packets h1 sent)`` over ``seconds`` in the middle of a
+    write-bw h1 → ``dst``: the window opens once data flows and closes before the
+    transfer ends, so the perf processes' start-up and set-up are not in it."""
+    from emu.credible.overload import snapshot
+
+    def sent() -> int:
+        return int(snapshot(cluster)["nic"]["h1"]["engines"][transport].get("tx_packets", 0))
+
+    cmd = [sys.executable, "-m", "emu", "perf", "write-bw", "--cluster", cluster, "--from",
+           "h1", "--to", dst, "-s", "1M", "-D", f"{seconds + 3:g}", "--transport", transport]
+    pr = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        n0, deadline = sent(), time.monotonic() + 30
+        while sent() - n0 < 100:  # data flows
+            if pr.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{' '.join(cmd[2:])}: no data flowed")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        n0, b0 = sent(), _busy_s()
+        time.sleep(seconds)
+        n1, b1 = sent(), _busy_s()
+    finally:
+        _, err = pr.communicate(timeout=120)
+    if pr.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed: {err.strip()[-300:]}")
+    return b1 - b0, n1 - n0
 
 
 def _cpu_s(pid: int) -> float:
@@ -160,27 +211,24 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
         sw_turn = max(0.0, (lat_ls - ping_ls) * 1e-6 - nic_turn) / 6
         say(f"  write-lat round trip {lat_ls:.0f} us (ping {ping_ls:.0f} us): "
             f"{sw_turn * 1e6:.0f} us per switch pass")
-    say(f"doctor: kernel datapath, leaf-spine with the pipeline at 10gbit, {seconds:g} s …")
-    # its per-packet work (veth, forwarding, tbf, BPF) runs in softirq, mostly charged to
-    # the daemons that send into and take from the path: their extra CPU per packet over
-    # the pair's, per switch on the path
-    extra = []
-    with _Cluster(ls, f"dr{pid}k", ["switch.port.rate=10gbit", "switch.datapath=kernel"],
-                  say) as cl:
-        for i, transport in enumerate(("roce", "uet")):
-            before = snapshot(cl)["nic"]
-            cpu0 = {h: _cpu_s(s["pid"]) for h, s in before.items()}
-            _perf(cl, "write-bw", "h1", "h4", "-s", "1M", "-D", f"{seconds:g}",
-                  "--transport", transport)
-            after = snapshot(cl)["nic"]
-            sent = (after["h1"]["engines"][transport].get("tx_packets", 0)
-                    - before["h1"]["engines"][transport].get("tx_packets", 0))
-            both = sum(_cpu_s(after[h]["pid"]) - cpu0[h] for h in ("h1", "h4")) / max(1, sent)
-            extra.append(both - tx_costs[i] - rx_costs[i])
+    say(f"doctor: a kernel-datapath switch hop, pair and leaf-spine at "
+        f"{KERNEL_PROBE_RATE} (paced), {seconds:g} s per transport …")
+    busy: dict[str, list[float]] = {}
+    for what, path, sets, dst in (
+            ("pair", pair, [f"nic.line_rate={KERNEL_PROBE_RATE}"], "h2"),
+            ("leaf-spine", ls, [f"switch.port.rate={KERNEL_PROBE_RATE}",
+                                "switch.datapath=kernel"], "h4")):
+        with _Cluster(path, f"dr{pid}{'q' if what == 'pair' else 'k'}", sets, say) as cl:
+            for transport in ("roce", "uet"):
+                cpu, sent = _busy_window(cl, transport, dst, seconds)
+                busy.setdefault(what, []).append(cpu / max(1, sent))
+                say(f"  {what} {transport}: {sent} packets, the machine busy "
+                    f"{cpu / max(1, sent) * 1e6:.1f} us per packet")
     from emu.topology.loader import load
 
     hops = capacity.switches_on_path(load(ls, ["switch.datapath=kernel"]), "kernel")
-    khop = max(0.0, max(extra) / max(1, hops))
+    khop = max(0.0, max(b - a for a, b in zip(busy["pair"], busy["leaf-spine"], strict=True))
+               / max(1, hops))
     say(f"  {hops} kernel switch hop(s): {khop * 1e6:.1f} us of CPU per packet per hop")
     cores = len(os.sched_getaffinity(0))
     return capacity.Costs(nic_tx=max(tx_costs), nic_rx=max(rx_costs), switch=sw,
