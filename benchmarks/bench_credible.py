@@ -14,6 +14,11 @@ For RoCEv2 and UET, with the README's commands and their defaults (``emu up``,
 and, in the pair, ``write-lat`` and ``send-lat`` against the kernel's ping round
 trip of the same cable, measured in the same run.
 
+``--part flows`` (not in ``all``: ~7 minutes) runs the concurrency check of
+issue #12 on the default leaf-spine: four ``emu perf write-bw -D 20`` flows
+at once (h1 → h3, h2 → h4, h3 → h1, h4 → h2), per transport, ``--rounds``
+rounds; every flow must exit 0 with its data verified.
+
 Per case: the median goodput as a fraction of the bottleneck (the line rate
 in force), the retransmitted fraction of the packets the daemons sent, the
 overload count (every daemon, :mod:`emu.credible.overload`), whether ``emu
@@ -120,12 +125,61 @@ def lat_case(name: str, transport: str) -> list[dict[str, Any]]:
     return out
 
 
+#: the four concurrent flows of ``--part flows`` (each host both sends and receives)
+FLOWS = (("h1", "h3"), ("h2", "h4"), ("h3", "h1"), ("h4", "h2"))
+
+
+def flows_round(name: str, transport: str, seconds: float) -> list[dict[str, Any]]:
+    """Four write-bw flows at once, each on its own perf port; their outcomes."""
+    procs = []
+    for i, (src, dst) in enumerate(FLOWS):
+        cmd = [*EMU, "perf", "write-bw", "--cluster", name, "--from", src, "--to", dst,
+               "-s", "1M", "-D", f"{seconds:g}", "-p", str(18600 + i), "--transport",
+               transport, "--report_gbits", "--json"]
+        procs.append((src, dst, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)))
+    out = []
+    for src, dst, pr in procs:
+        so, se = pr.communicate(timeout=seconds + 300)
+        try:
+            d = json.loads(so)
+        except ValueError:
+            d = {}
+        gbps = d["results"][0]["bw_average"] if d.get("results") else 0.0
+        out.append({"flow": f"{src}->{dst}", "rc": pr.returncode, "gbps": gbps,
+                    "verified": pr.returncode == 0 and bool(d.get("passed")),
+                    "error": "" if pr.returncode == 0 else se.strip()[-200:]})
+    return out
+
+
+def flows_part(name: str, transports: list[str], rounds: int, seconds: float
+               ) -> list[dict[str, Any]]:
+    up("leaf-spine.toml", name, [])
+    res = []
+    try:
+        for t in transports:
+            for r in range(rounds):
+                fl = flows_round(name, t, seconds)
+                ok = sum(f["verified"] for f in fl)
+                say(f"  flows {t} round {r + 1}/{rounds}: {ok}/4 verified, "
+                    + ", ".join(f"{f['flow']} {f['gbps']:.2f}" for f in fl)
+                    + "".join(f"\n    {f['flow']}: rc {f['rc']} {f['error']}"
+                              for f in fl if not f["verified"]))
+                res.append({"transport": t, "round": r + 1, "flows": fl})
+    finally:
+        emu("down", name, check=False)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs per pair case")
     ap.add_argument("--iters", type=int, default=200, help="1 MiB WRITEs per run (-n)")
     ap.add_argument("--transports", default="roce,uet")
-    ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat"), default="all")
+    ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows"),
+                    default="all")
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
+    ap.add_argument("--seconds", type=float, default=20.0, help="flow length in --part flows")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -135,6 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     name = f"bc{os.getpid() % 100000}"
     extra = ["-n", str(a.iters)]
     doc: dict[str, Any] = {"started": time.time(), "bandwidth": [], "latency": []}
+    if a.part == "flows":
+        say(f"bench-credible: {len(FLOWS)} concurrent write-bw flows on the leaf-spine, "
+            f"{a.rounds} rounds of {a.seconds:g} s per transport")
+        doc["flows"] = flows_part(name, transports, a.rounds, a.seconds)
+        doc["ended"] = time.time()
+        if a.json:
+            print(json.dumps(doc, indent=1))
+            return 0
+        print(f"{'transport':9} {'rounds':>6} {'flows verified':>15} {'failed':>6}")
+        for t in transports:
+            fl = [f for r in doc["flows"] if r["transport"] == t for f in r["flows"]]
+            ok = sum(f["verified"] for f in fl)
+            print(f"{t:9} {a.rounds:6d} {ok:>9d} of {len(fl):<3d} {len(fl) - ok:6d}")
+        print("goal: every flow completes with its data verified")
+        return 0
     # the rate for the leaf-spine *with* the pipeline (the datapath emu up will choose)
     r = emu("doctor", str(NS / "leaf-spine.toml"), "--set", "switch.pipeline=true", "--json",
             check=False)
