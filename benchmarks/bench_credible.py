@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transports", default="roce,uet")
     ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows"),
                     default="all")
+    ap.add_argument("--leaf-spine-rate", metavar="RATE",
+                    help="the leaf-spine case's port rate (default: what emu doctor proposes)")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
     ap.add_argument("--seconds", type=float, default=20.0, help="flow length in --part flows")
     ap.add_argument("--json", action="store_true")
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     r = emu("doctor", str(NS / "leaf-spine.toml"), "--set", "switch.pipeline=true", "--json",
             check=False)
     proposed = json.loads(r.stdout)["topology"]["proposed"]
-    prop = f"{proposed / 1e6:.0f}mbit"
+    prop = a.leaf_spine_rate or f"{proposed / 1e6:.0f}mbit"
     doc["proposed_leaf_spine"] = proposed
     cases = []
     if a.part in ("all", "pair", "lat"):
