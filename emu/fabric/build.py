@@ -47,7 +47,7 @@ class FabricError(RuntimeError):
     """``up`` failed; everything it made has been removed again."""
 
 
-def cable_offloads(sock: socket.socket, ifname: str, checksum_offload: bool) -> None:
+def cable_offloads(sock: socket.socket, ifname: str, checksum_offload: bool) -> str | None:
     """Offloads of one veth end, through a socket of its namespace.
 
     GRO on and TSO off make the veth receive through NAPI: a per-device ring
@@ -63,11 +63,19 @@ def cable_offloads(sock: socket.socket, ifname: str, checksum_offload: bool) -> 
     TCP traffic. GRO merges nothing here: UDP datagrams merge only for a socket
     that asks (``UDP_GRO``), and the NIC daemons ask only where the sender's
     segments arrive unsplit (:class:`emu.nic.udp.PortSocket`), so a capture
-    shows every frame as sent."""
+    shows every frame as sent.
+
+    Returns a warning when the kernel refuses GRO or TSO (the cable then keeps the
+    old behaviour: order is not guaranteed on a shaped link), else None."""
     if not checksum_offload:
         set_feature(sock, ifname, "tx", False)
-    set_feature(sock, ifname, "tso", False)
-    set_feature(sock, ifname, "gro", True)
+    try:
+        set_feature(sock, ifname, "tso", False)
+        set_feature(sock, ifname, "gro", True)
+    except OSError as e:
+        return (f"veth receive ring (GRO on, TSO off) refused by this kernel ({e.strerror}): "
+                "a shaped link may reorder packets")
+    return None
 
 
 class Fabric:
@@ -251,7 +259,9 @@ class Fabric:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for ifname, _mtu, _up in p.ifaces:
                     idx[ifname] = socket.if_nametoindex(ifname)
-                    cable_offloads(s, ifname, self.checksum_offload)
+                    why = cable_offloads(s, ifname, self.checksum_offload)
+                    if why is not None and why not in self.warnings:
+                        self.warnings.append(why)
         self._ifindex[node] = idx
         msgs = [nl.link_set(1, what=f"{node}: lo up")]
         msgs += [nl.link_set(idx[ifn], up=up, alias=alias, what=f"{node}: {ifn} up")

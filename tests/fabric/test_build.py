@@ -298,3 +298,25 @@ def test_topology_files_every_port_reachable(make, name):
                 for v, iface in ((4, ep.ipv4), (6, ep.ipv6)):
                     if iface is not None:
                         assert ping(f, a, str(iface.ip), v), (a, b, ep.ifname, v)
+
+
+def test_a_kernel_that_refuses_the_veth_receive_ring_gets_a_warning_not_a_failure(monkeypatch):
+    import errno
+
+    from emu.fabric import build
+
+    calls = []
+
+    def refuse_gro(sock, ifname, name, on):
+        calls.append((name, on))
+        if name == "gro":
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(build, "set_feature", refuse_gro)
+    why = build.cable_offloads(None, "eth0", checksum_offload=False)
+    assert calls == [("tx", False), ("tso", False), ("gro", True)]
+    assert "may reorder" in why and "Operation not supported" in why
+    calls.clear()
+    monkeypatch.setattr(build, "set_feature", lambda s, i, n, on: calls.append((n, on)))
+    assert build.cable_offloads(None, "eth0", checksum_offload=True) is None
+    assert calls == [("tso", False), ("gro", True)]  # checksum offload left as it is
