@@ -332,3 +332,58 @@ async def test_corked_requests_go_in_one_write_in_order(tmp_path):
                 buf.close()
 
         await trio.to_thread.run_sync(client)
+
+
+async def test_a_slow_registration_does_not_stop_the_daemon_for_other_clients(tmp_path,
+                                                                             monkeypatch):
+    """Mapping a region is populated at once (as ibv_reg_mr pins pages) and takes
+    milliseconds for a large one; it runs in a worker thread, so another client's requests
+    (and every port) go on meanwhile. Here the mapping is made to take 1 s."""
+    import threading
+
+    from emu.core.memory import SharedBuffer
+
+    gate, attached = threading.Event(), threading.Event()
+    real_attach = SharedBuffer.attach.__func__
+
+    def slow_attach(cls, name, **kw):  # noqa: ANN001
+        gate.wait(5.0)  # held until the other client has been served (or 5 s)
+        try:
+            return real_attach(cls, name, **kw)
+        finally:
+            attached.set()
+
+    monkeypatch.setattr(SharedBuffer, "attach", classmethod(slow_attach))
+    async with running(_cfg(tmp_path)) as d:
+        served_while_registering = []
+
+        def registering_client() -> int:
+            dev = Device.open(sock_path=d.cfg.sock_path)
+            buf = dev.alloc_buffer(1 << 20)
+            try:
+                return dev.reg_mr(buf).length
+            finally:
+                buf.close()
+                dev.close()
+
+        def other_client() -> None:
+            dev = Device.open(sock_path=d.cfg.sock_path)
+            try:
+                dev.query()  # a request to the same daemon
+                served_while_registering.append(not attached.is_set())
+            finally:
+                gate.set()
+                dev.close()
+
+        async with trio.open_nursery() as n:
+            reg = []
+
+            async def reg_task() -> None:
+                reg.append(await trio.to_thread.run_sync(registering_client))
+
+            n.start_soon(reg_task)
+            await _until(lambda: d.control.counters()["clients"] >= 1, "the first client")
+            await trio.sleep(0.2)  # its reg_mr is in the worker thread now
+            await trio.to_thread.run_sync(other_client)
+        assert served_while_registering == [True]
+        assert reg == [1 << 20]
