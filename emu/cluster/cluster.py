@@ -62,6 +62,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     fabric = Fabric(topology, cluster=cluster, progress=steps, final_phase="starting")
     fabric.up()
     name = fabric.cluster
+    for w in fabric.warnings:  # what the kernel refused (a sysctl, the veth receive ring)
+        progress(f"warning: {w}")
     log = event_log(name)
     try:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
