@@ -246,8 +246,10 @@ def render(s: dict[str, Any]) -> str:
     if "error" in s:
         return f"{s['sock']}: {s['error']}"
     t, ctl = s["totals"], s["control"]
+    sl = s.get("sched_slice_s")
     lines = [f"nicd {s['cluster']}:{s['host']} pid {s['pid']} up {s['uptime_s']:.1f} s, "
-             f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s",
+             f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s, "
+             + (f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
              f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B",
              f"  drops: rx_backlog {t.get('rx_backlog_drops', 0)}  tx_backlog "
@@ -267,7 +269,8 @@ def render(s: dict[str, Any]) -> str:
     if ov:
         causes = "  ".join(f"{k} {v}" for k, v in overload_causes(ov).items())
         if ov.get("cpu_s") is not None:
-            causes += f"  (cpu {ov['cpu_s']:.1f} s, waited {ov.get('cpu_wait_s', 0):.3f} s)"
+            causes += (f"  (cpu {ov['cpu_s']:.1f} s, waited {ov.get('cpu_wait_s', 0):.3f} s "
+                       f"over {ov.get('cpu_runs', 0)} wake-ups)")
         bad = " (NOT CREDIBLE: the emulator lost or delayed packets)" if ov.get("total") else ""
         lines.append(f"  overload {ov.get('total', 0)}{bad}: {causes}")
     for ifname, pc in (s.get("pause") or {}).items():
