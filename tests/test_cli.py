@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,15 @@ def test_commands_that_load_a_topology_check_its_switch_and_nic_sections(tmp_pat
                           "--set", "switch.port.bogus=1"], capture_output=True, text=True,
                          cwd=ROOT)
     assert bad.returncode == 2 and "bogus" in bad.stderr, bad.stderr
+
+
+def test_nicd_stats_names_a_missing_cluster_or_host_in_one_line(tmp_path):
+    """Like every cluster command: one line and exit 2, never a traceback or a raw errno."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EMU_NIC_SOCK": ""}
+    for args, says in ((["--cluster", "nosuch-zz", "--host", "h1"], "no cluster 'nosuch-zz'"),
+                       (["--sock", str(tmp_path / "none.sock")], "No such file")):
+        p = subprocess.run([sys.executable, "-m", "emu", "nicd", "stats", *args],
+                           capture_output=True, text=True, cwd=ROOT, env=env)
+        assert p.returncode in (1, 2), p
+        assert says in p.stdout + p.stderr, p
+        assert "Traceback" not in p.stderr, p.stderr

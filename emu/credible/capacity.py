@@ -213,6 +213,6 @@ def describe(res: dict[str, Any]) -> str:
                 f"{show_rate(res['max_rate'])} per flow here{paths} "
                 f"({res['costs']['source']} costs)")
     return (f"warning: line rate {shown} exceeds what this machine emulates credibly "
-            f"({show_rate(res['max_rate'])} per flow over {res['switch_hops']} switch "
-            f"daemon(s), {res['costs']['source']} costs): results will show overload and "
-            f"be marked not credible; {' '.join(res['advice']) or 'lower the rates'} fits")
+            f"({show_rate(res['max_rate'])} per flow here{paths}, {res['costs']['source']} "
+            f"costs): results will show overload and be marked not credible; "
+            f"{' '.join(res['advice']) or 'lower the rates'} fits")

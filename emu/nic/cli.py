@@ -217,18 +217,56 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
 # -- stats -----------------------------------------------------------------------------
 
 
-def stats_main(a: argparse.Namespace) -> int:
-    from emu.nic.protocol import call_once, find_sock
+def _stats_paths(a: argparse.Namespace) -> list[str]:
+    """The control sockets ``emu nicd stats`` asks: ``--sock``; a cluster's host or all its
+    hosts (the cluster named, or the only one up, as every cluster command resolves it);
+    without either, the daemon of the host namespace this runs in. UserError otherwise."""
+    from emu.errors import UserError
+    from emu.fabric import state
+    from emu.nic.protocol import find_sock
 
     if a.sock:
-        paths = [a.sock]
-    elif a.cluster and a.host:
-        paths = [sock_path(a.cluster, a.host)]
-    elif a.cluster:
-        d = os.path.join(RUN_DIR, a.cluster)
-        paths = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".sock"))
-    else:
-        paths = [find_sock()]
+        return [a.sock]
+    if not a.cluster and not a.host:
+        try:
+            return [find_sock()]
+        except FileNotFoundError:
+            pass  # not inside a host: the only cluster up, if there is one
+    names = state.clusters()
+    cluster = a.cluster
+    if cluster and cluster not in names:
+        raise UserError(f"no cluster {cluster!r} is up"
+                        + (f" (up: {', '.join(names)})" if names else ""))
+    if not cluster:
+        if len(names) != 1:
+            raise UserError("no cluster is up (`emu up TOPOLOGY`)" if not names else
+                            f"several clusters are up ({', '.join(names)}): say which with "
+                            "--cluster")
+        cluster = names[0]
+    d = os.path.join(RUN_DIR, cluster)
+    try:
+        hosts = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".sock"))
+    except FileNotFoundError:
+        hosts = []
+    if a.host:
+        if a.host not in hosts:
+            raise UserError(f"no NIC daemon for host {a.host!r} in cluster {cluster!r}"
+                            + (f" (hosts: {', '.join(hosts)})" if hosts else ""))
+        return [sock_path(cluster, a.host)]
+    if not hosts:
+        raise UserError(f"cluster {cluster!r} runs no NIC daemons")
+    return [sock_path(cluster, h) for h in hosts]
+
+
+def stats_main(a: argparse.Namespace) -> int:
+    from emu.errors import UserError
+    from emu.nic.protocol import call_once
+
+    try:
+        paths = _stats_paths(a)
+    except UserError as e:
+        print(f"emu nicd stats: {e}", file=sys.stderr)
+        return 2
     out = []
     for path in paths:
         try:

@@ -79,7 +79,9 @@ def run(o: Options) -> int:
         srv_cmd = exec_argv(name, o.dst, py + server_argv(o))
         cli_cmd = exec_argv(name, o.src, py + client_argv(o, addr))
     except (C.ClusterError, KeyError, UsageError) as e:
-        print(f"emu perf: {str(e).strip(chr(34) + chr(39))}", file=sys.stderr)
+        # a KeyError's str() is its message in quotes; its argument is the message itself
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"emu perf: {msg}", file=sys.stderr)
         return EXIT_USAGE
     env = _env()
     print(f"emu perf {o.test.name}: server on {name}:{o.dst} ({addr}), client on "
