@@ -168,9 +168,18 @@ def warning(d: dict[str, Any]) -> str | None:
         share = d["lost_link_s"] / (d["elapsed_s"] * len(late))
         lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms of link time lost, "
                 f"{min(100.0, 100 * share):.2g} % of the late ports' time")
+    starved = [f"{n} waited for a CPU {100 * v['cpu_wait_s'] / d['elapsed_s']:.0f} % of the run"
+               for n, v in sorted(d["daemons"].items())
+               if v.get("cpu_wait") and d.get("elapsed_s")]
+    why = (f"; {', '.join(starved)} — other work on this machine, or more daemons than its "
+           "cores serve" if starved else "")
+    # the advice that fits the cause: a starved daemon is the machine's load, the rest the rate
+    advice = ("run on a quieter machine or lower the rates (emu doctor proposes some)"
+              if starved and set(d["causes"]) <= {"cpu_wait"} else
+              "lower the rates (emu doctor proposes some)")
     msg = (f"warning: emulator overload during this run ({', '.join(parts)}"
-           f"{' in ' + where if where else ''}{lost}): the result measures this machine, not "
-           "the emulated network — NOT CREDIBLE; lower the rates (emu doctor proposes some)")
+           f"{' in ' + where if where else ''}{lost}{why}): the result measures this machine, "
+           f"not the emulated network — NOT CREDIBLE; {advice}")
     if d["unreachable"]:
         msg += f"; could not read {', '.join(d['unreachable'])}"
     return msg

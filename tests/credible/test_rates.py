@@ -262,6 +262,9 @@ def test_a_daemon_starved_of_cpu_is_overload_even_without_a_late_frame():
     assert not bad["credible"] and bad["causes"] == {"cpu_wait": 1}
     assert bad["daemons"]["nicd h1"]["cpu_wait_s"] == pytest.approx(0.5)
     assert "cpu_wait 1" in warning(bad) and "nicd h1" in warning(bad)
+    # the line says what the cause means and what to do about it
+    assert "nicd h1 waited for a CPU 25 % of the run" in warning(bad)
+    assert "run on a quieter machine" in warning(bad)
     # over how many wake-ups decides: 0.5 s in 1,000 waits of 500 µs is starvation, in
     # 50,000 waits of 10 µs (a daemon woken for every packet) it is wake-up latency
     def snap_runs(wait_s: float, n: int, t: float) -> dict:
