@@ -146,9 +146,11 @@ def _up(a: argparse.Namespace) -> int:
                       trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
     except user_errors() as e:
         raise UserError(one_line(e)) from None
-    print(f"cluster {fabric.cluster} up: {len(topo.hosts())} hosts, {len(topo.switches())} "
-          f"switches, {len(topo.links)} links in {time.perf_counter() - t0:.2f} s",
-          file=sys.stderr)
+    def n(k: int, what: str) -> str:
+        return f"{k} {what}{'' if k == 1 else ('es' if what.endswith('h') else 's')}"
+    print(f"cluster {fabric.cluster} up: {n(len(topo.hosts()), 'host')}, "
+          f"{n(len(topo.switches()), 'switch')}, {n(len(topo.links), 'link')} in "
+          f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
     s = status(fabric.cluster)
     print(json.dumps(s, indent=1) if a.json else render(s))
     return 0
