@@ -8,7 +8,8 @@ NACK TRIMMED arrives and the retransmission goes out well before the RTO
 ``[switch]`` section makes the receiver's port slow with a small trim
 threshold; two senders each WRITE 8 packets (8.5 KiB each) to the receiver at
 once. A UET sender puts its whole message on the wire back to back (it fits
-the MP_RANGE window), far faster than 100 Mbit/s, so the port's queue passes
+the MP_RANGE window) at its 1 Gb/s line rate (set in the file: the default would
+follow this machine's ``emu doctor`` figures), far faster than 100 Mbit/s, so the port's queue passes
 its 10 KB trim threshold (about one packet) within each burst: trims are
 certain whatever the machine's speed. The small threshold also bounds the
 queueing delay (< 1 ms) and the small transfer the CPU load, so feedback
@@ -52,6 +53,10 @@ leaves = 1
 hosts_per_leaf = 3
 [defaults.link]
 mtu = 9000
+[nic]
+line_rate = "1gbit"       # senders faster than the receiver's port, whatever this machine's
+#                           emu doctor figures (they set the default rate: 50 Mb/s here with a
+#                           user-space switch pipeline, which left the port barely queued)
 [switch]
 trim_dscps = [0]          # UET data (CS0) only: ACKs, NACKs and CPs (EF) are never cut
 seed = 3
