@@ -10,8 +10,8 @@ threshold; two senders each WRITE 8 packets (8.5 KiB each) to the receiver at
 once. A UET sender puts its whole message on the wire back to back (it fits
 the MP_RANGE window) at its 1 Gb/s line rate (set in the file: the default
 would follow this machine's ``emu doctor`` figures), far faster than 100
-Mbit/s, so the port's queue passes its 10 KB trim threshold (about one packet) within each burst: trims are
-certain whatever the machine's speed. The small threshold also bounds the
+Mbit/s, so the port's queue passes its 10 KB trim threshold (about one
+packet) within each burst: trims are certain whatever the machine's speed. The small threshold also bounds the
 queueing delay (< 1 ms) and the small transfer the CPU load, so feedback
 normally beats the 5 ms RTO on a 2-core VM.
 
