@@ -11,8 +11,9 @@ once. A UET sender puts its whole message on the wire back to back (it fits
 the MP_RANGE window) at its 1 Gb/s line rate (set in the file: the default
 would follow this machine's ``emu doctor`` figures), far faster than 100
 Mbit/s, so the port's queue passes its 10 KB trim threshold (about one
-packet) within each burst: trims are certain whatever the machine's speed. The small threshold also bounds the
-queueing delay (< 1 ms) and the small transfer the CPU load, so feedback
+packet) within each burst: trims are certain whatever the machine's speed.
+The small threshold also bounds the queueing delay (< 1 ms) and the small
+transfer the CPU load, so feedback
 normally beats the 5 ms RTO on a 2-core VM.
 
 No wall-clock thresholds: the retransmission delay is compared with the
