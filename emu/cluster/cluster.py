@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from emu.errors import UserError
 from emu.fabric import Fabric, state
 from emu.fabric import down as fabric_down
 from emu.nic.topology import NIC_TRANSPORTS  # the transports every daemon serves
@@ -326,18 +327,11 @@ def collect_shm() -> list[str]:
 
 
 def resolve(cluster: str | None) -> str:
-    """The cluster a command means: the one named, or the only one that is up."""
-    names = state.clusters()
-    if cluster:
-        if cluster not in names:
-            raise ClusterError(f"no cluster {cluster!r} is up"
-                               + (f" (up: {', '.join(names)})" if names else ""))
-        return cluster
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise ClusterError("no cluster is up (`emu up TOPOLOGY`)")
-    raise ClusterError(f"several clusters are up ({', '.join(names)}): say which with --cluster")
+    """The cluster a command means (:func:`emu.fabric.state.resolve`), as a ClusterError."""
+    try:
+        return state.resolve(cluster)
+    except UserError as e:
+        raise ClusterError(str(e)) from None
 
 
 def model(cluster: str) -> Topology:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from emu import proc
+from emu.errors import UserError
 from emu.fabric import netns
 
 STATE_DIR = "/run/emu"
@@ -105,6 +106,23 @@ def clusters() -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(n[:-5] for n in names if n.endswith(".json"))
+
+
+def resolve(cluster: str | None) -> str:
+    """The cluster a command means: the one named, or the only one that is up.
+    UserError (one line) when it is not up, none is, or several are and none is named —
+    the one rule every command that takes ``--cluster`` follows."""
+    names = clusters()
+    if cluster:
+        if cluster not in names:
+            raise UserError(f"no cluster {cluster!r} is up"
+                            + (f" (up: {', '.join(names)})" if names else ""))
+        return cluster
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UserError("no cluster is up (`emu up TOPOLOGY`)")
+    raise UserError(f"several clusters are up ({', '.join(names)}): say which with --cluster")
 
 
 _start_time = proc.start_time  # process start time (clock ticks since boot)

@@ -232,17 +232,7 @@ def _stats_paths(a: argparse.Namespace) -> list[str]:
             return [find_sock()]
         except FileNotFoundError:
             pass  # not inside a host: the only cluster up, if there is one
-    names = state.clusters()
-    cluster = a.cluster
-    if cluster and cluster not in names:
-        raise UserError(f"no cluster {cluster!r} is up"
-                        + (f" (up: {', '.join(names)})" if names else ""))
-    if not cluster:
-        if len(names) != 1:
-            raise UserError("no cluster is up (`emu up TOPOLOGY`)" if not names else
-                            f"several clusters are up ({', '.join(names)}): say which with "
-                            "--cluster")
-        cluster = names[0]
+    cluster = state.resolve(a.cluster)
     d = os.path.join(RUN_DIR, cluster)
     try:
         hosts = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".sock"))
