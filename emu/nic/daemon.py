@@ -59,6 +59,14 @@ def _frame_ring(main: PortSocket) -> FrameTx | None:
     return FrameTx(main.ifname, main.address, main.mtu) if main.ifname else None
 
 
+#: engine timers due within this are slept on a timerfd (microseconds), later ones on trio's
+#: deadline (a millisecond late at most): pacing needs the one, retransmission the other
+PRECISE_WITHIN = 2e-3
+#: while the port holds the transmit queue, a due engine timer waits at least this long
+#: (the transmit task pumps the engine when the port has taken the queue)
+HELD_RECHECK = 1e-3
+
+
 _SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
                   "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
                   "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
@@ -617,14 +625,6 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     return out
 
 
-#: engine timers due within this are slept on a timerfd (microseconds), later ones on trio's
-#: deadline (a millisecond late at most): pacing needs the one, retransmission the other
-PRECISE_WITHIN = 2e-3
-#: while the port holds the transmit queue, a due engine timer waits at least this long
-#: (the transmit task pumps the engine when the port has taken the queue)
-HELD_RECHECK = 1e-3
-
-
 def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
     """``(seconds, runs)``: how long this process has waited on a run queue, runnable but
     not running, and how many times it got a CPU (``schedstat``'s second and third
@@ -637,11 +637,6 @@ def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
         return round(int(fields[1]) / 1e9, 6), int(fields[2])
     except (OSError, IndexError, ValueError):
         return 0.0, 0
-
-
-def cpu_wait_s(path: str = "/proc/self/schedstat") -> float:
-    """Seconds this process has waited on a run queue (:func:`cpu_wait`)."""
-    return cpu_wait(path)[0]
 
 
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
