@@ -78,8 +78,8 @@ def _busy_window(cluster: str, transport: str, dst: str, seconds: float
     def sent() -> int:
         return int(snapshot(cluster)["nic"]["h1"]["engines"][transport].get("tx_packets", 0))
 
-    cmd = [sys.executable, "-m", "emu", "perf", "write-bw", "--cluster", cluster, "--from",
-           "h1", "--to", dst, "-s", "1M", "-D", f"{seconds + 3:g}", "--transport", transport]
+    cmd = _perf_cmd(cluster, "write-bw", "h1", dst, "-s", "1M", "-D", f"{seconds + 3:g}",
+                    "--transport", transport)
     pr = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         n0, deadline = sent(), time.monotonic() + 30
@@ -104,9 +104,14 @@ def _cpu_s(pid: int) -> float:
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _perf_cmd(cluster: str, test: str, src: str, dst: str, *args: str) -> list[str]:
+    """``emu perf TEST`` across a cluster as a user runs it, with ``--json``."""
+    return [sys.executable, "-m", "emu", "perf", test, "--cluster", cluster, "--from", src,
+            "--to", dst, "--json", *args]
+
+
 def _perf(cluster: str, test: str, src: str, dst: str, *args: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "emu", "perf", test, "--cluster", cluster, "--from", src,
-           "--to", dst, "--json", *args]
+    cmd = _perf_cmd(cluster, test, src, dst, *args)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed: {r.stderr.strip()[-300:]}")
