@@ -34,6 +34,14 @@ async def _until(pred, what: str, timeout: float = 10.0) -> None:  # noqa: ANN00
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _looped_qps(dev, cq) -> tuple:  # noqa: ANN001
+    """Two QPs of one device on ``cq``, connected to each other (the loopback transport)."""
+    qa, qb = dev.create_qp(cq), dev.create_qp(cq)
+    qa.connect(qb.local_info())
+    qb.connect(qa.local_info())
+    return qa, qb
+
+
 async def test_reg_mr_maps_client_memory_into_the_daemon(tmp_path):
     async with running(_cfg(tmp_path)) as d:
         def client():
@@ -66,9 +74,7 @@ async def test_client_disconnect_frees_everything(tmp_path):
             mr = dev.reg_mr(buf)
             dev.reg_mr(buf, offset=0, length=100)
             cq = dev.create_cq(16)
-            qa, qb = dev.create_qp(cq), dev.create_qp(cq)
-            qa.connect(qb.local_info())
-            qb.connect(qa.local_info())
+            qa, qb = _looped_qps(dev, cq)
             qb.post_recv(mr.sge(0, 64), wr_id=1)  # still posted when the client goes
             dev.close()  # no explicit destroy/dereg: the daemon must clean up
             return buf
@@ -145,9 +151,7 @@ async def test_wait_async_from_trio(tmp_path):
                 buf = dev.alloc_buffer(4096)
                 mr = dev.reg_mr(buf)
                 cq = dev.create_cq()
-                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
-                qa.connect(qb.local_info())
-                qb.connect(qa.local_info())
+                qa, qb = _looped_qps(dev, cq)
                 qa.post_write(mr.sge(0, 8), mr.va + 8, mr.rkey, wr_id=42)
                 return buf, cq
 
@@ -192,9 +196,7 @@ async def test_client_hanging_up_mid_reply_does_not_kill_the_daemon(tmp_path):
             bufs.append(buf)
             mr = dev.reg_mr(buf)
             cq = dev.create_cq(4096)
-            qa, qb = dev.create_qp(cq), dev.create_qp(cq)
-            qa.connect(qb.local_info())
-            qb.connect(qa.local_info())
+            qa, qb = _looped_qps(dev, cq)
             for k in range(2000):
                 qa.post_write(mr.sge(0, 64), mr.va + 4096, mr.rkey, wr_id=k, wait=False)
             dev.conn.sock.shutdown(socket.SHUT_RDWR)
@@ -272,9 +274,7 @@ async def test_busy_poll_the_caller_reads_completions_and_replies_itself(tmp_pat
                 buf = dev.alloc_buffer(1 << 16)
                 mr = dev.reg_mr(buf)
                 cq = dev.create_cq()
-                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
-                qa.connect(qb.local_info())
-                qb.connect(qa.local_info())
+                qa, qb = _looped_qps(dev, cq)
                 conn = dev.conn
                 with conn.busy_poll():
                     deadline = time.monotonic() + 10
@@ -311,9 +311,7 @@ async def test_corked_requests_go_in_one_write_in_order(tmp_path):
                 buf = dev.alloc_buffer(1 << 16)
                 mr = dev.reg_mr(buf)
                 cq = dev.create_cq()
-                qa, qb = dev.create_qp(cq), dev.create_qp(cq)
-                qa.connect(qb.local_info())
-                qb.connect(qa.local_info())
+                qa, qb = _looped_qps(dev, cq)
                 before = d.control.counters()["requests"]
                 with dev.conn.corked():
                     qb.post_recv(mr.sge(1000, 64), wr_id=10, wait=False)
