@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 from fabric_util import host_addr, inside, ns_of_cluster, pair
+from rdma_util import write_and_verify_devices
 
 from emu.api import Device, NicError
 from emu.fabric import Fabric, down, state
@@ -306,30 +307,13 @@ async def test_roce_engine_through_the_daemons_write_exact_icrc_valid(fab, tmp_p
     cfg = {h: NicConfig(sock_path=str(tmp_path / f"{h}.sock"), transports=["roce"], seed=i)
            for i, h in enumerate(("h1", "h2"))}
     n = 1 << 20
-    data = random.Random(1).randbytes(n)
     with cap:
         async with running(cfg["h1"], fab.ns("h1")) as d1, \
                 running(cfg["h2"], fab.ns("h2")) as d2:
             def work() -> None:
-                a, b = Device.open(sock_path=d1.cfg.sock_path), \
-                    Device.open(sock_path=d2.cfg.sock_path)
-                ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
-                try:
-                    ma, mb = a.reg_mr(ba), b.reg_mr(bb)
-                    ca, cb = a.create_cq(), b.create_cq()
-                    qa, qb = a.create_qp(ca), b.create_qp(cb)
-                    qa.connect(qb.local_info())
-                    qb.connect(qa.local_info())
-                    ba.view[:] = data
-                    qa.post_write(ma.sge(0, n), mb.va, mb.rkey, wr_id=1)
-                    (wc,) = ca.wait(1, timeout=30)
-                    assert wc.ok and wc.byte_len == n
-                    assert bytes(bb.view[:n]) == data
-                finally:
-                    a.close()
-                    b.close()
-                    ba.close()
-                    bb.close()
+                write_and_verify_devices(Device.open(sock_path=d1.cfg.sock_path),
+                                         Device.open(sock_path=d2.cfg.sock_path), n, 1,
+                                         wr_id=1, timeout=30)
 
             await trio.to_thread.run_sync(work)
             assert d2.stats()["totals"]["rx_bad_icrc"] == 0

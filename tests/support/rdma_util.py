@@ -55,9 +55,15 @@ def write_and_verify(cluster: str, src: str, dst: str, n: int, seed: int, *, wr_
     Uses both hosts' daemons from the test process (their control sockets), a
     QP pair connected directly, one signalled write.
     """
+    write_and_verify_devices(Device.open(cluster=cluster, host=src),
+                             Device.open(cluster=cluster, host=dst), n, seed, wr_id=wr_id,
+                             timeout=timeout)
+
+
+def write_and_verify_devices(a: Device, b: Device, n: int, seed: int, *, wr_id: int = 7,
+                             timeout: float = 300) -> None:
+    """:func:`write_and_verify` between two opened devices (closed afterwards)."""
     data = random.Random(seed).randbytes(n)
-    a = Device.open(cluster=cluster, host=src)
-    b = Device.open(cluster=cluster, host=dst)
     ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
     try:
         ma, mb = a.reg_mr(ba), b.reg_mr(bb)
