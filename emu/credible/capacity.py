@@ -37,7 +37,7 @@ MIN_RATE = 10e6
 
 
 #: a kernel-datapath hop on the development VM where its tbf paces (``emu doctor --measure``:
-#: 17–25 µs of the machine's CPU per packet per hop at 200 Mb/s; ~2.5 µs where it never waits)
+#: 17–27 µs of the machine's CPU per packet per hop at 200 Mb/s; ~2.5 µs where it never waits)
 KERNEL_HOP_REFERENCE = 20e-6
 
 
