@@ -153,7 +153,8 @@ def build_ref(name: str, base: Impl, progress: Any = print) -> Impl:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             with open(src, "rb") as f, open(dst, "wb") as g:
                 g.write(f.read())
-    check = subprocess.run([py, "-c", "import emu, emu.interop.endpoint; print(emu.__file__)"],
+    check = subprocess.run([py, "-c", "import emu, emu.interop.endpoint, emu.interop.own_nicd; "
+                            "print(emu.__file__)"],
                            capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
                            cwd=tree)
     if check.returncode or not check.stdout.startswith(tree):

@@ -8,15 +8,18 @@ and exits with COMMAND's status. Why: ``emu@REF`` must run *that* commit's
 daemon, and the ``emu`` variants a daemon whose UET wire settings
 (:func:`emu.wire.uet_defs.configure`) differ — neither can share the
 runner's daemon. The daemon's log and event trace go to ``$LOGDIR``.
+
+Standard library only (besides the daemon it starts): the runner copies this file
+into every ``emu@REF`` worktree (:data:`emu.interop.impls.ENDPOINT_FILES`), where
+modules added to emu since REF do not exist.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-
-from emu.proc import stop
 
 _DAEMON = ("import sys, json\n"
            "from emu.wire import uet_defs\n"
@@ -59,7 +62,20 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return subprocess.call(cmd)
     finally:
-        stop(d)
+        _stop(d)
+
+
+def _stop(p: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM (the daemon drains and exits 0), then SIGKILL after ``timeout`` s: what
+    :func:`emu.proc.stop` does, which an ``emu@REF`` worktree may not have."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            p.kill()
+    p.wait()
 
 
 if __name__ == "__main__":

@@ -51,6 +51,32 @@ def test_shipped_file_lists_emu_and_variants():
     assert variants and all(i.daemon == "own" for i in variants)
 
 
+def test_files_copied_into_an_emu_at_ref_tree_import_only_what_that_commit_has():
+    """``emu@REF`` runs these files against REF's emu: an import of an emu module that
+    REF lacks makes that side exit 1 for everything ("not compliant" on every case).
+    Checked against the REF ``scripts/interop`` runs by default."""
+    import ast
+    import re
+    import subprocess
+
+    ref = re.search(r"emu@([0-9a-f]+)", open(os.path.join(I.REPO, "scripts/interop")).read())[1]
+    copied = {f[:-3].replace("/", ".") for f in I.ENDPOINT_FILES}
+    missing = []
+    for rel in I.ENDPOINT_FILES:
+        tree = ast.parse(open(os.path.join(I.REPO, rel)).read())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        for m in sorted(x for x in mods if x == "emu" or x.startswith("emu.")):
+            if m in copied or f"{m}.__init__" in copied:
+                continue
+            path = m.replace(".", "/")
+            if not any(subprocess.run(["git", "cat-file", "-e", f"{ref}:{p}"], cwd=I.REPO,
+                                      capture_output=True).returncode == 0
+                       for p in (f"{path}.py", f"{path}/__init__.py")):
+                missing.append(f"{rel} imports {m}, which {ref} does not have")
+    assert missing == []
+
+
 def test_matrix_and_json_carry_every_result(tmp_path):
     res = RunResult(["a", "b"], ["a"], ["roce"], ["handshake", "read"])
     res.add(CaseResult("a", "a", "roce", "handshake", "succeeded"))
