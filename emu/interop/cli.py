@@ -17,8 +17,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                                    "(docs/interop.md).")
     isub = p.add_subparsers(dest="interop_command", metavar="{run,list}", required=True)
     r = isub.add_parser("run", help="run the matrix")
-    r.add_argument("--implementations", "-i", help="implementations TOML "
-                   "(default: the ones emu ships)")
+    r.add_argument("--implementations", "-i", help="implementations TOML, added to the "
+                   "ones emu ships (a name in both: the file's); without -s/-c the matrix "
+                   "is the file's")
     r.add_argument("--transport", "-T", action="append",
                    help="roce, uet (repeatable or comma-separated; default: roce,uet)")
     r.add_argument("-t", "--test-cases", help="comma-separated test cases (default: all)")
@@ -76,15 +77,21 @@ def _run(a: argparse.Namespace) -> int:
         print("emu interop run: needs root (namespaces)", file=sys.stderr)
         return 2
     try:
-        known = I.load(a.implementations)
+        known = own = I.load(a.implementations)
+        if a.implementations:
+            # your file adds to the shipped ones (README: -i mine.toml -s mine -c emu);
+            # the default matrix is still your file's
+            known = {**I.load(), **own}
         cases = select(a.test_cases)
         present = [n for n, i in known.items() if i.available]
-        for n in sorted(set(known) - set(present)):
+        named = set(_split(a.servers) + _split(a.clients))
+        for n in sorted((set(own) | named) & set(known) - set(present)):
             print(f"skipping {n}: {known[n].requires} not found in {known[n].dir}")
         def usable(names: list[str]) -> list[str]:
             return [n for n in names if n in present or n not in known]
-        servers = I.resolve(usable(_split(a.servers)) or present, known)
-        clients = I.resolve(usable(_split(a.clients)) or present, known)
+        default = [n for n in own if n in present]
+        servers = I.resolve(usable(_split(a.servers)) or default, known)
+        clients = I.resolve(usable(_split(a.clients)) or default, known)
     except (I.ImplError, ValueError) as e:
         print(f"emu interop: {e}", file=sys.stderr)
         return 2

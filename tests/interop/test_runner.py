@@ -255,6 +255,24 @@ def test_emu_pairs_shell_and_broken_endpoints(impl_file, tmp_path):
 
 
 @root
+def test_an_implementations_file_adds_to_the_shipped_ones(tmp_path):
+    """README: ``scripts/interop -i mine.toml -s mine -c emu`` with only ``[mine]`` in the
+    file. Stopped before any cluster by a bad transport, after the names resolved."""
+    import subprocess
+    import sys
+
+    f = _toml(tmp_path, "[mine]\ncommand = './mine.sh'\ntransports = ['roce']\n")
+    p = subprocess.run([sys.executable, "-m", "emu", "interop", "run", "-i", f, "-s", "mine",
+                        "-c", "emu", "-T", "bogus"], capture_output=True, text=True,
+                       cwd=I.REPO)
+    assert p.returncode == 2 and "unknown transport(s) ['bogus']" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "emu", "interop", "run", "-i", f, "-s", "mine",
+                        "-c", "nope", "-T", "roce"], capture_output=True, text=True,
+                       cwd=I.REPO)
+    assert p.returncode == 2 and "unknown implementation 'nope'" in p.stderr, p.stderr
+
+
+@root
 def test_exit_0_without_moving_data_fails(impl_file, tmp_path):
     known = I.load(impl_file)
     res = runner.run([known["cheat"]], [known["cheat"]], ["roce"], select("transfer-4k"),
