@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Replay a fuzz corpus (:func:`emu.chaos.fuzz.corpus`) at a rate; standard library only.
 
-``python3 send.py CORPUS DST SPORT RATE SECONDS`` sends the corpus's packets in
-order (from the start again when it ends) to ``DST`` from UDP port ``SPORT``
-at ``RATE`` packets/s for ``SECONDS``, then prints one JSON line: packets
-sent per destination port, send errors, seconds and the rate achieved.
+``python3 send.py CORPUS DST SPORT RATE SECONDS`` sends ``RATE`` × ``SECONDS``
+of the corpus's packets in order (from the start again when it ends) to ``DST``
+from UDP port ``SPORT``, packet *k* due at *k* / ``RATE`` s (late ones go out at
+once), then prints one JSON line: packets sent per destination port, send
+errors, seconds from the first to the last and the rate achieved.
 
 Why standard library only: it runs as an unprivileged user (``setpriv
 --reuid=nobody``) with the system Python inside a host's namespace — what
@@ -43,14 +44,11 @@ def main(argv: list[str]) -> int:
     s.bind(("", sport))
     sent: dict[int, int] = {}
     errors = 0
+    n = int(rate * seconds)  # the whole budget's packets: packet k is due at t0 + k / rate
     t0 = time.monotonic()
-    end = t0 + seconds
     k = 0
-    while True:
-        now = time.monotonic()
-        if now >= end:
-            break
-        due = int((now - t0) * rate) + 1
+    while k < n:
+        due = min(n, int((time.monotonic() - t0) * rate) + 1)
         while k < due:
             port, data = pkts[k % len(pkts)]
             try:
@@ -59,7 +57,8 @@ def main(argv: list[str]) -> int:
             except OSError:
                 errors += 1
             k += 1
-        time.sleep(min(0.001, max(0.0, end - time.monotonic())))
+        if k < n:
+            time.sleep(min(0.001, max(0.0, t0 + k / rate - time.monotonic())))
     el = time.monotonic() - t0
     total = sum(sent.values())
     print(json.dumps({"sent": {str(p): n for p, n in sent.items()}, "total": total,

@@ -104,5 +104,7 @@ def test_write_bw_survives_fuzz_from_an_unprivileged_user(cluster, transport, ch
               "bw_average": r.get("bw_average"), "unit": r.get("unit"),
               "h2": {k: v for k, v in delta.items() if v}}
     print(json.dumps(report))
-    assert sent["errors"] == 0 and sent["total"] > 0
+    assert sent["errors"] == 0 and sent["total"] == int(RATE * chaos_budget), report
+    # the pace held: the whole budget's packets within 1 % of the budget's time
+    assert sent["seconds"] <= chaos_budget * 1.01, report
     assert delta["rejected"] + accepted >= arrived, report
