@@ -303,14 +303,18 @@ def test_a_cluster_whose_daemons_all_died_is_abandoned_and_emu_clean_removes_it(
         deadline = time.monotonic() + 10
         while json.loads(emu("status", cluster, "--json").stdout)["state"] != "degraded":
             assert time.monotonic() < deadline
-        emu("clean", cluster)  # one daemon still serves: not a leftover
+        out = emu("clean", cluster).stdout  # one daemon still serves: not a leftover
+        assert f"{cluster} left alone" in out and f"emu down {cluster}" in out, out
+        assert "no cluster 'nosuch'" in emu("clean", "nosuch").stdout
         assert state.load(cluster) is not None and our_namespaces(cluster)
         os.kill(pids[1], signal.SIGKILL)
         while json.loads(emu("status", cluster, "--json").stdout)["state"] != "abandoned":
             assert time.monotonic() < deadline
         assert "emu clean removes it" in emu("status", cluster).stdout
         out = emu("clean", cluster, bare).stdout  # named: never another engineer's clusters
-        assert cluster in out and bare not in out, out
+        cleaned = out.splitlines()[0]
+        assert cluster in cleaned and bare not in cleaned, out
+        assert f"{bare} left alone" in out, out
         assert state.load(cluster) is None and our_namespaces(cluster) == []
         assert state.load(bare) is not None and our_namespaces(bare)
     finally:
