@@ -77,6 +77,27 @@ def test_files_copied_into_an_emu_at_ref_tree_import_only_what_that_commit_has()
     assert missing == []
 
 
+def test_own_nicd_takes_udp_gro_from_a_daemon_older_than_the_cable_rule(monkeypatch):
+    """emu@REF's daemon predates the rule "no UDP_GRO where the cable splits GSO": the
+    wrapper withholds it (else the capture holds GRO super-frames with a bad ICRC)."""
+    import types
+
+    import emu.nic
+    from emu.interop import own_nicd
+    from emu.nic import udp
+
+    prefix = own_nicd._DAEMON.split("from emu.nic.daemon")[0]
+    run = {"__name__": "d"}
+    monkeypatch.setattr("sys.argv", ["-c", "{}"])
+    exec(prefix, run)
+    assert udp.UDP_GRO == 104  # this tree's daemon: left to its own rule
+    old = types.SimpleNamespace(UDP_GRO=104)  # a REF emu.nic.udp: no ``feature``
+    monkeypatch.setattr(emu.nic, "udp", old)
+    monkeypatch.setitem(__import__("sys").modules, "emu.nic.udp", old)
+    exec(prefix, {"__name__": "d"})
+    assert old.UDP_GRO != 104
+
+
 def test_matrix_and_json_carry_every_result(tmp_path):
     res = RunResult(["a", "b"], ["a"], ["roce"], ["handshake", "read"])
     res.add(CaseResult("a", "a", "roce", "handshake", "succeeded"))
