@@ -88,6 +88,11 @@ class EngineSlot:
     trimmed_tos: bytes = bytes(256)
     #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
     takes_trimmed: bool = False
+    #: … and ``arrived=``: then :attr:`rx_at` goes with every datagram
+    takes_arrived: bool = False
+    #: when the newest datagram read so far reached the port (engine clock; from the
+    #: kernel's receive stamp): no datagram in the backlog arrived later
+    rx_at: float | None = None
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -194,7 +199,8 @@ class NicDaemon:
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),
                                               trimmed_tos=trimmed,
-                                              takes_trimmed=takes_trimmed(engine))
+                                              takes_trimmed=takes(engine, "trimmed"),
+                                              takes_arrived=takes(engine, "arrived"))
             if self.cfg.pfc:
                 self._open_pause({i.name for _, i in addrs if i.name})
         except BaseException:
@@ -302,10 +308,14 @@ class NicDaemon:
 
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
+        c = slot.c
         while True:
+            got = c["rx_packets"]
             try:
-                ps.recv_batch(slot.backlog, batch, maxlen, slot.c, slot.check, slot.check_buf)
+                ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf)
             except BlockingIOError:
+                if c["rx_packets"] != got:
+                    self._stamp(slot, ps)
                 if len(slot.backlog) == 1:
                     # a lone datagram (a ping-pong's, an ACK): into the engine and its answer
                     # out in this turn — waking the engine task cost a scheduler turn on
@@ -317,7 +327,9 @@ class NicDaemon:
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError:
-                slot.c["rx_errors"] += 1  # e.g. a queued ICMP error: keep serving
+                c["rx_errors"] += 1  # e.g. a queued ICMP error: keep serving
+            else:
+                self._stamp(slot, ps)
             slot.rx_lot.unpark_all()
             await trio.lowlevel.checkpoint()
 
@@ -334,11 +346,24 @@ class NicDaemon:
             # (an empty backlog parks at once: a checkpoint first cost a scheduler turn
             # per received packet, the most of a ping-pong's)
 
+    @staticmethod
+    def _stamp(slot: EngineSlot, ps: PortSocket) -> None:
+        """After a read that got something: :attr:`EngineSlot.rx_at` from the kernel's
+        stamp of the newest datagram, on trio's clock (``now`` if there is none)."""
+        if slot.takes_arrived:
+            now = trio.current_time()
+            t = ps.rx_stamp()
+            late = -1.0 if t is None else time.time() - t
+            slot.rx_at = now - late if 0.0 <= late < 1.0 else now
+
     def _feed(self, slot: EngineSlot, now: float) -> None:
-        """Hand the engine up to ``engine_batch`` datagrams from the backlog."""
+        """Hand the engine up to ``engine_batch`` datagrams from the backlog (with
+        ``arrived=`` an engine that takes it gets :attr:`EngineSlot.rx_at`, which no
+        datagram in the backlog arrived after)."""
         backlog = slot.backlog
         recv = slot.engine.receive_datagram
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
+        kw = {"arrived": slot.rx_at} if slot.takes_arrived else {}
         c = slot.c
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
@@ -346,9 +371,9 @@ class NicDaemon:
                 if trimmed[tos]:  # a switch cut it to its headers (its DSCP says so)
                     c["rx_trimmed"] += 1
                     if takes:
-                        recv(data, addr, now, ecn=tos & 3, trimmed=True)
+                        recv(data, addr, now, ecn=tos & 3, trimmed=True, **kw)
                         continue
-                recv(data, addr, now, ecn=tos & 3)
+                recv(data, addr, now, ecn=tos & 3, **kw)
             except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
                 c["engine_errors"] += 1
                 self._log_once(f"{slot.name}: receive_datagram raised {e!r}")
@@ -365,6 +390,7 @@ class NicDaemon:
         RTO retransmissions were duplicates at the target). A NIC's receive
         interrupt is served before its retransmission timer."""
         for ps in slot.tx.mains:
+            got = slot.c["rx_packets"]
             try:
                 ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
                               slot.check, slot.check_buf)
@@ -372,6 +398,8 @@ class NicDaemon:
                 pass  # nothing (more) there
             except OSError:
                 slot.c["rx_errors"] += 1  # as the receive loop counts it (a queued ICMP error)
+            if slot.c["rx_packets"] != got:
+                self._stamp(slot, ps)
         while slot.backlog:
             self._feed(slot, now)
 
@@ -649,16 +677,16 @@ def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
     return bytes(1 if tos >> 2 in want else 0 for tos in range(256))
 
 
-def takes_trimmed(engine: Any) -> bool:
-    """Whether ``engine.receive_datagram`` accepts ``trimmed=`` (UET and RoCE do; an
-    engine that does not gets trimmed datagrams as plain ones).
+def takes(engine: Any, keyword: str) -> bool:
+    """Whether ``engine.receive_datagram`` accepts ``keyword=``: ``trimmed`` (UET and
+    RoCE; an engine without it gets trimmed datagrams as plain ones), ``arrived`` (UET).
     Decided once per engine from the signature, so the hot path tests a local bool."""
     try:
         params = inspect.signature(engine.receive_datagram).parameters
     except (TypeError, ValueError):
         return False
-    return "trimmed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
-                                      for p in params.values())
+    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                    for p in params.values())
 
 
 def process_age() -> float:

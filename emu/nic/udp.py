@@ -60,6 +60,10 @@ GSO_MAX_BYTES = 65000
 #: sends at another TOS than the socket's (by cmsg) before that TOS becomes the socket's
 TOS_ADOPT = 8
 _ANC = socket.CMSG_SPACE(4) * 4
+#: ioctl: the kernel's receive time of the last datagram read (struct timespec, realtime)
+SIOCGSTAMPNS = 0x8907
+_TIMESPEC = struct.Struct("qq")
+_TIMESPEC_BUF = bytes(_TIMESPEC.size)
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
@@ -200,6 +204,10 @@ class PortSocket:
             s.close()
             raise
         self.sock = s
+        # the first SIOCGSTAMPNS turns on receive stamps for what arrives after it (no
+        # datagram yet: ENOENT); see rx_stamp
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(s.fileno(), SIOCGSTAMPNS, _TIMESPEC_BUF)
         self.family = fam
         self.address = address
         self.port = port
@@ -299,6 +307,20 @@ class PortSocket:
             if quick_dropped:
                 c["rx_backlog_drops"] += quick_dropped
         return n_reads
+
+    def rx_stamp(self) -> float | None:
+        """When the last datagram read reached this host (the kernel's receive stamp,
+        ``time.time()`` seconds), or None if the kernel has none.
+
+        Why: one call after a read batch — the newest datagram's arrival, so no
+        datagram of the batch arrived later — is what lets an engine end a round-trip
+        sample where the NIC got the packet, not where a late daemon read it."""
+        try:
+            sec, nsec = _TIMESPEC.unpack(fcntl.ioctl(self.sock.fileno(), SIOCGSTAMPNS,
+                                                     _TIMESPEC_BUF))
+        except OSError:
+            return None
+        return sec + nsec * 1e-9
 
     def _next_chunk(self) -> memoryview:
         """A receive chunk none of whose datagrams is still lent out, else a new one.

@@ -20,7 +20,7 @@ from emu.core.trace import read_trace
 from emu.nic import engines
 from emu.nic.cli import _run_args, config_from
 from emu.nic.config import NicConfig
-from emu.nic.daemon import running, takes_trimmed, trimmed_table
+from emu.nic.daemon import running, takes, trimmed_table
 from emu.nic.udp import PortSocket
 from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
@@ -64,6 +64,18 @@ class TrimAware(_Recorder):
 class Plain(_Recorder):
     def receive_datagram(self, data: bytes, addr: Any, now: float, *, ecn: int = 0) -> None:
         self.got.append((bytes(data), ecn, None))
+
+
+class Stamped(_Recorder):
+    """Takes ``arrived=``: records (now, arrived) per datagram."""
+
+    def __init__(self, ctx: engines.EngineContext) -> None:
+        super().__init__(ctx)
+        self.times: list[tuple[float, float | None]] = []
+
+    def receive_datagram(self, data: bytes, addr: Any, now: float, *, ecn: int = 0,
+                         arrived: float | None = None) -> None:
+        self.times.append((now, arrived))
 
 
 def _send(port: int, tclasses: list[int], host: str = "::1") -> None:
@@ -171,10 +183,10 @@ def test_engine_factories_take_the_daemon_trace_and_trimmed_flag():
                                 4793, 9000, {}, tr.child("h/uet"))
     uet = engines.create("uet", ctx)
     assert uet.engine.trace.enabled and uet.engine.trace.endpoint == "h/uet"
-    assert takes_trimmed(uet)
+    assert takes(uet, "trimmed")
     ctx.port, ctx.trace = 4791, tr.child("h/roce")
     roce = engines.create("roce", ctx)
-    assert roce.trace.endpoint == "h/roce" and takes_trimmed(roce)  # it discards them
+    assert roce.trace.endpoint == "h/roce" and takes(roce, "trimmed")  # it discards them
     ctx.trace = Trace.disabled()
     assert not engines.create("uet", ctx).engine.trace.enabled
 
@@ -240,3 +252,22 @@ def test_uet_engine_traces_entropy_retx_flag_nack_and_rto():
     resent = select(trace.events, "packet_sent", retx=True)
     assert {e["data"]["psn"] for e in resent} == {nk["data"]["psn"], by_rto["data"]["psn"]}
     assert all(e["data"]["ent"] in p.ea.entropies for e in resent)
+
+
+@pytest.mark.trio
+async def test_an_engine_that_takes_arrived_gets_the_kernel_receive_time(tmp_path):
+    """A datagram the daemon reads 80 ms after it arrived (the loop is held up) reaches
+    the engine with ``arrived`` ~80 ms before ``now``: the kernel's receive stamp on
+    trio's clock — what lets UET keep a daemon's lateness out of its round trips."""
+    engines.register("stamped", Stamped)
+    cfg = NicConfig(sock_path=str(tmp_path / "c" / "h.sock"), host="h",
+                    transports=["stamped"], ports={"stamped": 0}, addresses=["127.0.0.1"])
+    async with running(cfg) as d:
+        slot = d.slots["stamped"]
+        assert slot.takes_arrived and not slot.takes_trimmed
+        await trio.sleep(0.3)  # the kernel turns receive stamps on a moment after asked
+        _send(slot.port, [0], "127.0.0.1")
+        time.sleep(0.08)  # hold the event loop: the daemon reads late
+        await _until(lambda: slot.engine.times, "the datagram at the engine")
+        [(now, arrived)] = slot.engine.times
+        assert arrived is not None and 0.06 < now - arrived < 1.0, (now, arrived)

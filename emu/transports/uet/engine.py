@@ -150,6 +150,10 @@ class UetEngine(Engine):
         self.local_addr = local_addr
         self.trace = trace
         self.now = 0.0
+        #: when the datagram being received reached this NIC (its kernel receive stamp,
+        #: from a daemon; else ``now``): what round-trip samples end at (see
+        #: :meth:`receive_datagram`)
+        self.rx_at = 0.0
         self.stats: defaultdict[str, int] = defaultdict(int)
         self._data_meta = {e: TxMeta(e, dscp, ecn) for e in self.entropies}
         self._ctrl_metas: dict[int, TxMeta] = {}
@@ -404,8 +408,15 @@ class UetEngine(Engine):
     # -- the Engine contract -----------------------------------------------------------
 
     def receive_datagram(self, data: bytes | bytearray | memoryview, addr: Addr, now: float,
-                         *, ecn: int = ECN_NOT_ECT, trimmed: bool = False) -> None:
+                         *, ecn: int = ECN_NOT_ECT, trimmed: bool = False,
+                         arrived: float | None = None) -> None:
+        """One datagram from ``addr`` at ``now``. ``arrived`` (a daemon: the kernel's
+        receive stamp, on the engine's clock; at most ``now``) is when it reached the
+        port: an ACK's round-trip sample ends there, not when a late daemon got round
+        to it — a NIC takes a packet off the wire at once, and the emulator's delay
+        must not reach NSCC as queueing delay (``docs/credibility.md``)."""
         self.now = now
+        self.rx_at = now if arrived is None or arrived > now else arrived
         st = self.stats
         st["rx_packets"] += 1
         st["rx_bytes"] += len(data)

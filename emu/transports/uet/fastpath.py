@@ -160,9 +160,11 @@ def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None
 
 def ack_cc_nscc(next_hdr: int, m: int, retx: int, req: int, ack_psn_offset: int,
                 cack_psn: int, spdcid: int, dpdcid: int, mpr: int, sack_psn_offset: int,
-                sack_bitmap: int, rcvd_bytes: int, ooo_count: int) -> bytearray:
+                sack_bitmap: int, rcvd_bytes: int, ooo_count: int,
+                service_time: int = 0) -> bytearray:
     """An ACK_CC (cc_type NSCC) with no SES response: one ``pack``."""
     w0 = (8 << 11) | (next_hdr << 7) | (m << 5) | (retx << 4) | (req << 1)
     return bytearray(_ACK_NSCC.pack(w0, ack_psn_offset, cack_psn, spdcid, dpdcid, 0, mpr,
-                                    sack_psn_offset, sack_bitmap, 0, rcvd_bytes, ooo_count))
+                                    sack_psn_offset, sack_bitmap, service_time, rcvd_bytes,
+                                    ooo_count))
 

@@ -210,7 +210,9 @@ class FlowCtl:
         if f is None:
             return
         ecn = bool(ack.m)
-        acked, rtt = f.ledger.feedback(now)
+        acked, rtt = f.ledger.feedback(self.h.rx_at)  # the sample ends at arrival …
+        if rtt is not None:
+            rtt = D.held_out(rtt, ack)  # … less what the target held it
         if entropy is not None:
             f.path.on_ack(entropy, now, ecn=ecn, rtt=rtt)
         if f.cc is not None and (acked or ecn):

@@ -40,6 +40,22 @@ MPR_UNIT = 128
 ACK_BYTES = 16 * 1024
 #: … each packet counting at least this much (uet.md: ACK generation)
 ACK_MIN_COUNT = 1024
+#: NSCC cc_state ``service_time`` (u16, uet.md: ACK_CC) counts in these seconds. The
+#: unit is not in the public sources; a microsecond spans what a daemon may hold a
+#: packet (up to 65 ms) and a peer that sends 0 — as emu-ref does — means "none"
+SERVICE_TIME_UNIT = 1e-6
+
+
+def held_out(rtt: float, ack: Any) -> float:
+    """A round-trip sample less the time the target says it held the packet (NSCC
+    ``service_time``, ACK_CC only; uet.md): what the network took."""
+    st = getattr(ack, "service_time", 0)
+    if st:
+        rtt -= st * SERVICE_TIME_UNIT
+        return rtt if rtt > 0.0 else 0.0
+    return rtt
+
+
 #: a SYN's psn_offset is 12 bits: the initiator may not run further ahead before the first ACK
 SYN_PSN_SPAN = 1 << 12
 #: DSCPs (uet.md: Encapsulation — R: data CS0, ACK/NACK/control EF)

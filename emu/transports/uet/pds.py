@@ -44,6 +44,7 @@ class PdsHost(Protocol):
 
     rto: float
     rto_max: float
+    rx_at: float  # when the datagram being handled reached the port (round trips end there)
     max_retries: int
     nack_retx_delay: float
     mtu: int
@@ -365,8 +366,9 @@ class Initiator:
         sb = pdc.sb
         cack = pdc.ext(ack.cack_psn)
         if h.rto_max > h.rto and not ack.p:
-            r = sb.round_trip(cack + ack.ack_psn_offset, now)  # (Karn's rule)
+            r = sb.round_trip(cack + ack.ack_psn_offset, h.rx_at)  # (Karn's rule)
             if r is not None:
+                r = D.held_out(r, ack)
                 pdc.rtt.sample(r, h.rto, h.rto_max)  # (emu.core.rto)
         # release what the ACK covers: cumulatively (CACK), by name (ACK_PSN), by SACK
         pkts = sb.ack_through(cack)

@@ -378,17 +378,23 @@ class Target:
         still holds ``psn``), bit i = base + i, LSB first (uet.md: ACK generation)."""
         h = self.h
         cack, base, bm = t.win.sack(psn)
+        # NSCC's service_time: how long this NIC held what it answers — from when the
+        # newest datagram reached the port to now. A daemon's late read then adds
+        # nothing to the initiator's round-trip samples, as a NIC answering at once
+        # would not (docs/credibility.md); sans-IO callers give no arrival: 0
+        st = round((h.now - h.rx_at) / D.SERVICE_TIME_UNIT)
+        st = 0 if st <= 0 else st if st < 0xFFFF else 0xFFFF
         if rsp is None:  # the common case, in one struct call (.fastpath)
             h.emit(FP.ack_cc_nscc(0, int(m), int(retx), req, s16(psn - cack), cack & _M,
                                   t.pdcid, t.ini_pdcid, h.mpr, s16(base - cack), bm,
-                                  t.rcvd_bytes & 0xFFFFFF, min(len(t.win.rcvd), 0xFFFF)),
+                                  t.rcvd_bytes & 0xFFFFFF, min(len(t.win.rcvd), 0xFFFF), st),
                    t.addr, entropy, True)
         else:
             hdr = PdsAckCcNscc(next_hdr=_NH_RSP, m=int(m), retx=int(retx), req=req,
                                ack_psn_offset=s16(psn - cack), cack_psn=cack & _M,
                                spdcid=t.pdcid, dpdcid=t.ini_pdcid, cc_type=0, mpr=h.mpr,
                                sack_psn_offset=s16(base - cack), sack_bitmap=bm,
-                               rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
+                               service_time=st, rcvd_bytes=t.rcvd_bytes & 0xFFFFFF,
                                ooo_count=min(len(t.win.rcvd), 0xFFFF))
             # a READ / fetching atomic answers with data, in as many packets as it needs
             for nh, ses, data in self.ses.response_parts(t, rsp, h.job_id):

@@ -1,0 +1,62 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A late read is the emulator's delay, not the network's: NSCC's ``service_time``.
+
+A daemon hands the engine each datagram with ``arrived=`` (its kernel receive stamp).
+The target's ACK_CC then says how long the NIC held what it answers (cc_state
+``service_time``), and the initiator's round-trip sample ends at the ACK's arrival
+less that time — so NSCC does not read a daemon that ran late as queueing
+(``docs/credibility.md``, Known gaps)."""
+
+from __future__ import annotations
+
+from uet_pair import ok, uet_pair, write
+
+from emu.core.datagram import expand
+from emu.transports.uet import pdc as D
+from emu.wire.codec.uet import decode_packet
+
+A = ("10.0.0.1", 4793)
+B = ("10.0.0.2", 4793)
+KW = {"cc": "nscc", "line_rate": 10e9, "mtu": 4096, "cc_params": {"base_rtt": 20e-6}}
+
+
+def _one_exchange(late: float, *, stamps: bool) -> tuple[int, float]:
+    """A 1-packet WRITE, read by B ``late`` seconds after it arrived and by A's daemon
+    at once; returns (the ACK's service_time field, A's NSCC delay sample)."""
+    p = uet_pair(5, ekw=KW)
+    write(p, 0, 100)  # establish the PDC first (SYN, DPDCID)
+    p.link.run()
+    ok(p.link.completions("a"), 0)
+    t0 = p.link.now + 1e-3
+    write(p, 1, 1000)
+    [(data, _, meta)] = list(expand(p.ea.datagrams_to_send(t0)))
+    arrival = t0 + 10e-6  # on the wire for 10 µs
+    read = arrival + late  # the receiving daemon got round to it this much later
+    p.eb.receive_datagram(bytes(data), (A[0], meta.entropy), read,
+                          arrived=arrival if stamps else None)
+    [(ack, _, ameta)] = list(expand(p.eb.datagrams_to_send(read)))
+    service = decode_packet(bytes(ack)).pds.service_time
+    back = read + 10e-6
+    p.ea.receive_datagram(bytes(ack), (B[0], ameta.entropy), back,
+                          arrived=back if stamps else None)
+    (f,) = p.ea.flowctl.flows.values()
+    return service, f.cc.last_delay
+
+
+def test_a_late_read_is_held_out_of_the_round_trip():
+    service, delay = _one_exchange(3e-3, stamps=True)
+    assert service == round(3e-3 / D.SERVICE_TIME_UNIT)  # 3 ms held, in µs
+    assert delay < 1e-4  # the network took 20 µs: no queueing seen
+
+
+def test_without_stamps_the_sample_is_what_it_was():
+    # sans-IO callers (and peers that send 0) are unchanged: the hold is in the sample
+    service, delay = _one_exchange(3e-3, stamps=False)
+    assert service == 0
+    assert delay > 2.5e-3
+
+
+def test_service_time_saturates_and_never_goes_negative():
+    assert _one_exchange(0.2, stamps=True)[0] == 0xFFFF  # 65.5 ms at most
+    assert D.held_out(1e-3, type("Ack", (), {"service_time": 0xFFFF})()) == 0.0
+    assert D.held_out(1e-3, object()) == 1e-3  # a plain ACK has no cc_state
