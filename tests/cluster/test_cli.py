@@ -278,7 +278,11 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
         # not count, and what it had counted while the capture ran is there — but for the
         # odd frame the packet socket missed (seen in CI: 1 of ~500)
         seen_twice = sum(n - 1 for n in h1_frames.values())
-        assert seen_twice <= c["duplicated"], (seen_twice, c)
+        # … over IPv4 frames: h1 itself sends some neighbour messages twice, byte for byte
+        # (an ARP or ND retry), which then look like a copy the rule never made (CI: 491
+        # frames seen twice against 490 counted)
+        ip_twice = sum(n - 1 for f, n in h1_frames.items() if f[12:14] == b"\x08\x00")
+        assert ip_twice <= c["duplicated"], (ip_twice, seen_twice, c)
         assert counted - seen_twice <= max(2, counted // 100), (counted, seen_twice, c)
         assert max(h1_frames.values()) == 2
         assert "DUP" in emu("status", name).stdout
