@@ -88,11 +88,11 @@ class EngineSlot:
     trimmed_tos: bytes = bytes(256)
     #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
     takes_trimmed: bool = False
-    #: … and ``arrived=``: then :attr:`rx_at` goes with every datagram
+    #: … and ``arrived=``: then each datagram's kernel receive time goes with it
     takes_arrived: bool = False
-    #: when the newest datagram read so far reached the port (engine clock; from the
-    #: kernel's receive stamp): no datagram in the backlog arrived later
-    rx_at: float | None = None
+    #: the backlog's receive times (``time.time()`` seconds; 0.0: none), in step with it
+    #: (only when :attr:`takes_arrived`)
+    times: deque[float] = field(default_factory=deque)
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -201,6 +201,9 @@ class NicDaemon:
                                               trimmed_tos=trimmed,
                                               takes_trimmed=takes(engine, "trimmed"),
                                               takes_arrived=takes(engine, "arrived"))
+                if self.slots[name].takes_arrived:
+                    for ps in tx.mains:
+                        ps.enable_stamps()
             if self.cfg.pfc:
                 self._open_pause({i.name for _, i in addrs if i.name})
         except BaseException:
@@ -309,13 +312,12 @@ class NicDaemon:
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
         c = slot.c
+        times = slot.times if slot.takes_arrived else None
         while True:
-            got = c["rx_packets"]
             try:
-                ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf)
+                ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf,
+                              times)
             except BlockingIOError:
-                if c["rx_packets"] != got:
-                    self._stamp(slot, ps)
                 if len(slot.backlog) == 1:
                     # a lone datagram (a ping-pong's, an ACK): into the engine and its answer
                     # out in this turn — waking the engine task cost a scheduler turn on
@@ -328,8 +330,6 @@ class NicDaemon:
                 continue
             except OSError:
                 c["rx_errors"] += 1  # e.g. a queued ICMP error: keep serving
-            else:
-                self._stamp(slot, ps)
             slot.rx_lot.unpark_all()
             await trio.lowlevel.checkpoint()
 
@@ -346,27 +346,24 @@ class NicDaemon:
             # (an empty backlog parks at once: a checkpoint first cost a scheduler turn
             # per received packet, the most of a ping-pong's)
 
-    @staticmethod
-    def _stamp(slot: EngineSlot, ps: PortSocket) -> None:
-        """After a read that got something: :attr:`EngineSlot.rx_at` from the kernel's
-        stamp of the newest datagram, on trio's clock (``now`` if there is none)."""
-        if slot.takes_arrived:
-            now = trio.current_time()
-            t = ps.rx_stamp()
-            late = -1.0 if t is None else time.time() - t
-            slot.rx_at = now - late if 0.0 <= late < 1.0 else now
-
     def _feed(self, slot: EngineSlot, now: float) -> None:
-        """Hand the engine up to ``engine_batch`` datagrams from the backlog (with
-        ``arrived=`` an engine that takes it gets :attr:`EngineSlot.rx_at`, which no
-        datagram in the backlog arrived after)."""
+        """Hand the engine up to ``engine_batch`` datagrams from the backlog; an engine
+        that takes ``arrived=`` gets each one's kernel receive time on its own clock."""
         backlog = slot.backlog
         recv = slot.engine.receive_datagram
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
-        kw = {"arrived": slot.rx_at} if slot.takes_arrived else {}
+        times = slot.times if slot.takes_arrived else None
+        if times is not None and len(times) != len(backlog):
+            times.clear()  # (out of step — never expected: then no stamps this turn)
+            times.extend([0.0] * len(backlog))
+        kw: dict[str, float | None] = {}
+        skew = time.time() - now  # the receive stamps' clock minus trio's
         c = slot.c
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
+            if times is not None:
+                t = times.popleft()
+                kw["arrived"] = t - skew if t else None
             try:
                 if trimmed[tos]:  # a switch cut it to its headers (its DSCP says so)
                     c["rx_trimmed"] += 1
@@ -390,16 +387,14 @@ class NicDaemon:
         RTO retransmissions were duplicates at the target). A NIC's receive
         interrupt is served before its retransmission timer."""
         for ps in slot.tx.mains:
-            got = slot.c["rx_packets"]
             try:
                 ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
-                              slot.check, slot.check_buf)
+                              slot.check, slot.check_buf,
+                              slot.times if slot.takes_arrived else None)
             except BlockingIOError:
                 pass  # nothing (more) there
             except OSError:
                 slot.c["rx_errors"] += 1  # as the receive loop counts it (a queued ICMP error)
-            if slot.c["rx_packets"] != got:
-                self._stamp(slot, ps)
         while slot.backlog:
             self._feed(slot, now)
 
@@ -564,6 +559,9 @@ class NicDaemon:
                 eng = slot.engine.counters()
             except Exception as e:  # noqa: BLE001
                 eng = {"error": repr(e)}
+            for k in ENGINE_OVERLOAD:  # an engine's own count of emulator overload
+                v = eng.get(k, 0)
+                totals[k] = totals.get(k, 0) + (v if isinstance(v, int) else 0)
             transports[slot.name] = {"udp_port": slot.port, "rx_backlog": len(slot.backlog),
                                      "tx_queue": len(slot.tx.queue), "counters": dict(slot.c),
                                      "engine": eng,
@@ -622,7 +620,12 @@ OVERLOAD_CAUSES = {
     "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
     "rx_backlog": "rx_backlog_drops",  # the daemon's receive backlog was full
     "tx_backlog": "tx_backlog_drops",  # the engine's output found the transmit queue full
+    # a retransmission timeout only a late daemon caused: the original had reached the
+    # target, whose ACK was late by the target's holding alone (UET service_time)
+    "rto_held": "rto_held",
 }
+#: engine counters that are overload (summed over the daemon's engines into its totals)
+ENGINE_OVERLOAD = ("rto_held",)
 
 
 def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[str, Any]:

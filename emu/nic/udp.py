@@ -59,11 +59,10 @@ RX_SPARE = 8
 GSO_MAX_BYTES = 65000
 #: sends at another TOS than the socket's (by cmsg) before that TOS becomes the socket's
 TOS_ADOPT = 8
-_ANC = socket.CMSG_SPACE(4) * 4
-#: ioctl: the kernel's receive time of the last datagram read (struct timespec, realtime)
-SIOCGSTAMPNS = 0x8907
+#: SO_TIMESTAMPNS (= its control message's type): each datagram's kernel receive time
+SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("qq")
-_TIMESPEC_BUF = bytes(_TIMESPEC.size)
+_ANC = socket.CMSG_SPACE(4) * 4 + socket.CMSG_SPACE(_TIMESPEC.size)
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
@@ -204,10 +203,7 @@ class PortSocket:
             s.close()
             raise
         self.sock = s
-        # the first SIOCGSTAMPNS turns on receive stamps for what arrives after it (no
-        # datagram yet: ENOENT); see rx_stamp
-        with contextlib.suppress(OSError):
-            fcntl.ioctl(s.fileno(), SIOCGSTAMPNS, _TIMESPEC_BUF)
+        self.stamps = False  # reads carry each datagram's receive time (enable_stamps)
         self.family = fam
         self.address = address
         self.port = port
@@ -245,7 +241,7 @@ class PortSocket:
 
     def recv_batch(self, out: deque[tuple[bytes | memoryview, Any, int]], limit: int,
                    maxlen: int, c: dict[str, int], check: Any = None,
-                   check_buf: Any = None) -> int:
+                   check_buf: Any = None, times: deque[float] | None = None) -> int:
         """Move up to ``limit`` socket reads into ``out``; raise BlockingIOError when empty.
 
         Each read may be a GRO super-packet of several datagrams. ``out`` is the
@@ -265,15 +261,23 @@ class PortSocket:
         reuses while the view lives: without a framing check every read is lent
         from a receive chunk (:meth:`_next_chunk`); with one, large GRO reads are
         lent and the rest copied.
+
+        ``times`` (with :meth:`enable_stamps`): each item's kernel receive time is
+        appended to it, in step with ``out`` (an item without one gets 0.0) — when the
+        NIC got the packet, which a daemon that reads late must not pass off as later.
         """
         if check is not None or check_buf is not None:
-            return self._recv_checked(out, limit, maxlen, c, check, check_buf)
+            return self._recv_checked(out, limit, maxlen, c, check, check_buf, times)
         # no framing to check (UET): each read lands in a receive chunk and is lent out
         # as a view of it, never copied; the common read — one datagram, only its TOS in
         # the ancillary data — takes a short path, its counts added up once at the end
         sock = self.sock
         n_reads = 0
         tos_level, tos_type = self._tos_cmsg
+        want = 1 if times is None else 2  # the common read's control messages
+        if times is not None and not self.stamps:
+            times = None  # (no stamps: the caller's times are never filled)
+            want = 1
         quick = quick_bytes = quick_dropped = 0
         size = len(self._buf)
         cmv, off = self._cmv, self._coff
@@ -284,20 +288,24 @@ class PortSocket:
                 # BlockingIOError ends it
                 n, anc, flags, addr = sock.recvmsg_into([cmv[off:off + size]], _ANC)
                 n_reads += 1
-                if not flags and len(anc) == 1:
-                    level, typ, data = anc[0]
-                    if typ == tos_type and level == tos_level:
+                if not flags and len(anc) == want:
+                    level, typ, data = anc[-1]  # the TOS (a stamp, if any, comes first)
+                    if typ == tos_type and level == tos_level and (
+                            times is None or anc[0][1] == SO_TIMESTAMPNS):
                         quick += 1
                         quick_bytes += n
                         if len(out) < maxlen:
                             out.append((cmv[off:off + n], addr,
                                         data[_TOS_BYTE] if len(data) == 4 else data[0]))
                             off += (n + 63) & ~63
+                            if times is not None:
+                                sec, nsec = _TIMESPEC.unpack(anc[0][2])
+                                times.append(sec + nsec * 1e-9)
                         else:
                             quick_dropped += 1
                         continue
                 self._read_general(None, cmv[off:off + n], n, anc, flags, addr, out, maxlen,
-                                   c, None, None, lent=True)
+                                   c, None, None, lent=True, times=times)
                 off += (n + 63) & ~63
         finally:
             self._coff = off
@@ -308,19 +316,16 @@ class PortSocket:
                 c["rx_backlog_drops"] += quick_dropped
         return n_reads
 
-    def rx_stamp(self) -> float | None:
-        """When the last datagram read reached this host (the kernel's receive stamp,
-        ``time.time()`` seconds), or None if the kernel has none.
-
-        Why: one call after a read batch — the newest datagram's arrival, so no
-        datagram of the batch arrived later — is what lets an engine end a round-trip
-        sample where the NIC got the packet, not where a late daemon read it."""
+    def enable_stamps(self) -> bool:
+        """Have every read carry its datagram's kernel receive time (``SO_TIMESTAMPNS``,
+        ``time.time()`` seconds): :meth:`recv_batch` then fills ``times``. False if the
+        kernel refuses (reads then carry none)."""
         try:
-            sec, nsec = _TIMESPEC.unpack(fcntl.ioctl(self.sock.fileno(), SIOCGSTAMPNS,
-                                                     _TIMESPEC_BUF))
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         except OSError:
-            return None
-        return sec + nsec * 1e-9
+            return False
+        self.stamps = True
+        return True
 
     def _next_chunk(self) -> memoryview:
         """A receive chunk none of whose datagrams is still lent out, else a new one.
@@ -351,7 +356,8 @@ class PortSocket:
         return self._cmv
 
     def _recv_checked(self, out: deque[tuple[bytes | memoryview, Any, int]], limit: int,
-                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any) -> int:
+                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any,
+                      times: deque[float] | None = None) -> int:
         """Reads whose datagrams a framing check must pass (RoCE: the ICRC), into one
         reused buffer; large GRO reads are lent, the rest copied (see recv_batch)."""
         n_reads = 0
@@ -361,19 +367,24 @@ class PortSocket:
             n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
             n_reads += 1
             self._read_general(buf, memoryview(buf), n, anc, flags, addr, out, maxlen, c,
-                               check, check_buf)
+                               check, check_buf, times=times if self.stamps else None)
         return n_reads
 
     def _read_general(self, buf: bytearray | None, mv: memoryview, n: int, anc: Any,
                       flags: int, addr: Any, out: deque[tuple[bytes | memoryview, Any, int]],
                       maxlen: int, c: dict[str, int], check: Any, check_buf: Any,
-                      lent: bool = False) -> None:
+                      lent: bool = False, times: deque[float] | None = None) -> None:
         """One read of any kind: GRO super-packets, framing checks, truncation, drops.
-        ``lent``: ``mv`` is the read's own slice of a receive chunk, lent out as is."""
+        ``lent``: ``mv`` is the read's own slice of a receive chunk, lent out as is;
+        ``times``: the read's receive time for each item it appends (see recv_batch)."""
         seg = n
         tos = 0
+        stamp = 0.0
         for level, typ, data in anc:
-            if level == SOL_UDP and typ == UDP_GRO:
+            if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
+                sec, nsec = _TIMESPEC.unpack_from(data)
+                stamp = sec + nsec * 1e-9
+            elif level == SOL_UDP and typ == UDP_GRO:
                 seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
                     _I32.unpack_from(data)[0]
             elif level == socket.SOL_SOCKET and typ == SO_RXQ_OVFL:
@@ -421,6 +432,8 @@ class PortSocket:
             else:
                 room -= 1
                 append((chunk, addr, tos))
+                if times is not None:
+                    times.append(stamp)
         if lend and not lent:  # views into it are out there: the next read gets a fresh one
             self._buf = bytearray(len(self._buf))
         c["rx_packets"] += npk

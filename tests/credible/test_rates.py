@@ -236,6 +236,21 @@ def test_overload_sums_causes_and_delta_judges_the_run_alone():
     assert "NOT CREDIBLE" in w and "nicd h2" in w and "20.0 ms of link time lost, 1 %" in w
 
 
+def test_a_timeout_a_late_daemon_caused_is_overload():
+    """UET counts retransmission timeouts only the target's holding caused (``rto_held``,
+    tests/transports/uet/test_service_time.py); the daemon's totals carry them into
+    its overload, and a run with one is not credible."""
+    o = overload({"rto_held": 2}, {})
+    assert o["rto_held"] == 2 and o["total"] == 2
+    zero = overload({}, {})
+    d = delta({"nic": {"h1": {"overload": zero, "tx_packets": 0, "retransmits": 0}},
+               "switch": {}, "unreachable": [], "t": 0.0},
+              {"nic": {"h1": {"overload": o, "tx_packets": 100, "retransmits": 2}},
+               "switch": {}, "unreachable": [], "t": 1.0})
+    assert not d["credible"] and d["causes"] == {"rto_held": 2}
+    assert "rto_held 2" in warning(d)
+
+
 def test_lost_link_time_is_a_share_of_the_late_ports_time_not_of_the_run():
     """Four busy daemons each losing 1.5 s of a 2 s run: 75 % of their time, not 300 %."""
     def snap(late_s: float, t: float) -> dict:

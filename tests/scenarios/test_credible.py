@@ -70,3 +70,45 @@ def test_receive_buffer_overflow_is_reported_as_overload(cluster):
     # the daemon says so too, and emu status shows it
     st = json.loads(emu_cli("status", cluster, "--json").stdout)
     assert st["overload"]["nicd h2"]["rx_socket"] > 0
+
+
+@pytest.fixture
+def uet_cluster():
+    name = "cu" + secrets.token_hex(3)
+    try:
+        emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", "nic.line_rate=1gbit")
+        yield name
+    finally:
+        if state.load(name) is not None:
+            emu_cli("down", name, check=False)
+        assert state.load(name) is None
+
+
+def test_a_timeout_a_stalled_daemon_caused_is_reported_as_overload(uet_cluster):
+    """UET: the receiving daemon stopped three times for 60 ms. Its socket holds what
+    arrives (the window bounds it: no overflow), the sender's retransmission timer
+    fires, and the ACKs that come after say — by NSCC's ``service_time`` against each
+    datagram's kernel receive stamp — that the packets had been there all along: the
+    timeouts were the emulator's (``rto_held`` in ``nicd h1``), not the network's."""
+    cluster = uet_cluster
+    pid = call_once(sock_path(cluster, "h2"), "stats")["pid"]
+    perf = subprocess.Popen([sys.executable, "-m", "emu", "perf", "write-bw", "--cluster",
+                             cluster, "--from", "h1", "--to", "h2", "-s", "1M", "-D", "4",
+                             "--transport", "uet", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        time.sleep(1.5)  # into the transfer
+        for _ in range(3):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.06)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.4)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, err = perf.communicate(timeout=120)
+    assert perf.returncode == 0, err  # data verified
+    o = json.loads(out)["overload"]
+    assert o["credible"] is False and o["causes"].get("rto_held", 0) > 0, o
+    assert o["daemons"]["nicd h1"]["rto_held"] > 0
+    assert "NOT CREDIBLE" in err and "rto_held" in err

@@ -239,6 +239,7 @@ class TxPacket:
     retries: int = 0
     ctl_type: int = -1  # >= 0 for a PSN-consuming control packet
     resent: bool = False  # its ACK is no RTT sample (Karn's rule)
+    rto_at: float | None = None  # when its first retransmission timeout fired
 
 
 @dataclass(eq=False)

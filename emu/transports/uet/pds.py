@@ -370,18 +370,27 @@ class Initiator:
             if r is not None:
                 r = D.held_out(r, ack)
                 pdc.rtt.sample(r, h.rto, h.rto_max)  # (emu.core.rto)
+        # when this ACK would have arrived had the target not held it (_rto_held)
+        held = (h.rx_at - getattr(ack, "service_time", 0) * D.SERVICE_TIME_UNIT
+                if h.stats.get("rto_retransmits") else None)
         # release what the ACK covers: cumulatively (CACK), by name (ACK_PSN), by SACK
         pkts = sb.ack_through(cack)
         if pkts:
+            if held is not None:
+                self._rto_held(pkts, held)
             self._released(pdc, pkts, now)
         if not ack.p:
             pkt = sb.ack(cack + ack.ack_psn_offset)
             if pkt is not None:
+                if held is not None:
+                    self._rto_held((pkt,), held)
                 self._released(pdc, (pkt,), now)
         bm = getattr(ack, "sack_bitmap", 0)
         if bm:
             pkts = sb.sack(cack + ack.sack_psn_offset, bm)
             if pkts:
+                if held is not None:
+                    self._rto_held(pkts, held)
                 self._released(pdc, pkts, now)
         if rsp is not None:
             msg = pdc.msgs.get(rsp.message_id)
@@ -397,6 +406,19 @@ class Initiator:
         if h.trace.enabled:
             h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
                                  sack=bm, outstanding=len(pdc.unacked))
+
+    def _rto_held(self, pkts: Any, cutoff: float) -> None:
+        """Count the retransmission timeouts a NIC answering at once would not have taken
+        (``rto_held``: emulator overload, ``docs/credibility.md``).
+
+        ``cutoff`` is when this ACK would have arrived had the target not held what it
+        answers (its arrival less its ``service_time``); the packets it releases had all
+        reached the target by then. A packet whose timeout fired after ``cutoff`` was
+        there in time, and its ACK came late only by the target's holding — a daemon
+        that read or answered late, not the emulated network."""
+        n = sum(1 for p in pkts if p.rto_at is not None and cutoff < p.rto_at)
+        if n:
+            self.h.stats["rto_held"] += n
 
     def _released(self, pdc: InitiatorPdc, pkts: Any, now: float) -> None:
         """Packets an ACK took out of the outstanding set (the scoreboard already dropped any
@@ -516,6 +538,8 @@ class Initiator:
                 self.fail(pdc, WcStatus.RETRY_EXC_ERR, "retries exhausted")
                 return
             pkt.retries += 1
+            if pkt.rto_at is None:
+                pkt.rto_at = now
             h.stats["rto_retransmits"] += 1
             self._retransmit(pdc, pkt.psn, now, reason="rto")
         if due:

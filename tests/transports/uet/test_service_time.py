@@ -60,3 +60,38 @@ def test_service_time_saturates_and_never_goes_negative():
     assert _one_exchange(0.2, stamps=True)[0] == 0xFFFF  # 65.5 ms at most
     assert D.held_out(1e-3, type("Ack", (), {"service_time": 0xFFFF})()) == 0.0
     assert D.held_out(1e-3, object()) == 1e-3  # a plain ACK has no cc_state
+
+
+def _timeout_then_ack(held: float, ack_delay: float) -> dict[str, int]:
+    """A 1-packet WRITE whose ACK comes back after A's 2 ms RTO fired: the target holds
+    the packet ``held`` s before answering, the ACK spends ``ack_delay`` s on the way
+    back. Returns A's counters."""
+    p = uet_pair(7, ekw={**KW, "rto": 2e-3, "rto_max": 2e-3})
+    write(p, 0, 100)
+    p.link.run()
+    ok(p.link.completions("a"), 0)
+    t0 = p.link.now + 1e-3
+    write(p, 1, 1000)
+    [(data, _, meta)] = list(expand(p.ea.datagrams_to_send(t0)))
+    arrival = t0 + 10e-6
+    p.eb.receive_datagram(bytes(data), (A[0], meta.entropy), arrival + held, arrived=arrival)
+    [(ack, _, ameta)] = list(expand(p.eb.datagrams_to_send(arrival + held)))
+    t = p.ea.get_timer()
+    assert t is not None and t < arrival + held + ack_delay  # the RTO fires first …
+    p.ea.handle_timer(t)
+    assert len(list(expand(p.ea.datagrams_to_send(t)))) == 1  # … and resends the packet
+    back = arrival + held + ack_delay
+    p.ea.receive_datagram(bytes(ack), (B[0], ameta.entropy), back, arrived=back)
+    return p.ea.counters()
+
+
+def test_a_timeout_caused_by_the_targets_holding_is_counted_as_overload():
+    c = _timeout_then_ack(held=8e-3, ack_delay=10e-6)
+    assert c["rto_retransmits"] == 1 and c.get("rto_held") == 1
+
+
+def test_a_timeout_the_network_caused_is_protocol_behaviour():
+    # the target answered at once; the ACK took 8 ms on the way back (a queue, a slow
+    # link): the timeout is the protocol's business, not overload
+    c = _timeout_then_ack(held=0.0, ack_delay=8e-3)
+    assert c["rto_retransmits"] == 1 and not c.get("rto_held")
