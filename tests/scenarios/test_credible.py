@@ -12,6 +12,7 @@ thresholds: the sleeps only place the stop inside the transfer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from fabric_util import ROOT, emu_cli
@@ -29,18 +31,25 @@ from emu.nic.protocol import call_once, sock_path
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
 
-@pytest.fixture
-def cluster():
-    name = "cr" + secrets.token_hex(3)
+@contextlib.contextmanager
+def _pair(prefix: str, rate: str) -> Iterator[tuple[str, str]]:
+    """A pair cluster at line rate ``rate``: (its name, what ``emu up`` printed); down after."""
+    name = prefix + secrets.token_hex(3)
     try:
-        up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", "nic.line_rate=10gbit")
-        # more than this machine sustains: emu up says so before anything runs
-        assert "warning: line rate 10gbit exceeds" in up.stdout + up.stderr
-        yield name
+        up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", f"nic.line_rate={rate}")
+        yield name, up.stdout + up.stderr
     finally:
         if state.load(name) is not None:
             emu_cli("down", name, check=False)
         assert state.load(name) is None
+
+
+@pytest.fixture
+def cluster():
+    with _pair("cr", "10gbit") as (name, said):
+        # more than this machine sustains: emu up says so before anything runs
+        assert "warning: line rate 10gbit exceeds" in said
+        yield name
 
 
 def test_receive_buffer_overflow_is_reported_as_overload(cluster):
@@ -74,14 +83,8 @@ def test_receive_buffer_overflow_is_reported_as_overload(cluster):
 
 @pytest.fixture
 def uet_cluster():
-    name = "cu" + secrets.token_hex(3)
-    try:
-        emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", "nic.line_rate=1gbit")
+    with _pair("cu", "1gbit") as (name, _):
         yield name
-    finally:
-        if state.load(name) is not None:
-            emu_cli("down", name, check=False)
-        assert state.load(name) is None
 
 
 def test_a_timeout_a_stalled_daemon_caused_is_reported_as_overload(uet_cluster):
