@@ -404,25 +404,22 @@ def _fmt_dir(d) -> str:
 
 def _clean(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
+    from emu.fabric import state
 
     need_root()
     done, shm_files = C.clean(all_clusters=a.all, only=a.clusters or None)
     print(f"cleaned {len(done)} cluster(s)" + (f": {', '.join(done)}" if done else "")
           + (f"; removed {shm_files} memory-region file(s) of dead processes"
              if shm_files else ""))
-    from emu.fabric import state as _state
-
     for c in a.clusters or []:  # named but not cleaned: say why, not just "cleaned 0"
         if c in done:
             continue
-        if _state.load(c) is None:
+        if state.load(c) is None:
             print(f"no cluster {c!r}")
         else:
             print(f"{c} left alone: it is up, not a leftover of a crash; "
                   f"emu down {c}, or emu clean --all {c}")
     if a.logs:
-        from emu.fabric import state
-
         logdir = os.path.join(state.STATE_DIR, "logs")
         up = set(state.clusters())
         gone = 0

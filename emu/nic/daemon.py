@@ -88,11 +88,9 @@ class EngineSlot:
     trimmed_tos: bytes = bytes(256)
     #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
     takes_trimmed: bool = False
-    #: … and ``arrived=``: then each datagram's kernel receive time goes with it
-    takes_arrived: bool = False
-    #: the backlog's receive times (``time.time()`` seconds; 0.0: none), in step with it
-    #: (only when :attr:`takes_arrived`)
-    times: deque[float] = field(default_factory=deque)
+    #: the backlog's kernel receive times (``time.time()`` seconds; 0.0: none), in step
+    #: with it — only for an engine whose receive_datagram takes ``arrived=``, else None
+    times: deque[float] | None = None
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -200,8 +198,9 @@ class NicDaemon:
                                               check_buf=getattr(framer, "check_buf", None),
                                               trimmed_tos=trimmed,
                                               takes_trimmed=takes(engine, "trimmed"),
-                                              takes_arrived=takes(engine, "arrived"))
-                if self.slots[name].takes_arrived:
+                                              times=deque() if takes(engine, "arrived")
+                                              else None)
+                if self.slots[name].times is not None:
                     for ps in tx.mains:
                         ps.enable_stamps()
             if self.cfg.pfc:
@@ -312,11 +311,10 @@ class NicDaemon:
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
         c = slot.c
-        times = slot.times if slot.takes_arrived else None
         while True:
             try:
                 ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf,
-                              times)
+                              slot.times)
             except BlockingIOError:
                 if len(slot.backlog) == 1:
                     # a lone datagram (a ping-pong's, an ACK): into the engine and its answer
@@ -352,10 +350,7 @@ class NicDaemon:
         backlog = slot.backlog
         recv = slot.engine.receive_datagram
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
-        times = slot.times if slot.takes_arrived else None
-        if times is not None and len(times) != len(backlog):
-            times.clear()  # (out of step — never expected: then no stamps this turn)
-            times.extend([0.0] * len(backlog))
+        times = slot.times  # in step with the backlog (PortSocket.recv_batch)
         kw: dict[str, float | None] = {}
         skew = time.time() - now  # the receive stamps' clock minus trio's
         c = slot.c
@@ -389,8 +384,7 @@ class NicDaemon:
         for ps in slot.tx.mains:
             try:
                 ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
-                              slot.check, slot.check_buf,
-                              slot.times if slot.takes_arrived else None)
+                              slot.check, slot.check_buf, slot.times)
             except BlockingIOError:
                 pass  # nothing (more) there
             except OSError:
@@ -615,17 +609,17 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
             d.stop()
 
 
+#: the overload causes an engine counts itself (its counters, summed over the daemon's
+#: engines into its totals): UET's retransmission timeouts only a late daemon caused — the
+#: original had reached the target, whose ACK was late by the target's holding alone
+ENGINE_OVERLOAD = ("rto_held",)
 #: what the daemon counts as its own overload, by cause → the totals key behind it
 OVERLOAD_CAUSES = {
     "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
     "rx_backlog": "rx_backlog_drops",  # the daemon's receive backlog was full
     "tx_backlog": "tx_backlog_drops",  # the engine's output found the transmit queue full
-    # a retransmission timeout only a late daemon caused: the original had reached the
-    # target, whose ACK was late by the target's holding alone (UET service_time)
-    "rto_held": "rto_held",
+    **{k: k for k in ENGINE_OVERLOAD},
 }
-#: engine counters that are overload (summed over the daemon's engines into its totals)
-ENGINE_OVERLOAD = ("rto_held",)
 
 
 def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[str, Any]:

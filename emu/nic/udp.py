@@ -62,6 +62,14 @@ TOS_ADOPT = 8
 #: SO_TIMESTAMPNS (= its control message's type): each datagram's kernel receive time
 SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("qq")
+_STAMP_CMSG = (socket.SOL_SOCKET, SO_TIMESTAMPNS)
+
+
+def _stamp(data: bytes) -> float:
+    """An ``SO_TIMESTAMPNS`` control message's time (``time.time()`` seconds)."""
+    sec, nsec = _TIMESPEC.unpack_from(data)
+    return sec + nsec * 1e-9
+
 _ANC = socket.CMSG_SPACE(4) * 4 + socket.CMSG_SPACE(_TIMESPEC.size)
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
@@ -262,9 +270,10 @@ class PortSocket:
         from a receive chunk (:meth:`_next_chunk`); with one, large GRO reads are
         lent and the rest copied.
 
-        ``times`` (with :meth:`enable_stamps`): each item's kernel receive time is
-        appended to it, in step with ``out`` (an item without one gets 0.0) — when the
-        NIC got the packet, which a daemon that reads late must not pass off as later.
+        ``times``: each item's kernel receive time is appended to it, always in step
+        with ``out`` (0.0 for a read without one: :meth:`enable_stamps` not on, or
+        refused) — when the NIC got the packet, which a daemon that reads late must
+        not pass off as later.
         """
         if check is not None or check_buf is not None:
             return self._recv_checked(out, limit, maxlen, c, check, check_buf, times)
@@ -274,10 +283,8 @@ class PortSocket:
         sock = self.sock
         n_reads = 0
         tos_level, tos_type = self._tos_cmsg
-        want = 1 if times is None else 2  # the common read's control messages
-        if times is not None and not self.stamps:
-            times = None  # (no stamps: the caller's times are never filled)
-            want = 1
+        stamped = times is not None and self.stamps
+        want = 2 if stamped else 1  # the common read's control messages (a stamp first)
         quick = quick_bytes = quick_dropped = 0
         size = len(self._buf)
         cmv, off = self._cmv, self._coff
@@ -289,9 +296,9 @@ class PortSocket:
                 n, anc, flags, addr = sock.recvmsg_into([cmv[off:off + size]], _ANC)
                 n_reads += 1
                 if not flags and len(anc) == want:
-                    level, typ, data = anc[-1]  # the TOS (a stamp, if any, comes first)
+                    level, typ, data = anc[-1]  # the TOS
                     if typ == tos_type and level == tos_level and (
-                            times is None or anc[0][1] == SO_TIMESTAMPNS):
+                            not stamped or anc[0][:2] == _STAMP_CMSG):
                         quick += 1
                         quick_bytes += n
                         if len(out) < maxlen:
@@ -299,8 +306,7 @@ class PortSocket:
                                         data[_TOS_BYTE] if len(data) == 4 else data[0]))
                             off += (n + 63) & ~63
                             if times is not None:
-                                sec, nsec = _TIMESPEC.unpack(anc[0][2])
-                                times.append(sec + nsec * 1e-9)
+                                times.append(_stamp(anc[0][2]) if stamped else 0.0)
                         else:
                             quick_dropped += 1
                         continue
@@ -367,7 +373,7 @@ class PortSocket:
             n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
             n_reads += 1
             self._read_general(buf, memoryview(buf), n, anc, flags, addr, out, maxlen, c,
-                               check, check_buf, times=times if self.stamps else None)
+                               check, check_buf, times=times)
         return n_reads
 
     def _read_general(self, buf: bytearray | None, mv: memoryview, n: int, anc: Any,
@@ -381,9 +387,8 @@ class PortSocket:
         tos = 0
         stamp = 0.0
         for level, typ, data in anc:
-            if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
-                sec, nsec = _TIMESPEC.unpack_from(data)
-                stamp = sec + nsec * 1e-9
+            if (level, typ) == _STAMP_CMSG:
+                stamp = _stamp(data)
             elif level == SOL_UDP and typ == UDP_GRO:
                 seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
                     _I32.unpack_from(data)[0]

@@ -46,14 +46,21 @@ ACK_MIN_COUNT = 1024
 SERVICE_TIME_UNIT = 1e-6
 
 
-def held_out(rtt: float, ack: Any) -> float:
-    """A round-trip sample less the time the target says it held the packet (NSCC
-    ``service_time``, ACK_CC only; uet.md): what the network took."""
+def service_field(held: float) -> int:
+    """``held`` seconds as the ``service_time`` field (saturating, never negative)."""
+    st = round(held / SERVICE_TIME_UNIT)
+    return 0 if st <= 0 else st if st < 0xFFFF else 0xFFFF
+
+
+def held_out(t: float, ack: Any) -> float:
+    """A round-trip sample — or an ACK's arrival time — less the time the target says
+    it held what the ACK answers (NSCC ``service_time``, ACK_CC only; uet.md): what
+    the network took, or when the ACK would have come from a target answering at once."""
     st = getattr(ack, "service_time", 0)
     if st:
-        rtt -= st * SERVICE_TIME_UNIT
-        return rtt if rtt > 0.0 else 0.0
-    return rtt
+        t -= st * SERVICE_TIME_UNIT
+        return t if t > 0.0 else 0.0
+    return t
 
 
 #: a SYN's psn_offset is 12 bits: the initiator may not run further ahead before the first ACK

@@ -370,28 +370,21 @@ class Initiator:
             if r is not None:
                 r = D.held_out(r, ack)
                 pdc.rtt.sample(r, h.rto, h.rto_max)  # (emu.core.rto)
-        # when this ACK would have arrived had the target not held it (_rto_held)
-        held = (h.rx_at - getattr(ack, "service_time", 0) * D.SERVICE_TIME_UNIT
-                if h.stats.get("rto_retransmits") else None)
+        # when this ACK would have arrived had the target not held it (_released, rto_held)
+        held = D.held_out(h.rx_at, ack) if h.stats.get("rto_retransmits") else None
         # release what the ACK covers: cumulatively (CACK), by name (ACK_PSN), by SACK
         pkts = sb.ack_through(cack)
         if pkts:
-            if held is not None:
-                self._rto_held(pkts, held)
-            self._released(pdc, pkts, now)
+            self._released(pdc, pkts, now, held)
         if not ack.p:
             pkt = sb.ack(cack + ack.ack_psn_offset)
             if pkt is not None:
-                if held is not None:
-                    self._rto_held((pkt,), held)
-                self._released(pdc, (pkt,), now)
+                self._released(pdc, (pkt,), now, held)
         bm = getattr(ack, "sack_bitmap", 0)
         if bm:
             pkts = sb.sack(cack + ack.sack_psn_offset, bm)
             if pkts:
-                if held is not None:
-                    self._rto_held(pkts, held)
-                self._released(pdc, pkts, now)
+                self._released(pdc, pkts, now, held)
         if rsp is not None:
             msg = pdc.msgs.get(rsp.message_id)
             if msg is not None and msg.all_sent:
@@ -407,28 +400,27 @@ class Initiator:
             h.trace.ack_received(now, pdc=pdc.pdcid, cack=ack.cack_psn,
                                  sack=bm, outstanding=len(pdc.unacked))
 
-    def _rto_held(self, pkts: Any, cutoff: float) -> None:
-        """Count the retransmission timeouts a NIC answering at once would not have taken
-        (``rto_held``: emulator overload, ``docs/credibility.md``).
-
-        ``cutoff`` is when this ACK would have arrived had the target not held what it
-        answers (its arrival less its ``service_time``); the packets it releases had all
-        reached the target by then. A packet whose timeout fired after ``cutoff`` was
-        there in time, and its ACK came late only by the target's holding — a daemon
-        that read or answered late, not the emulated network."""
-        n = sum(1 for p in pkts if p.rto_at is not None and cutoff < p.rto_at)
-        if n:
-            self.h.stats["rto_held"] += n
-
-    def _released(self, pdc: InitiatorPdc, pkts: Any, now: float) -> None:
+    def _released(self, pdc: InitiatorPdc, pkts: Any, now: float,
+                  held: float | None = None) -> None:
         """Packets an ACK took out of the outstanding set (the scoreboard already dropped any
         resend they were owed), oldest first: the controller's accounting and each
         message's count (complete at zero); a released CLOSE ends the PDC.
+
+        ``held`` (after a retransmission timeout): when the ACK would have arrived had
+        the target not held what it answers (its arrival less its ``service_time``).
+        The packets had all reached the target by then, so one whose timeout fired
+        later was there in time and its ACK came late only by the target's holding — a
+        daemon that read or answered late, not the emulated network: counted as
+        ``rto_held``, emulator overload (``docs/credibility.md``).
 
         Why one call per ACK part, not per packet: an ACK of a daemon's transfer
         releases ~20 packets, and three method calls per packet (release, flow
         accounting, message check) were most of the initiator's ~1 µs of ACK
         processing per data packet."""
+        if held is not None:
+            n = sum(1 for p in pkts if p.rto_at is not None and held < p.rto_at)
+            if n:
+                self.h.stats["rto_held"] += n
         self.h.flowctl.acked_many(pdc, pkts)
         for pkt in pkts:
             if pkt.ctl_type == D.CP_CLOSE:

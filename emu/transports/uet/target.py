@@ -382,8 +382,7 @@ class Target:
         # newest datagram reached the port to now. A daemon's late read then adds
         # nothing to the initiator's round-trip samples, as a NIC answering at once
         # would not (docs/credibility.md); sans-IO callers give no arrival: 0
-        st = round((h.now - h.rx_at) / D.SERVICE_TIME_UNIT)
-        st = 0 if st <= 0 else st if st < 0xFFFF else 0xFFFF
+        st = D.service_field(h.now - h.rx_at)
         if rsp is None:  # the common case, in one struct call (.fastpath)
             h.emit(FP.ack_cc_nscc(0, int(m), int(retx), req, s16(psn - cack), cack & _M,
                                   t.pdcid, t.ini_pdcid, h.mpr, s16(base - cack), bm,
