@@ -105,6 +105,10 @@ def test_write_bw_survives_fuzz_from_an_unprivileged_user(cluster, transport, ch
               "h2": {k: v for k, v in delta.items() if v}}
     print(json.dumps(report))
     assert sent["errors"] == 0 and sent["total"] == int(RATE * chaos_budget), report
-    # the pace held: the whole budget's packets within 1 % of the budget's time
-    assert sent["seconds"] <= chaos_budget * 1.01, report
+    # the pace held: the whole budget's packets within 1 % of the budget's time. A claim
+    # about this machine's load generator, not about emu, so only the acceptance run
+    # (scripts/chaos, which sets CHAOS_BUDGET) holds it; the normal suite has no
+    # wall-clock threshold and prints the rate achieved in its report
+    if os.environ.get("CHAOS_BUDGET"):
+        assert sent["seconds"] <= chaos_budget * 1.01, report
     assert delta["rejected"] + accepted >= arrived, report
