@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import signal
 import subprocess
 import time
@@ -62,13 +63,24 @@ def _flowing(cluster: str, host: str, nbytes: int = 1 << 20) -> None:
 
 
 def _kill_and_see_it_dead(cluster: str, what: str) -> tuple[float, float]:
-    """SIGKILL the daemon, then ``emu status``: the first one must already say dead.
-    Returns the seconds until the status function said so, and until the CLI did."""
+    """SIGKILL the daemon, then ``emu status``: the first one after the kernel took the
+    process down must already say dead. Returns the seconds until the status function
+    said so, and until the CLI did.
+
+    Why wait for the kernel: ``kill`` returns once the signal is queued; the process
+    dies when it next runs, which on a loaded machine can be a moment later — until
+    then it is alive, and a status saying so is right (CI saw that once). Its pidfd
+    turns readable when it has exited."""
     from emu.fabric.status import status as status_now
 
     pid = _pid(cluster, what)
-    t0 = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
+    fd = os.pidfd_open(pid)
+    try:
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        assert select.select([fd], [], [], 30)[0], f"{what} (pid {pid}) survived SIGKILL"
+    finally:
+        os.close(fd)
     first = status_now(cluster)
     inproc = time.monotonic() - t0
     assert next(p for p in first["pids"] if p["what"] == what)["alive"] is False
