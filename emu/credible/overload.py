@@ -9,7 +9,9 @@ and packets the kernel dropped before they reached the queue model
 (``emu.switch.daemon`` ``overload``); a NIC daemon that spent more than
 :data:`CPU_WAIT_MAX` of the run waiting for a CPU, in waits longer than a wake-up's
 (:data:`CPU_WAIT_PER_RUN_MAX` on average), counts as ``cpu_wait``, one that
-used more than :data:`CPU_BUSY_MAX` of a CPU as ``cpu_bound``.
+used more than :data:`CPU_BUSY_MAX` of a CPU as ``cpu_bound``, one whose UET senders
+idled their port behind ACKs the daemons held for more than :data:`ACK_LATE_MAX` of
+the run as ``ack_late``.
 Tools take a :func:`snapshot` before and after a run and report
 :func:`delta`, so a run is judged by what happened during it, not by an
 earlier run's damage.
@@ -47,6 +49,13 @@ CPU_WAIT_MAX = 0.05
 #: second, the machine 60 % idle) without delaying anything by more than a fraction of
 #: a frame time; starvation is waits of hundreds of µs to milliseconds each
 CPU_WAIT_PER_RUN_MAX = 100e-6
+#: a NIC daemon whose UET senders' port stood idle behind ACKs the daemons held (their
+#: late reads, the target's holding: ``emu.transports.uet.flowctl``) for more than this
+#: share of a run: its goodput was the emulator's. Why a share and not any: the window
+#: allowance already takes the daemons' usual lateness out of the loop, and what is left
+#: — single wake-ups a few hundred µs late — cost a 1 s run at 1 Gb/s 0–3 % (pair,
+#: IPv4, idle machine); the same share as a CPU wait (:data:`CPU_WAIT_MAX`)
+ACK_LATE_MAX = 0.05
 #: a NIC daemon that used more than this share of one CPU over a run was the bottleneck
 #: itself — it could not produce or take in packets as fast as its port and the path
 #: allowed — even when no frame ever waited for the port (``tx_late`` sees only a port
@@ -134,6 +143,11 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 daemons[who] = {**daemons.get(who, {}), "cpu_wait": 1,
                                 "cpu_wait_s": waited,
                                 "cpu_wait_per_run_s": round(waited / runs, 6) if runs else None}
+            late = d.get("ack_late_s", 0.0)
+            if kind == "nic" and elapsed > 0 and late > ACK_LATE_MAX * elapsed:
+                causes["ack_late"] = causes.get("ack_late", 0) + 1
+                who = f"nicd {name}"
+                daemons[who] = {**daemons.get(who, {}), "ack_late": 1, "ack_late_s": late}
             busy = d.get("cpu_s", 0.0)
             rate = float(b.get("overload", {}).get("line_rate") or 0.0)
             moved = max(d.get("tx_bytes", 0), d.get("rx_bytes", 0)) * 8

@@ -553,7 +553,7 @@ class NicDaemon:
                 eng = slot.engine.counters()
             except Exception as e:  # noqa: BLE001
                 eng = {"error": repr(e)}
-            for k in ENGINE_OVERLOAD:  # an engine's own count of emulator overload
+            for k in ENGINE_OVERLOAD + ENGINE_OVERLOAD_TIME:  # an engine's own overload
                 v = eng.get(k, 0)
                 totals[k] = totals.get(k, 0) + (v if isinstance(v, int) else 0)
             transports[slot.name] = {"udp_port": slot.port, "rx_backlog": len(slot.backlog),
@@ -613,6 +613,9 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
 #: engines into its totals): UET's retransmission timeouts only a late daemon caused — the
 #: original had reached the target, whose ACK was late by the target's holding alone
 ENGINE_OVERLOAD = ("rto_held",)
+#: … and the time an engine counts (µs, judged against a run's length, not in ``total``):
+#: UET's port idle while its controller waited for an ACK that a daemon held
+ENGINE_OVERLOAD_TIME = ("ack_late_us",)
 #: what the daemon counts as its own overload, by cause → the totals key behind it
 OVERLOAD_CAUSES = {
     "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
@@ -628,7 +631,9 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     Drops at the daemon's own queues (socket buffers, backlogs) and sends
     later than the port's serializer schedule (``tx_late``: the daemon was
     behind; ``tx_late_s`` link time lost). ``total`` > 0 makes any result
-    measured through this daemon not credible. ``cpu_wait_s`` (cumulative, not in
+    measured through this daemon not credible. ``ack_late_s`` (cumulative, not in
+    ``total``): port time a UET sender's window idled behind ACKs the daemons held
+    (``emu.transports.uet.flowctl``). ``cpu_wait_s`` (cumulative, not in
     ``total``): time the daemon waited for a CPU; ``cpu_s``: CPU time it used (a run
     during which it used nearly a whole core was limited by the daemon, not the port:
     :data:`emu.credible.overload.CPU_BUSY_MAX`)."""
@@ -636,6 +641,7 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
     out["total"] = sum(out.values())
     out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
+    out["ack_late_s"] = round(int(totals.get("ack_late_us", 0)) / 1e6, 6)
     out["cpu_wait_s"], out["cpu_runs"] = cpu_wait()
     t = os.times()
     out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread

@@ -330,3 +330,22 @@ def test_a_daemon_that_used_a_core_while_its_port_idled_was_the_limit():
     o = snap(1, 1, 0, waits=3)["nic"]["h1"]["overload"]
     assert {"cpu_s", "port_waits", "tx_bytes", "rx_bytes", "line_rate"} <= set(o)
     assert o["total"] == 0 and o["port_waits"] == 3
+
+
+def test_a_window_idled_behind_held_acks_for_a_share_of_the_run_is_overload():
+    """ack_late: a UET sender's port idle behind ACKs the daemons held (emu.transports.uet
+    .flowctl) for more than ACK_LATE_MAX of the run made its goodput the emulator's; a
+    little of it (a late wake-up or two) is not counted."""
+    from emu.credible.overload import ACK_LATE_MAX
+
+    def snap(ack_late_us: int, t: float) -> dict:
+        o = overload({"ack_late_us": ack_late_us}, {})
+        return {"t": t, "switch": {}, "unreachable": [],
+                "nic": {"h1": {"overload": o, "tx_packets": 0, "retransmits": 0}}}
+    assert snap(2500, 0)["nic"]["h1"]["overload"]["ack_late_s"] == pytest.approx(0.0025)
+    assert snap(2500, 0)["nic"]["h1"]["overload"]["total"] == 0  # a time, not a count
+    little = delta(snap(0, 10.0), snap(int(2e6 * ACK_LATE_MAX / 2), 12.0))
+    assert little["credible"], little
+    much = delta(snap(0, 10.0), snap(int(2e6 * ACK_LATE_MAX * 2), 12.0))
+    assert not much["credible"] and much["causes"] == {"ack_late": 1}
+    assert much["daemons"]["nicd h1"]["ack_late_s"] == pytest.approx(4 * ACK_LATE_MAX)

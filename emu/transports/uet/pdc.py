@@ -63,6 +63,10 @@ def held_out(t: float, ack: Any) -> float:
     return t
 
 
+#: bytes a data packet puts on a wire beyond its payload, roughly (PDS and SES headers,
+#: UDP, IPv6, Ethernet): only for the port model that tells when a waiting flow's port idled
+WIRE_OVERHEAD = 120
+
 #: a SYN's psn_offset is 12 bits: the initiator may not run further ahead before the first ACK
 SYN_PSN_SPAN = 1 << 12
 #: DSCPs (uet.md: Encapsulation — R: data CS0, ACK/NACK/control EF)
