@@ -298,7 +298,8 @@ def render(s: dict[str, Any]) -> str:
         causes = "  ".join(f"{k} {v}" for k, v in overload_causes(ov).items())
         if ov.get("cpu_s") is not None:
             causes += (f"  (cpu {ov['cpu_s']:.1f} s, waited {ov.get('cpu_wait_s', 0):.3f} s "
-                       f"over {ov.get('cpu_runs', 0)} wake-ups)")
+                       f"over {ov.get('cpu_runs', 0)} wake-ups; port idle behind held ACKs "
+                       f"{ov.get('ack_late_s', 0):.3f} s)")
         bad = " (NOT CREDIBLE: the emulator lost or delayed packets)" if ov.get("total") else ""
         lines.append(f"  overload {ov.get('total', 0)}{bad}: {causes}")
     for ifname, pc in (s.get("pause") or {}).items():

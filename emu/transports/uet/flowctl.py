@@ -140,10 +140,9 @@ class FlowCtl:
         line rate times :attr:`emu_hold` is what the emulator keeps in its own hands;
         leaving it out of the window keeps the emulator's lateness out of the
         transport's goodput. Sans-IO (no stamps) it is 0 and changes nothing."""
-        led = f.ledger
         assert f.cc is not None
         held = int(self.emu_hold * self.line_rate / 8)
-        return f.cc.send_allowance(led.in_flight - held if led.in_flight > held else 0)
+        return f.cc.send_allowance(max(0, f.ledger.in_flight - held))
 
     def may_send(self, pdc: InitiatorPdc, nbytes: int, now: float) -> bool:
         """May a new data packet of ``nbytes`` go out now (window or credit)?"""

@@ -104,10 +104,10 @@ def test_a_timeout_the_network_caused_is_protocol_behaviour():
 # -- the ACK clock: what the daemons hold is not the window's ------------------------------
 
 
-def _window_limited(late: float, *, wire_free: float | None = None) -> tuple[Any, Any, float]:
+def _window_limited(late: float, *, wire_free: float | None = None) -> tuple[Any, Any]:
     """A's flow sends until NSCC's window refuses a packet; the first ACK then reaches
-    A's port at ``arrival`` and A's daemon reads it ``late`` s after. Returns the pair,
-    A's flow and the time A read the ACK."""
+    A's port at ``arrival`` and A's daemon reads it ``late`` s after. Returns the pair
+    and A's flow."""
     p = uet_pair(9, ekw=KW)
     write(p, 0, 100)
     p.link.run()
@@ -125,17 +125,16 @@ def _window_limited(late: float, *, wire_free: float | None = None) -> tuple[Any
     acks = list(expand(p.eb.datagrams_to_send(arrival)))
     assert acks
     back = arrival + 10e-6
-    read = back + late
-    for ack, _, meta in acks[:1]:
-        p.ea.receive_datagram(bytes(ack), (B[0], meta.entropy), read, arrived=back)
-    return p, f, read
+    ack, _, meta = acks[0]
+    p.ea.receive_datagram(bytes(ack), (B[0], meta.entropy), back + late, arrived=back)
+    return p, f
 
 
 def test_a_late_read_of_an_ack_widens_the_window_by_what_the_daemon_held():
     """The ACK clock carries the daemons' lateness even when the round-trip samples do
     not: the engine estimates that hold and leaves line rate × hold out of the bytes
     in flight, so a window sized for the path is not shrunk by the emulator."""
-    p, f, _ = _window_limited(500e-6)
+    p, f = _window_limited(500e-6)
     fc = p.ea.flowctl
     # one sample: mean 1/8 of it, mean deviation 1/8 of it; the hold is mean + 2 dev
     assert fc.emu_hold == pytest.approx(3 * 500e-6 * HOLD_GAIN, rel=1e-6)
@@ -145,12 +144,12 @@ def test_a_late_read_of_an_ack_widens_the_window_by_what_the_daemon_held():
     (pdc,) = (x for x in p.ea.ini.values() if x.pdcid in fc.flows)
     assert fc.allowance(pdc) == f.cc.send_allowance(max(0, f.ledger.in_flight - held))
     assert fc.allowance(pdc) > f.cc.send_allowance(f.ledger.in_flight)
-    prompt, _, _ = _window_limited(0.0)
+    prompt, _ = _window_limited(0.0)
     assert prompt.ea.flowctl.emu_hold == 0.0  # read at once: nothing held, nothing added
 
 
 def test_a_window_idled_by_a_late_ack_is_counted_as_overload():
-    p, f, read = _window_limited(2e-3)
+    p, f = _window_limited(2e-3)
     assert not f.blocked  # the ACK let it go again
     late = p.ea.counters()["ack_late_us"]
     # the port had finished its frames long before: idle from the ACK's arrival
@@ -159,7 +158,7 @@ def test_a_window_idled_by_a_late_ack_is_counted_as_overload():
 
 def test_no_overload_while_the_port_was_still_busy_or_the_read_was_prompt():
     # the port still had frames to put on the wire when the ACK was read: nothing idled
-    p, _, read = _window_limited(2e-3, wire_free=1e9)
+    p, _ = _window_limited(2e-3, wire_free=1e9)
     assert not p.ea.counters().get("ack_late_us")
-    p, _, _ = _window_limited(0.0)
+    p, _ = _window_limited(0.0)
     assert not p.ea.counters().get("ack_late_us")
