@@ -56,13 +56,25 @@ def address_line(side: str, info: dict[str, Any], verb: str, outs: int) -> str:
     return line
 
 
+#: per transport, what the banner and ``--json`` call it: (transport type, connection
+#: type). RoCEv2 as perftest prints an RC QP; UET as the PDC its endpoints use (RUD)
+KINDS = {"roce": ("IB", "RC"), "uet": ("UET", "RUD")}
+
+
+def kind(transport: str) -> tuple[str, str]:
+    """(transport type, connection type) of ``transport``; an unknown one as itself."""
+    return KINDS.get(transport, (transport.upper(), "?"))
+
+
 def banner(test: Test, *, role: str, device: str, qps: int, mtu: int, tx_depth: int,
-           rx_depth: int, cq_mod: int, outs: int, gid_index: int | None) -> list[str]:
+           rx_depth: int, cq_mod: int, outs: int, gid_index: int | None,
+           transport: str = "roce") -> list[str]:
     """``ctx_print_test_info``: the box perftest prints before it connects."""
+    ttype, conn = kind(transport)
     lines = [RESULT_LINE, " " * 20 + test.banner,
              f" Dual-port       : OFF\t\tDevice         : {device}",
-             f" Number of qps   : {qps}\t\tTransport type : IB",
-             " Connection type : RC\t\tUsing SRQ      : OFF"]
+             f" Number of qps   : {qps}\t\tTransport type : {ttype}",
+             f" Connection type : {conn}\t\tUsing SRQ      : OFF"]
     if role == "client":
         lines.append(f" TX depth        : {tx_depth}")
     if test.verb == "send" and role == "server":
@@ -149,12 +161,13 @@ def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu:
     document the whole ping run as ``kernel_rtt`` (None when not measured, with
     ``kernel_rtt_error`` saying why if it failed)."""
     keys = ("qpn", "psn", "rkey", "va", "gid", "address")
+    transport = str(params.get("transport", "roce"))
     rows = [r if isinstance(r, dict) else r.to_json() for r in results]
     if not test.is_bw:
         rows = [rtt_fields(test, r, kernel_rtt) for r in rows]
     return {
         "test": test.name, "title": test.banner, "role": role, "device": device,
-        "transport": "roce", "connection": "RC", "mtu": mtu,
+        "transport": transport, "connection": kind(transport)[1], "mtu": mtu,
         "units": {"bw": bw_unit(bool(params.get("report_gbits")))[0], "latency": "usec",
                   "msg_rate": "Mpps"},
         "params": params,

@@ -115,7 +115,8 @@ class _Side:
         p = self.params
         for line in report.banner(self.test, role=self.role, device=ep.device, qps=p["qps"],
                                   mtu=ep.mtu, tx_depth=p["tx_depth"], rx_depth=p["rx_depth"],
-                                  cq_mod=p["cq_mod"], outs=p["outs"], gid_index=ep.gid_index()):
+                                  cq_mod=p["cq_mod"], outs=p["outs"], gid_index=ep.gid_index(),
+                                  transport=ep.transport):
             self.say(line)
         for line in report.addresses(self.test, ep.local, ep.remote, p["outs"]):
             self.say(line)

@@ -249,6 +249,20 @@ def test_json_document_is_valid_json():
     assert back["results"][0]["bytes_total"] == 2048
     assert set(back["results"][1]) >= {"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99",
                                        "p99_9"}
+    assert (back["transport"], back["connection"]) == ("roce", "RC")
+
+
+def test_uet_run_is_not_called_roce():
+    """A UET run's banner and ``--json`` name UET and its PDC mode, not RoCE's RC QP."""
+    doc = report.document(TESTS["write-bw"], role="client", params={"transport": "uet"},
+                          device="emu-uet (pair:h1)", mtu=4096, local=[], remote=[],
+                          results=[], errors=[], min_bw=None)
+    assert (doc["transport"], doc["connection"]) == ("uet", "RUD")
+    lines = report.banner(TESTS["write-bw"], role="client", device="emu-uet (pair:h1)", qps=1,
+                          mtu=4096, tx_depth=128, rx_depth=512, cq_mod=100, outs=16,
+                          gid_index=0, transport="uet")
+    assert " Number of qps   : 1\t\tTransport type : UET" in lines
+    assert " Connection type : RUD\t\tUsing SRQ      : OFF" in lines
 
 
 # -- data patterns ----------------------------------------------------------------------
