@@ -433,7 +433,7 @@ class UetEngine(Engine):
                 self.trace.packet_dropped(now, reason=f"internal: {e!r}")
             return
         try:
-            pkt = FP.decode_request(data) or decode_packet(data)
+            pkt = FP.decode_request(data) or FP.decode_ack(data) or decode_packet(data)
         except DecodeError:
             st["rx_drop_malformed"] += 1
             return

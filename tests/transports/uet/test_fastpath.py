@@ -131,6 +131,35 @@ def test_ack_bytes_equal_the_codec(nh, m, retx, req, off, cack, s, d, mpr, soff,
         bytes(encode_packet(h))
 
 
+@given(u(0, 1), u(0, 1), u(0, 3), u(-(1 << 15), (1 << 15) - 1), u(0, (1 << 32) - 1),
+       u(0, 0xFFFF), u(0, 0xFFFF), u(0, 255), u(-(1 << 15), (1 << 15) - 1),
+       u(0, (1 << 64) - 1), u(0, (1 << 24) - 1), u(0, 0xFFFF), u(0, 0xFFFF))
+def test_decoded_ack_equals_the_generic_decoder(m, retx, req, off, cack, s, d, mpr, soff, bm,
+                                                rb, ooo, st_):
+    data = bytes(F.ack_cc_nscc(0, m, retx, req, off, cack, s, d, mpr, soff, bm, rb, ooo, st_))
+    fast, slow = F.decode_ack(data), decode_packet(data)
+    assert fast is not None and type(fast.pds) is PdsAckCcNscc
+    assert (fast.pds, fast.ses, fast.ext, bytes(fast.payload)) == \
+        (slow.pds, slow.ses, slow.ext, bytes(slow.payload))
+
+
+def test_the_ack_decoder_declines_what_it_does_not_cover():
+    """Anything but a bare NSCC ACK_CC goes to the generic decoder, which knows it."""
+    ack = F.ack_cc_nscc(0, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0)
+    assert F.decode_ack(bytes(ack)) is not None
+    with_rsp = F.ack_cc_nscc(4, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0)  # an SES response follows
+    assert F.decode_ack(bytes(with_rsp) + bytes(12)) is None
+    assert F.decode_ack(bytes(ack) + b"x") is None  # more bytes than the header
+    credit = bytearray(ack)
+    credit[12] = 0x10  # cc_type 1: credit (RCCC)
+    assert F.decode_ack(bytes(credit)) is None
+    plain = bytearray(ack)
+    plain[0] = (7 << 3) | (plain[0] & 7)  # type ACK, not ACK_CC
+    assert F.decode_ack(bytes(plain)) is None
+    assert F.decode_ack(bytes(ack[:31])) is None
+    assert F.decode_ack(bytes(32)) is None
+
+
 # -- the target's WRITE fast path (Target.write_middle) ------------------------------------
 
 def _transfer(seed: int, fast: bool, ekw: dict | None = None, mode: str | None = None,
