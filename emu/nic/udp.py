@@ -41,6 +41,8 @@ from emu.ifinfo import feature, if_mtu
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
+#: a plain int: ``socket.MSG_TRUNC`` is an IntFlag, whose ``&`` runs in Python (per read)
+_MSG_TRUNC = int(socket.MSG_TRUNC)
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2
 IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = 23, 2
 IP_FREEBIND, IPV6_FREEBIND = 15, 78
@@ -397,7 +399,7 @@ class PortSocket:
             elif (level, typ) in ((socket.IPPROTO_IP, socket.IP_TOS),
                                   (socket.IPPROTO_IPV6, IPV6_TCLASS)):
                 tos = data[0] if len(data) == 1 else _I32.unpack_from(data)[0] & 0xFF
-        if flags & socket.MSG_TRUNC:
+        if flags & _MSG_TRUNC:
             c["rx_truncated"] += 1
             return
         if seg <= 0:

@@ -336,7 +336,7 @@ class Responder:
 
     def _check(self, rkey: int, va: int, length: int, need: Access) -> memoryview:
         """Resolve a remote range or raise _Reject (nothing has been touched yet)."""
-        if not self.qp.attr.access & need:
+        if not int(self.qp.attr.access) & int(need):  # ints: IntFlag's & runs in Python
             raise _Reject(P.NAK_REMOTE_ACCESS, WcStatus.REM_ACCESS_ERR,
                           f"QP does not allow {need!r}")
         if length == 0:
