@@ -352,7 +352,8 @@ class NicDaemon:
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
         times = slot.times  # in step with the backlog (PortSocket.recv_batch)
         kw: dict[str, float | None] = {}
-        skew = time.time() - now  # the receive stamps' clock minus trio's
+        if times is not None:
+            skew = time.time() - now  # the receive stamps' clock minus trio's
         c = slot.c
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
