@@ -63,6 +63,11 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="how far ahead of the wire a paced port's frames may go to the kernel "
                         "(default 1ms; emu up gives 2ms, having put the line rate in a tbf "
                         "on each host port)")
+    p.add_argument("--rx-coalesce", type=_coalesce, default=None, metavar="adaptive|0|TIME",
+                   help="receive interrupt coalescing: adaptive (default: only streams at a "
+                        "quarter of the line rate or more, and while the port's own transmit "
+                        "queue covers the wait), 0 (read at every wake-up), or a wait after "
+                        "every read that found data, e.g. 200us (latency tests pay it)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
@@ -99,6 +104,18 @@ def _seconds(spec: str) -> float:
     return t
 
 
+def _coalesce(spec: str) -> float | None:
+    """``--rx-coalesce``: ``adaptive`` → None, ``0`` → 0.0 (off), ``200us`` → 0.0002."""
+    if spec == "adaptive":
+        return None
+    if spec.strip() in ("0", "off"):
+        return 0.0
+    t = _seconds(spec)
+    if t > 0.01:
+        raise argparse.ArgumentTypeError(f"{spec!r}: more than 10 ms would stall any transport")
+    return t
+
+
 def config_from(a: argparse.Namespace) -> Any:
     from emu.nic.config import NicConfig
 
@@ -132,7 +149,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      engine_options=opts,
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
                      trace=a.trace, line_rates=_line_rates(a.line_rate), family=a.family,
-                     tx_lead=a.tx_lead,
+                     tx_lead=a.tx_lead, rx_coalesce=a.rx_coalesce,
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 
@@ -279,7 +296,8 @@ def render(s: dict[str, Any]) -> str:
              f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s, "
              + (f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
-             f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B",
+             f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B   "
+             f"coalesced reads {t.get('rx_holds', 0)} ({s.get('rx_coalesce', 'adaptive')})",
              f"  drops: rx_backlog {t.get('rx_backlog_drops', 0)}  tx_backlog "
              f"{t.get('tx_backlog_drops', 0)}  kernel {t.get('rx_kernel_drops', 0)}  events "
              f"{ctl['events_dropped']}  cq_overflows {ctl['cq_overflows']}  tx_errors "

@@ -66,6 +66,10 @@ class NicConfig:
     #: kernel ``tbf`` too and then gives 2 ms, so a daemon's stall shorter than that
     #: leaves the emulated port busy (the kernel serializes; the daemon only keeps it fed)
     tx_lead: float = 1e-3
+    #: receive coalescing (``emu.nic.coalesce``): None = adaptive (streams at a quarter of
+    #: the line rate or more, and while the port's transmit queue covers the wait), 0 =
+    #: read at every wake-up, > 0 = wait this many seconds after every read that found data
+    rx_coalesce: float | None = None
     #: 6: the engines' own address (QP GIDs, UET endpoint addresses) is the port's IPv6
     #: one, so transfers run over IPv6; None/4: IPv4 first (the kernel's order)
     family: int | None = None

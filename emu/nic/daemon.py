@@ -44,6 +44,7 @@ from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
 from emu.cpu import slice_in_force
 from emu.nic import engines
+from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.frames import FrameTx
@@ -71,7 +72,7 @@ _SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlo
                   "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
                   "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
                   "tx_entropy_fallback", "tx_frames", "engine_errors", "engine_batches",
-                  "timer_fires", "rx_trimmed")
+                  "timer_fires", "rx_trimmed", "rx_holds")
 
 
 @dataclass(eq=False)
@@ -311,6 +312,10 @@ class NicDaemon:
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
         c = slot.c
+        pacer = ps.pacer
+        co = RxCoalescer.for_port(self.cfg.rx_coalesce, pacer.rate if pacer else None, ps.mtu)
+        hold: TimerFd | None = None
+        mark = c["rx_bytes"]
         while True:
             try:
                 ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf,
@@ -324,6 +329,27 @@ class NicDaemon:
                     self.pump(slot)
                 else:
                     slot.rx_lot.unpark_all()
+                if co is not None:
+                    # interrupt coalescing (emu.nic.coalesce): in a stream, or while the
+                    # port's own queue covers it, the next read waits instead of a wake-up
+                    # per datagram; nothing there then means the stream paused
+                    now = time.monotonic()
+                    got, mark = c["rx_bytes"] - mark, c["rx_bytes"]
+                    co.on_read(now, got)
+                    until = co.hold_until(now, pacer.t_free if pacer else 0.0) if got else None
+                    if until is not None:
+                        if hold is None:
+                            hold = TimerFd()
+                        c["rx_holds"] += 1
+                        await hold.sleep_until(until)
+                        with contextlib.suppress(BlockingIOError):
+                            ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check,
+                                          slot.check_buf, slot.times)
+                        if slot.backlog:
+                            slot.rx_lot.unpark_all()
+                            await trio.lowlevel.checkpoint()
+                            continue
+                        co.paused()
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError:
@@ -577,6 +603,7 @@ class NicDaemon:
                 "uptime_s": round(time.monotonic() - self._t0, 3),
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
                 "sched_slice_s": slice_in_force(),
+                "rx_coalesce": describe_coalesce(self.cfg.rx_coalesce),
                 "totals": totals, "ports": ports, "overload": overload(totals, ports),
                 "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,

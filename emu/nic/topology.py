@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The ``[nic]`` section of a topology file: engine options for every host's NIC daemon.
 
+    [nic]
+    rx_coalesce = "adaptive"      # or 0, or "200us" (emu nicd --rx-coalesce: emu.nic.coalesce)
     [nic.uet]                     # options of the UET engine (emu nicd --engine-opt uet.K=V)
     cc = "rccc"                   # nscc (the daemons' default), rccc, or "none"
     paths = "reps"
@@ -65,6 +67,11 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
             except UnitError as e:
                 return where, str(e)
             continue
+        if transport == "rx_coalesce":  # emu nicd --rx-coalesce (emu.nic.coalesce)
+            problem = _coalesce_problem(opts)
+            if problem:
+                return where, problem
+            continue
         if transport == "family":  # 6: transfers run over the ports' IPv6 addresses
             if opts not in (4, 6):
                 return where, f"expected 4 or 6, got {opts!r}"
@@ -92,6 +99,25 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
                     return f"{where}.{key}", f"the {transport} engine refuses it: {one}"
             return where, f"the {transport} engine refuses these options together: {err}"
     return None
+
+
+def _coalesce_problem(value: Any) -> str | None:
+    """Why ``[nic] rx_coalesce`` is not "adaptive", 0 or a time up to 10 ms (None: it is)."""
+    if value == "adaptive" or value == 0:
+        return None
+    from emu.topology.units import UnitError, parse_time
+
+    try:
+        t = parse_time(value)
+    except UnitError as e:
+        return f'{e} (expected "adaptive", 0 or a time such as "200us")'
+    return None if 0 <= t <= 0.01 else f"{value!r}: more than 10 ms would stall any transport"
+
+
+def coalesce_arg(nic: dict[str, Any]) -> tuple[str, ...]:
+    """The ``emu nicd --rx-coalesce`` argument a checked ``[nic]`` section asks for."""
+    v = nic.get("rx_coalesce")
+    return () if v is None else ("--rx-coalesce", str(v))
 
 
 def _refused(create: Any, opts: dict[str, Any]) -> str | None:

@@ -28,6 +28,8 @@ TOPOLOGY = """
 [topology]
 kind = "pair"
 name = "{name}"
+[nic]
+rx_coalesce = "150us"
 [nic.uet]
 cc = "rccc"
 paths = "reps"
@@ -63,6 +65,7 @@ def test_nic_section_configures_every_daemon(cluster):
         assert opts.pop("base_rtt") > 0
         assert opts == {"cc": "rccc", "paths": "reps", "path_params": {"penalty": 0.0005}}
         assert t["roce"]["engine_options"] == {"line_rate": 2e9}
+        assert uc.stats(h)["rx_coalesce"] == "150us"  # [nic] rx_coalesce → --rx-coalesce
     uc.write("h1", "h2", 1 << 20, 5, timeout=60)  # asserts byte-exact delivery
     tx, rx = uc.engine("h1"), uc.engine("h2")
     # receiver credit really ran: the sender asked, the receiver granted

@@ -165,3 +165,20 @@ def test_setup_errors_exit_2(cluster):
     p = emu_cli("exec", f"{cluster}:h1", "--", sys.executable, "-m", "emu", "perf", "write-bw", H2,
             "-p", "18612", "--timeout", "1", "--json", check=False)
     assert p.returncode == 2 and json.loads(p.stdout)["passed"] is False
+
+
+def _holds(cluster: str, host: str) -> int:
+    p = emu_cli("nicd", "stats", "--cluster", cluster, "--host", host, "--json")
+    return int(json.loads(p.stdout)["totals"]["rx_holds"])
+
+
+def test_receive_coalescing_holds_a_streams_reads_never_a_ping_pongs(cluster):
+    """The default (adaptive) coalescing: a write-bw stream at the port's line rate is read
+    in batches at the receiver; a latency test's reads are never held, at either end."""
+    before = {h: _holds(cluster, h) for h in ("h1", "h2")}
+    for transport in ("roce", "uet"):
+        perf(cluster, "write-lat", "-n", "300", "--transport", transport)
+    assert {h: _holds(cluster, h) for h in ("h1", "h2")} == before
+    p, doc = perf(cluster, "write-bw", "-s", "1048576", "-n", "60", "--transport", "uet")
+    assert doc["passed"] is True
+    assert _holds(cluster, "h2") > before["h2"]

@@ -124,6 +124,9 @@ CASES = {
     "nic range": (LS + "[nic.roce]\nline_rate = -1\n", None, ["nic.roce", "line_rate"]),
     "nic not table": (LS + "[nic]\nuet = 3\n", None, ["nic.uet", "expected a table"]),
     "set nic option": (LS, ["nic.uet.paths=random"], ["--set nic.uet.paths=random", "random"]),
+    "nic coalesce": (LS + '[nic]\nrx_coalesce = "soon"\n', None,
+                     ["nic.rx_coalesce", "adaptive"]),
+    "nic coalesce range": (LS, ["nic.rx_coalesce=20ms"], ["nic.rx_coalesce", "10 ms"]),
 }
 
 
