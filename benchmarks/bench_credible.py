@@ -56,9 +56,13 @@ def emu(*args: str, check: bool = True, timeout: float = 600) -> subprocess.Comp
     return r
 
 
+#: ``--set K=V`` given to the bench: added to every ``emu up`` (an A/B of a setting)
+EXTRA_SETS: list[str] = []
+
+
 def up(topology: str, name: str, sets: list[str]) -> str:
     args = ["up", str(NS / topology), "--name", name]
-    for s in sets:
+    for s in [*sets, *EXTRA_SETS]:
         args += ["--set", s]
     r = emu(*args)
     keep = ("line rate", "switch pipeline running")
@@ -182,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the leaf-spine case's port rate (default: what emu doctor proposes)")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
     ap.add_argument("--seconds", type=float, default=20.0, help="flow length in --part flows")
+    ap.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
+                    help="passed to every emu up, e.g. --set nic.rx_coalesce=0 (repeatable)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    EXTRA_SETS[:] = a.sets
     if os.geteuid() != 0:
         say("bench-credible needs root (namespaces)")
         return 2

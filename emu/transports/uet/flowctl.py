@@ -45,6 +45,9 @@ from emu.transports.uet.pdc import InitiatorPdc, TargetPdc, TxPacket
 #: the weight of each new sample in :attr:`FlowCtl.emu_hold`'s averages (~8 ACKs)
 HOLD_GAIN = 1 / 8
 
+#: the longest emulator hold the window leaves out (seconds): the daemons' transmit FIFO
+#: under ``emu up`` (``--tx-lead``); a pair at 1 Gb/s holds ~0.5-1 ms (mean + 2 deviations)
+HOLD_MAX = 2e-3
 #: the congestion controls a UET flow runs (besides none: ``cc=None``)
 UET_CCS = ("nscc", "rccc")
 
@@ -139,9 +142,14 @@ class FlowCtl:
         0.83-0.9 of its port with no loss, no queue and no overload counted. The
         line rate times :attr:`emu_hold` is what the emulator keeps in its own hands;
         leaving it out of the window keeps the emulator's lateness out of the
-        transport's goodput. Sans-IO (no stamps) it is 0 and changes nothing."""
+        transport's goodput. Sans-IO (no stamps) it is 0 and changes nothing.
+
+        At most :data:`HOLD_MAX` of it: a daemon that holds longer is overloaded
+        (and counted so), and a window grown with its holding puts more in flight
+        just when the daemons can least carry it."""
         assert f.cc is not None
-        held = int(self.emu_hold * self.line_rate / 8)
+        hold = self.emu_hold if self.emu_hold < HOLD_MAX else HOLD_MAX
+        held = int(hold * self.line_rate / 8)
         return f.cc.send_allowance(max(0, f.ledger.in_flight - held))
 
     def may_send(self, pdc: InitiatorPdc, nbytes: int, now: float) -> bool:

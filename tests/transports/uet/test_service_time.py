@@ -16,7 +16,7 @@ from uet_pair import ok, uet_pair, write
 
 from emu.core.datagram import expand
 from emu.transports.uet import pdc as D
-from emu.transports.uet.flowctl import HOLD_GAIN
+from emu.transports.uet.flowctl import HOLD_GAIN, HOLD_MAX
 from emu.wire.codec.uet import decode_packet
 
 A = ("10.0.0.1", 4793)
@@ -146,6 +146,17 @@ def test_a_late_read_of_an_ack_widens_the_window_by_what_the_daemon_held():
     assert fc.allowance(pdc) > f.cc.send_allowance(f.ledger.in_flight)
     prompt, _ = _window_limited(0.0)
     assert prompt.ea.flowctl.emu_hold == 0.0  # read at once: nothing held, nothing added
+
+
+def test_the_window_leaves_out_no_more_than_hold_max():
+    """An overloaded daemon's hold (here a 40 ms late read) widens the window by at most
+    HOLD_MAX of line rate: more in flight would only feed a retransmission storm."""
+    p, f = _window_limited(40e-3)
+    fc = p.ea.flowctl
+    assert fc.emu_hold > HOLD_MAX
+    (pdc,) = (x for x in p.ea.ini.values() if x.pdcid in fc.flows)
+    cap = int(HOLD_MAX * fc.line_rate / 8)
+    assert fc.allowance(pdc) == f.cc.send_allowance(max(0, f.ledger.in_flight - cap))
 
 
 def test_a_window_idled_by_a_late_ack_is_counted_as_overload():
