@@ -315,12 +315,14 @@ class NicDaemon:
         pacer = ps.pacer
         co = RxCoalescer.for_port(self.cfg.rx_coalesce, pacer.rate if pacer else None, ps.mtu)
         hold: TimerFd | None = None
-        mark = c["rx_bytes"]
+        got = 0  # bytes this loop's reads brought since the coalescer last heard
         while True:
+            b0 = c["rx_bytes"]
             try:
                 ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check, slot.check_buf,
                               slot.times)
             except BlockingIOError:
+                got += c["rx_bytes"] - b0
                 if len(slot.backlog) == 1:
                     # a lone datagram (a ping-pong's, an ACK): into the engine and its answer
                     # out in this turn — waking the engine task cost a scheduler turn on
@@ -334,18 +336,20 @@ class NicDaemon:
                     # port's own queue covers it, the next read waits instead of a wake-up
                     # per datagram; nothing there then means the stream paused
                     now = time.monotonic()
-                    got, mark = c["rx_bytes"] - mark, c["rx_bytes"]
                     co.on_read(now, got)
                     until = co.hold_until(now, pacer.t_free if pacer else 0.0) if got else None
+                    got = 0
                     if until is not None:
                         if hold is None:
                             hold = TimerFd()
                         c["rx_holds"] += 1
                         await hold.sleep_until(until)
+                        b0 = c["rx_bytes"]
                         with contextlib.suppress(BlockingIOError):
                             ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check,
                                           slot.check_buf, slot.times)
-                        if slot.backlog:
+                        got = c["rx_bytes"] - b0
+                        if got:
                             slot.rx_lot.unpark_all()
                             await trio.lowlevel.checkpoint()
                             continue
@@ -354,6 +358,7 @@ class NicDaemon:
                 continue
             except OSError:
                 c["rx_errors"] += 1  # e.g. a queued ICMP error: keep serving
+            got += c["rx_bytes"] - b0
             slot.rx_lot.unpark_all()
             await trio.lowlevel.checkpoint()
 
