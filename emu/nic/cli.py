@@ -297,7 +297,8 @@ def render(s: dict[str, Any]) -> str:
              + (f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
              f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B   "
-             f"coalesced reads {t.get('rx_holds', 0)} ({s.get('rx_coalesce', 'adaptive')})",
+             f"coalesced reads (rx_holds) {t.get('rx_holds', 0)}, rx_coalesce "
+             f"{s.get('rx_coalesce', 'adaptive')}",
              f"  drops: rx_backlog {t.get('rx_backlog_drops', 0)}  tx_backlog "
              f"{t.get('tx_backlog_drops', 0)}  kernel {t.get('rx_kernel_drops', 0)}  events "
              f"{ctl['events_dropped']}  cq_overflows {ctl['cq_overflows']}  tx_errors "

@@ -2,7 +2,7 @@
 """The ``[nic]`` section of a topology file: engine options for every host's NIC daemon.
 
     [nic]
-    rx_coalesce = "adaptive"      # or 0, or "200us" (emu nicd --rx-coalesce: emu.nic.coalesce)
+    rx_coalesce = "adaptive"      # or "off" (0), or "200us" (emu nicd run --rx-coalesce)
     [nic.uet]                     # options of the UET engine (emu nicd --engine-opt uet.K=V)
     cc = "rccc"                   # nscc (the daemons' default), rccc, or "none"
     paths = "reps"
@@ -67,7 +67,7 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
             except UnitError as e:
                 return where, str(e)
             continue
-        if transport == "rx_coalesce":  # emu nicd --rx-coalesce (emu.nic.coalesce)
+        if transport == "rx_coalesce":  # emu nicd run --rx-coalesce (emu.nic.coalesce)
             problem = _coalesce_problem(opts)
             if problem:
                 return where, problem
@@ -103,19 +103,21 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
 
 def _coalesce_problem(value: Any) -> str | None:
     """Why ``[nic] rx_coalesce`` is not "adaptive", 0 or a time up to 10 ms (None: it is)."""
-    if value == "adaptive" or value == 0:
+    if value in ("adaptive", "off") or value == 0:
         return None
     from emu.topology.units import UnitError, parse_time
 
     try:
         t = parse_time(value)
-    except UnitError as e:
-        return f'{e} (expected "adaptive", 0 or a time such as "200us")'
-    return None if 0 <= t <= 0.01 else f"{value!r}: more than 10 ms would stall any transport"
+    except UnitError:
+        return f'{value!r}: expected "adaptive", "off" (or 0) or a time such as "200us"'
+    if t < 0:
+        return f"{value!r}: a hold cannot be negative"
+    return None if t <= 0.01 else f"{value!r}: more than 10 ms would stall any transport"
 
 
 def coalesce_arg(nic: dict[str, Any]) -> tuple[str, ...]:
-    """The ``emu nicd --rx-coalesce`` argument a checked ``[nic]`` section asks for."""
+    """The ``emu nicd run --rx-coalesce`` argument a checked ``[nic]`` section asks for."""
     v = nic.get("rx_coalesce")
     return () if v is None else ("--rx-coalesce", str(v))
 

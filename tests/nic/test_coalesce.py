@@ -96,3 +96,15 @@ def test_settings_off_unpaced_and_fixed():
 
 def test_the_setting_as_stats_show_it():
     assert [C.describe_coalesce(v) for v in (None, 0.0, 200e-6)] == ["adaptive", "off", "200us"]
+
+
+def test_the_nic_sections_setting_checked_and_passed_to_the_daemons():
+    from emu.nic.topology import check_section, coalesce_arg
+
+    for ok in ("adaptive", "off", 0, "0", "200us", 0.0002):
+        assert check_section({"rx_coalesce": ok}) is None, ok
+    for bad in ("soon", "20ms", "-1us"):
+        where, why = check_section({"rx_coalesce": bad})
+        assert where == "nic.rx_coalesce" and repr(bad) in why
+    assert coalesce_arg({"rx_coalesce": "off"}) == ("--rx-coalesce", "off")
+    assert coalesce_arg({}) == ()
