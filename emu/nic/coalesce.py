@@ -110,12 +110,15 @@ class RxCoalescer:
         self.streaming = False
         self._start, self._bytes = None, 0
 
-    def hold_until(self, now: float, tx_free: float) -> float | None:
-        """When to read next after a read that found data (None: wait for the socket, read
-        at once). ``tx_free``: when the port's serializer finishes what it was given."""
+    def hold_until(self, now: float, tx_free: float, got: bool = True) -> float | None:
+        """When to read next (None: wait for the socket and read at once). ``got``: the
+        last read found data — the stream rule and a fixed hold follow data only; the
+        transmit rule holds whenever the port is busy, also before a datagram wakes the
+        daemon (else every ACK would). ``tx_free``: when the port's serializer
+        finishes what it was given."""
         if self.fixed is not None:
-            return now + self.fixed
-        until = now + self.hold if self.streaming and self.hold else None
+            return now + self.fixed if got else None
+        until = now + self.hold if got and self.streaming and self.hold else None
         if tx_free - now >= BUSY_MIN:
             t = tx_free - GUARD
             until = t if until is None or t > until else until

@@ -334,12 +334,12 @@ class NicDaemon:
                 if co is not None:
                     # interrupt coalescing (emu.nic.coalesce): in a stream, or while the
                     # port's own queue covers it, the next read waits instead of a wake-up
-                    # per datagram; nothing there then means the stream paused
-                    now = time.monotonic()
-                    co.on_read(now, got)
-                    until = co.hold_until(now, pacer.t_free if pacer else 0.0) if got else None
-                    got = 0
-                    if until is not None:
+                    # per datagram; a hold that brings nothing means the stream paused
+                    co.on_read(time.monotonic(), got)
+                    found, got = got > 0, 0
+                    while (until := co.hold_until(time.monotonic(),
+                                                  pacer.t_free if pacer else 0.0,
+                                                  found)) is not None:
                         if hold is None:
                             hold = TimerFd()
                         c["rx_holds"] += 1
@@ -350,10 +350,13 @@ class NicDaemon:
                                           slot.check_buf, slot.times)
                         got = c["rx_bytes"] - b0
                         if got:
-                            slot.rx_lot.unpark_all()
-                            await trio.lowlevel.checkpoint()
-                            continue
+                            break
                         co.paused()
+                        found = False
+                    if got:
+                        slot.rx_lot.unpark_all()
+                        await trio.lowlevel.checkpoint()
+                        continue
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError:

@@ -108,3 +108,14 @@ def test_the_nic_sections_setting_checked_and_passed_to_the_daemons():
         assert where == "nic.rx_coalesce" and repr(bad) in why
     assert coalesce_arg({"rx_coalesce": "off"}) == ("--rx-coalesce", "off")
     assert coalesce_arg({}) == ()
+
+
+def test_without_data_only_the_transmit_rule_holds():
+    """Before a datagram wakes the daemon (the last read found nothing), a stream or a
+    fixed hold has nothing to wait for; a busy port still lets the read wait."""
+    co = RxCoalescer(GBIT, MTU)
+    t = _stream(co, GBIT, 3 * C.WINDOW)
+    assert co.hold_until(t, 0.0, False) is None
+    assert co.hold_until(t, t + 2e-3, False) == pytest.approx(t + 2e-3 - C.GUARD)
+    fixed = RxCoalescer(None, MTU, 200e-6)
+    assert fixed.hold_until(1.0, 0.0, False) is None
