@@ -185,9 +185,9 @@ def warning(d: dict[str, Any]) -> str | None:
     starved = [f"{n} waited for a CPU {100 * v['cpu_wait_s'] / d['elapsed_s']:.0f} % of the run"
                for n, v in sorted(d["daemons"].items())
                if v.get("cpu_wait") and d.get("elapsed_s")]
-    why = (f"; {', '.join(starved)} — other work on this machine (a latency test's own "
-           "busy-polling applications count), or more daemons than its cores serve"
-           if starved else "")
+    why = (f"; {', '.join(starved)} — other work on this machine (any busy process; in a "
+           "latency test, its own busy-polling applications), or more daemons than its "
+           "cores serve" if starved else "")
     # the advice that fits the cause: a starved daemon is the machine's load, the rest the rate
     advice = ("run on a quieter machine or lower the rates (emu doctor proposes some)"
               if starved and set(d["causes"]) <= {"cpu_wait"} else

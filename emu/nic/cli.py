@@ -105,15 +105,13 @@ def _seconds(spec: str) -> float:
 
 
 def _coalesce(spec: str) -> float | None:
-    """``--rx-coalesce``: ``adaptive`` → None, ``0`` → 0.0 (off), ``200us`` → 0.0002."""
-    if spec == "adaptive":
-        return None
-    if spec.strip() in ("0", "off"):
-        return 0.0
-    t = _seconds(spec)
-    if t > 0.01:
-        raise argparse.ArgumentTypeError(f"{spec!r}: more than 10 ms would stall any transport")
-    return t
+    """``--rx-coalesce`` (argparse type: :func:`emu.nic.coalesce.parse_setting`)."""
+    from emu.nic.coalesce import parse_setting
+
+    try:
+        return parse_setting(spec.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def config_from(a: argparse.Namespace) -> Any:

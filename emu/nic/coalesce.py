@@ -125,6 +125,32 @@ class RxCoalescer:
         return until
 
 
+#: the longest fixed hold a setting may ask for (seconds)
+FIXED_MAX = 0.01
+
+
+def parse_setting(value: object) -> float | None:
+    """``--rx-coalesce`` / ``[nic] rx_coalesce`` → the daemon's setting: ``"adaptive"`` →
+    None, ``"off"`` or 0 → 0.0, a time (``"200us"``; a bare number is seconds) → that
+    many seconds. ValueError, with the reason, for anything else."""
+    from emu.topology.units import UnitError, parse_time
+
+    if value == "adaptive":
+        return None
+    if value == "off" or value == 0 or value == "0":
+        return 0.0
+    try:
+        t = parse_time(value)
+    except UnitError:
+        raise ValueError(f'{value!r}: expected "adaptive", "off" (or 0) or a time such as '
+                         '"200us"') from None
+    if t < 0:
+        raise ValueError(f"{value!r}: a hold cannot be negative")
+    if t > FIXED_MAX:
+        raise ValueError(f"{value!r}: more than 10 ms would stall any transport")
+    return t
+
+
 def describe_coalesce(setting: float | None) -> str:
     """``--rx-coalesce`` as ``emu nicd stats`` shows it: adaptive, off, or the fixed hold."""
     if setting is None:

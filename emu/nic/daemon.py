@@ -99,6 +99,8 @@ class EngineSlot:
     tx_timer: TimerFd | None = None
     #: the timer task's precise sleep for an engine timer due soon (a QP's pacer)
     eng_timer: TimerFd | None = None
+    #: the receive loops' coalescing sleeps (emu.nic.coalesce), one per port socket
+    rx_timers: list[TimerFd] = field(default_factory=list)
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
     check_buf: Any = None  # its in-place form over the receive buffer, or None
 
@@ -255,7 +257,7 @@ class NicDaemon:
             for ps in slot.tx.mains:
                 ps.close()
             slot.tx.close()
-            for tfd in (slot.tx_timer, slot.eng_timer):
+            for tfd in (slot.tx_timer, slot.eng_timer, *slot.rx_timers):
                 if tfd is not None:
                     tfd.close()
         if self._ns_fd is not None:
@@ -314,7 +316,10 @@ class NicDaemon:
         c = slot.c
         pacer = ps.pacer
         co = RxCoalescer.for_port(self.cfg.rx_coalesce, pacer.rate if pacer else None, ps.mtu)
-        hold: TimerFd | None = None
+        timer = None
+        if co is not None:
+            timer = TimerFd()
+            slot.rx_timers.append(timer)  # closed with the slot (close)
         got = 0  # bytes this loop's reads brought since the coalescer last heard
         while True:
             b0 = c["rx_bytes"]
@@ -331,29 +336,9 @@ class NicDaemon:
                     self.pump(slot)
                 else:
                     slot.rx_lot.unpark_all()
-                if co is not None:
-                    # interrupt coalescing (emu.nic.coalesce): in a stream, or while the
-                    # port's own queue covers it, the next read waits instead of a wake-up
-                    # per datagram; a hold that brings nothing means the stream paused
-                    co.on_read(time.monotonic(), got)
-                    found, got = got > 0, 0
-                    while (until := co.hold_until(time.monotonic(),
-                                                  pacer.t_free if pacer else 0.0,
-                                                  found)) is not None:
-                        if hold is None:
-                            hold = TimerFd()
-                        c["rx_holds"] += 1
-                        await hold.sleep_until(until)
-                        b0 = c["rx_bytes"]
-                        with contextlib.suppress(BlockingIOError):
-                            ps.recv_batch(slot.backlog, batch, maxlen, c, slot.check,
-                                          slot.check_buf, slot.times)
-                        got = c["rx_bytes"] - b0
-                        if got:
-                            break
-                        co.paused()
-                        found = False
-                    if got:
+                if co is not None and timer is not None:
+                    got = await self._hold_reads(slot, ps, co, timer, got)
+                    if got:  # a hold's read brought data: into the engine, read on
                         slot.rx_lot.unpark_all()
                         await trio.lowlevel.checkpoint()
                         continue
@@ -364,6 +349,31 @@ class NicDaemon:
             got += c["rx_bytes"] - b0
             slot.rx_lot.unpark_all()
             await trio.lowlevel.checkpoint()
+
+    async def _hold_reads(self, slot: EngineSlot, ps: PortSocket, co: RxCoalescer,
+                          timer: TimerFd, got: int) -> int:
+        """Interrupt coalescing (:mod:`emu.nic.coalesce`) after a read that brought ``got``
+        bytes: while a stream lasts, or the port's own queue covers the wait, the next
+        read waits instead of a wake-up per datagram. Returns the bytes the last hold's
+        read brought; 0 means nothing holds any more (a hold that found nothing ends the
+        stream): wait for the socket."""
+        c = slot.c
+        pacer = ps.pacer
+        co.on_read(time.monotonic(), got)
+        found = got > 0
+        while (until := co.hold_until(time.monotonic(), pacer.t_free if pacer else 0.0,
+                                      found)) is not None:
+            c["rx_holds"] += 1
+            await timer.sleep_until(until)
+            b0 = c["rx_bytes"]
+            with contextlib.suppress(BlockingIOError):
+                ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, c,
+                              slot.check, slot.check_buf, slot.times)
+            if c["rx_bytes"] > b0:
+                return c["rx_bytes"] - b0
+            co.paused()
+            found = False
+        return 0
 
     async def _engine_loop(self, slot: EngineSlot) -> None:
         backlog = slot.backlog

@@ -119,3 +119,12 @@ def test_without_data_only_the_transmit_rule_holds():
     assert co.hold_until(t, t + 2e-3, False) == pytest.approx(t + 2e-3 - C.GUARD)
     fixed = RxCoalescer(None, MTU, 200e-6)
     assert fixed.hold_until(1.0, 0.0, False) is None
+
+
+def test_one_parser_for_the_command_line_and_the_topology_file():
+    assert C.parse_setting("adaptive") is None
+    assert C.parse_setting("off") == C.parse_setting(0) == C.parse_setting("0") == 0.0
+    assert C.parse_setting("200us") == pytest.approx(200e-6)
+    for bad in ("soon", "20ms", "-1us"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            C.parse_setting(bad)
