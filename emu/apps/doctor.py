@@ -30,7 +30,10 @@ afterwards, also on failure):
    ~2.5 µs a hop; a paced port dequeues on its qdisc's timer, in softirq on
    whichever CPU it fires, for ~4 times that — and the proposals made from the
    cheap figure (500 Mb/s on the leaf-spine) left the sending daemon at 0.9 of
-   a core and UET at 0.82 of the line rate.
+   a core and UET at 0.82 of the line rate;
+5. the idle machine's own stalls, :data:`STALL_PROBE_S` seconds of
+   :mod:`emu.credible.stallwatch`: how often every CPU stopped at once (a
+   hypervisor's doing), which no rate avoids — shown, not used in the proposal.
 
 The result goes to :data:`emu.credible.capacity.COSTS_FILE`; ``emu up`` and
 ``emu doctor`` use it from then on.
@@ -58,6 +61,8 @@ NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 #: the port rate at which a kernel-datapath hop is measured (step 4): paced on every hop
 KERNEL_PROBE_RATE = "200mbit"
+#: how long --measure watches the idle machine for stalls of every CPU at once
+STALL_PROBE_S = 5.0
 
 
 def _busy_s() -> float:
@@ -235,10 +240,20 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
     khop = max(0.0, max(b - a for a, b in zip(busy["pair"], busy["leaf-spine"], strict=True))
                / max(1, hops))
     say(f"  {hops} kernel switch hop(s): {khop * 1e6:.1f} us of CPU per packet per hop")
+    from emu.credible import stallwatch
+
+    say(f"doctor: this machine's own stalls (every CPU at once), {STALL_PROBE_S:g} s idle …")
+    st = stallwatch.measure(STALL_PROBE_S)
+    say(f"  {st['stalls_over_1ms']} stall(s) over 1 ms, longest {st['longest_s'] * 1e3:.1f} ms, "
+        f"{st['stalled_s'] * 1e3:.1f} ms in all; the hypervisor's steal "
+        f"{st['steal_s'] * 1e3:.0f} ms"
+        f"{'' if st['real_time'] else ' (not real-time: the probe may have waited for a CPU)'}")
     cores = len(os.sched_getaffinity(0))
     return capacity.Costs(nic_tx=max(tx_costs), nic_rx=max(rx_costs), switch=sw,
                           nic_turnaround=nic_turn, switch_turnaround=sw_turn, cores=cores,
-                          kernel_hop=khop, source="measured")
+                          kernel_hop=khop, source="measured",
+                          stalls_per_min=round(60 * st["stalls_over_1ms"] / st["seconds"], 1),
+                          stall_longest=st["longest_s"])
 
 
 def report(res: dict[str, Any]) -> list[str]:
@@ -256,7 +271,11 @@ def costs_lines(c: capacity.Costs) -> list[str]:
             f"sent, {c.nic_rx * 1e6:.1f} us received; switch daemon {c.switch * 1e6:.1f} us per "
             f"packet, a kernel-datapath switch {c.kernel_hop * 1e6:.1f} us; emu's own round "
             f"trip {c.nic_turnaround * 1e6:.0f} us + "
-            f"{c.switch_turnaround * 1e6:.0f} us per switch pass"]
+            f"{c.switch_turnaround * 1e6:.0f} us per switch pass"] + (
+        [f"machine stalls (every CPU stopped at once; not emu's load): "
+         f"{c.stalls_per_min:g} per minute over 1 ms, longest {c.stall_longest * 1e3:.1f} ms — "
+         "a run they hit is marked NOT CREDIBLE (machine_stall) whatever its rates"]
+        if c.source == "measured" and (c.stalls_per_min or c.stall_longest) else [])
 
 
 def main(a: argparse.Namespace) -> int:

@@ -117,6 +117,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
                 progress(f"event traces: {trace_path(name, '<host>')}")
+            _start_stallwatch(name, [p["pid"] for p in (state.load(name) or {}).get("pids", [])
+                                     if p.get("what", "").startswith("nicd ")])
             from emu import limits
 
             limits.remember_daemon_memory(
@@ -276,6 +278,25 @@ def _start_scheduler(cluster: str) -> int:
     return proc.pid
 
 
+def _start_stallwatch(cluster: str, daemons: list[int]) -> int:
+    """The cluster's machine-stall watcher (:mod:`emu.credible.stallwatch`): it tells a
+    stall of the whole machine from the daemons' own lateness in every overload report,
+    and ends when the daemons it serves are gone."""
+    from emu.credible.overload import stallwatch_path
+
+    out = stallwatch_path(cluster)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "emu.credible.stallwatch", out,
+            "--watch", *map(str, daemons)]
+    state.add_spawn(cluster, argv, "stallwatch")
+    log = open(event_log(cluster) + ".stallwatch.log", "ab")  # noqa: SIM115 - child keeps it
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True)
+    log.close()
+    state.add_pid(cluster, proc.pid, "stallwatch")
+    return proc.pid
+
+
 def down(cluster: str) -> dict[str, int]:
     """Tear ``cluster`` down by its state file: daemons, scheduler, namespaces, its
     sockets and run directories, and shared-memory files whose owner is dead."""
@@ -381,7 +402,8 @@ def split_node(spec: str, cluster: str | None) -> tuple[str, str]:
 
 
 def remove_logs(cluster: str) -> None:
-    for p in (event_log(cluster), event_log(cluster) + ".scheduler.log"):
+    for p in (event_log(cluster), event_log(cluster) + ".scheduler.log",
+              event_log(cluster) + ".stallwatch.log"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 

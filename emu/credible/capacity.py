@@ -55,6 +55,11 @@ class Costs:
     #: one kernel-datapath switch hop (veth, forwarding, tbf, BPF in softirq), per packet,
     #: charged to the NIC daemons at the ends of the path (whose CPU it mostly runs on)
     kernel_hop: float = 0.0
+    #: the machine's own stalls (every CPU stopped at once: a hypervisor's doing, not
+    #: emu's; :mod:`emu.credible.stallwatch`) per minute longer than 1 ms, and the longest
+    #: (s) — each can cost a run one late send that lower rates do not avoid
+    stalls_per_min: float = 0.0
+    stall_longest: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Costs:

@@ -17,7 +17,12 @@ Tools take a :func:`snapshot` before and after a run and report
 earlier run's damage.
 
 Also collected: each NIC engine's transmitted and retransmitted packets, so a
-result can state its retransmitted fraction beside its overload.
+result can state its retransmitted fraction beside its overload; and the machine's
+own stalls (:mod:`emu.credible.stallwatch`, every CPU stopped at once) with the
+hypervisor's steal time. A late send that such a stall explains is not the
+emulator's load: it counts as ``machine_stall`` instead of ``tx_late`` — still not
+credible (the emulated link lost the time), with advice that fits (rerun; lower
+rates would not help).
 
 Control sockets are files, so this works from inside any host namespace
 (the perf client runs in one) as well as from the root namespace.
@@ -30,6 +35,7 @@ import os
 import time
 from typing import Any
 
+from emu.credible import stallwatch
 from emu.nic.protocol import overload_causes
 
 NIC_RUN_DIR = "/run/emu/nic"
@@ -76,7 +82,9 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     from emu.nic.protocol import call_once
     from emu.switch.client import request
 
-    out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic()}
+    out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic(),
+                           "steal_s": steal_seconds(),
+                           "stallwatch": stallwatch.read(stallwatch_path(cluster))}
     for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
         host = os.path.basename(path)[:-5]
         try:
@@ -105,6 +113,36 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     return out
 
 
+def stallwatch_path(cluster: str) -> str:
+    """Where the cluster's machine-stall watcher writes (beside its NIC daemons' sockets,
+    removed with them)."""
+    return os.path.join(NIC_RUN_DIR, cluster, "stallwatch.log")
+
+
+def steal_seconds(path: str = "/proc/stat") -> float:
+    """CPU time the hypervisor gave other guests while this one's CPUs wanted to run
+    (``/proc/stat`` steal, summed over CPUs), seconds; 0 where there is none."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _machine(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, dict[str, Any]]:
+    """The machine's whole-machine stalls between two snapshots, and their summary."""
+    head, events = after.get("stallwatch") or (None, [])
+    t0, t1 = before.get("t", 0.0), after.get("t", 0.0)
+    watched = bool(head) and bool(head.get("rt")) and head.get("start", t1) <= t0
+    stalls = stallwatch.machine_stalls(events, head["cpus"], t0, t1) if watched else []
+    summary = {"watched": watched, "stalls": len(stalls),
+               "stalled_s": round(sum(e - s for s, e in stalls), 6),
+               "longest_s": round(max((e - s for s, e in stalls), default=0.0), 6),
+               "steal_s": round(after.get("steal_s", 0.0) - before.get("steal_s", 0.0), 3)}
+    return stalls, summary
+
+
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     d = {}
     for k, v in b.items():
@@ -121,10 +159,19 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     daemons: dict[str, Any] = {}
     tx = retx = 0
     elapsed = after.get("t", 0.0) - before.get("t", 0.0)
+    stalls, machine = _machine(before, after)
     for kind in ("nic", "switch"):
         for name, b in after[kind].items():
             a = before[kind].get(name, {})
             d = _diff(a.get("overload", {}), b.get("overload", {}))
+            if kind == "nic" and stalls and d.get("tx_late"):
+                # late sends a stall of the whole machine explains are the machine's
+                late = [e for e in b.get("overload", {}).get("late_events", ())
+                        if e[2] > before.get("t", 0.0)]
+                n = min(d["tx_late"], sum(stallwatch.explained(late, stalls)))
+                if n:
+                    d["tx_late"] -= n
+                    d["machine_stall"] = n
             if kind == "nic":
                 tx += b["tx_packets"] - a.get("tx_packets", 0)
                 retx += b["retransmits"] - a.get("retransmits", 0)
@@ -164,7 +211,7 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     # link time the NIC ports stood idle while frames waited for a late daemon
     lost = sum(d.get("tx_late_s", 0.0) for d in daemons.values())
     return {"total": total, "causes": causes, "daemons": daemons, "elapsed_s": round(elapsed, 6),
-            "lost_link_s": round(lost, 6), "tx_packets": tx,
+            "lost_link_s": round(lost, 6), "machine": machine, "tx_packets": tx,
             "retransmits": retx, "retransmitted_fraction": retx / tx if tx else 0.0,
             "unreachable": unreachable, "credible": total == 0 and not unreachable}
 
@@ -178,7 +225,8 @@ def warning(d: dict[str, Any]) -> str | None:
     lost = ""
     if d.get("lost_link_s") and d.get("elapsed_s"):
         # summed over the late daemons' ports: a share of *their* time, never over 100 %
-        late = [n for n, v in d["daemons"].items() if v.get("tx_late")] or [None]
+        late = [n for n, v in d["daemons"].items()
+                if v.get("tx_late") or v.get("machine_stall")] or [None]
         share = d["lost_link_s"] / (d["elapsed_s"] * len(late))
         lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms of link time lost, "
                 f"{min(100.0, 100 * share):.2g} % of the late ports' time")
@@ -188,13 +236,27 @@ def warning(d: dict[str, Any]) -> str | None:
     why = (f"; {', '.join(starved)} — other work on this machine (any busy process; in a "
            "latency test, its own busy-polling applications), or more daemons than its "
            "cores serve" if starved else "")
-    # the advice that fits the cause: a starved daemon is the machine's load, the rest the rate
-    advice = ("run on a quieter machine or lower the rates (emu doctor proposes some)"
-              if starved and set(d["causes"]) <= {"cpu_wait"} else
-              "lower the rates (emu doctor proposes some)")
-    msg = (f"warning: emulator overload during this run ({', '.join(parts)}"
-           f"{' in ' + where if where else ''}{lost}{why}): the result measures this machine, "
-           f"not the emulated network — NOT CREDIBLE; {advice}")
+    m = d.get("machine") or {}
+    stalled = ""
+    if m.get("stalls"):
+        steal = f", the hypervisor's steal {m['steal_s'] * 1e3:.0f} ms" if m.get("steal_s") else ""
+        stalled = (f"; the machine itself stalled {m['stalled_s'] * 1e3:.1f} ms in all "
+                   f"(every CPU at once, longest {m['longest_s'] * 1e3:.1f} ms{steal})")
+    # the advice that fits the cause: a stalled machine or a starved daemon is the
+    # machine's, the rest the rate
+    causes = set(d["causes"])
+    if causes == {"machine_stall"}:
+        head, advice = "the machine stalled during this run", \
+            "not emu's load, lower rates would not avoid it: rerun, or use a quieter machine"
+    elif starved and causes <= {"cpu_wait", "machine_stall"}:
+        head, advice = "emulator overload during this run", \
+            "run on a quieter machine or lower the rates (emu doctor proposes some)"
+    else:
+        head, advice = "emulator overload during this run", \
+            "lower the rates (emu doctor proposes some)"
+    msg = (f"warning: {head} ({', '.join(parts)}"
+           f"{' in ' + where if where else ''}{lost}{why}{stalled}): the result measures "
+           f"this machine, not the emulated network — NOT CREDIBLE; {advice}")
     if d["unreachable"]:
         msg += f"; could not read {', '.join(d['unreachable'])}"
     return msg

@@ -687,6 +687,8 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
     out["total"] = sum(out.values())
     out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
+    # each late send's times, so a stall of the whole machine can explain it
+    out["late_events"] = sorted(e for p in ports.values() for e in p.get("late_events", ()))
     out["ack_late_s"] = round(int(totals.get("ack_late_us", 0)) / 1e6, 6)
     out["cpu_wait_s"], out["cpu_runs"] = cpu_wait()
     t = os.times()

@@ -26,12 +26,17 @@ paced to its link's rate never queues in that link's shaper.
 later than the port went idle, the emulated link lost time that the
 emulated hardware would not have lost: the daemon was behind its schedule.
 Each such gap longer than one frame time counts as ``late`` (with the lost
-seconds in ``late_s``); a result with late sends is not credible.
+seconds in ``late_s``); a result with late sends is not credible. The last
+:data:`LATE_LOG` of them are kept with their times (``late_events``: when the daemon
+was due, when the port ran dry, when it came back; ``CLOCK_MONOTONIC``), so that a
+stall of the whole machine can be told from the daemon's own lateness
+(:mod:`emu.credible.stallwatch`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 #: bytes on top of a UDP payload that the port serializes: UDP 8 + Ethernet 14, plus IP
@@ -40,6 +45,8 @@ FRAME_OVERHEAD = {4: 8 + 20 + 14, 6: 8 + 40 + 14}
 BURST_S = 1e-3
 #: … and at least this many full frames, whatever the rate
 BURST_MIN_FRAMES = 2
+#: late sends kept with their times (a run with more is judged without the oldest)
+LATE_LOG = 256
 
 
 class PortPacer:
@@ -49,7 +56,7 @@ class PortPacer:
     always infinite and nothing is late.
     """
 
-    __slots__ = ("ifname", "rate", "burst_s", "t_free", "c", "_byte_s", "_frame_s")
+    __slots__ = ("ifname", "rate", "burst_s", "t_free", "c", "_byte_s", "_frame_s", "late_log")
 
     def __init__(self, ifname: str, rate: float | None, *, burst_s: float = BURST_S,
                  mtu: int = 9000) -> None:
@@ -62,6 +69,8 @@ class PortPacer:
         self.burst_s = max(burst_s, BURST_MIN_FRAMES * self._frame_s) if self.paced else 0.0
         self.t_free = 0.0
         self.c = {"bytes": 0, "frames": 0, "waits": 0, "late": 0, "late_s": 0.0}
+        #: (due, port dry, back) of the last late sends: see the module docstring
+        self.late_log: deque[tuple[float, float, float]] = deque(maxlen=LATE_LOG)
 
     @property
     def paced(self) -> bool:
@@ -94,10 +103,12 @@ class PortPacer:
             if waited and gap > self._frame_s:
                 c["late"] += 1
                 c["late_s"] += gap
+                self.late_log.append((t - self.burst_s, t, now))
             t = now
         self.t_free = t + nbytes * self._byte_s
 
     def counters(self) -> dict[str, Any]:
         return {"line_rate": None if not self.paced else self.rate,
-                "burst_s": self.burst_s, **self.c, "late_s": round(self.c["late_s"], 6)}
+                "burst_s": self.burst_s, **self.c, "late_s": round(self.c["late_s"], 6),
+                "late_events": [[round(x, 6) for x in e] for e in self.late_log]}
 

@@ -29,9 +29,10 @@ from typing import Any
 
 #: keys of a daemon's ``overload`` that are measures beside the counts, not overload: the
 #: total itself, seconds (``*_s``) and what the credibility judge needs to tell a busy
-#: daemon that kept up from one that was the limit (``emu.credible.overload``)
+#: daemon that kept up from one that was the limit, and when its late sends happened
+#: (``emu.credible.overload``)
 OVERLOAD_INFO = frozenset({"total", "cpu_s", "cpu_runs", "port_waits", "tx_bytes",
-                           "rx_bytes", "line_rate"})
+                           "rx_bytes", "line_rate", "late_events"})
 
 
 def overload_causes(ov: dict[str, Any]) -> dict[str, Any]:

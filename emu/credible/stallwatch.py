@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Machine stalls: moments when every CPU of this machine stopped at once.
+
+Why: emu's daemons stand in for hardware that never stops, so a daemon late for
+its port (``tx_late``) makes a result not credible. On a virtual machine some of
+that lateness is not emu's at all. Measured on the 2-core development VM, idle:
+a real-time thread sleeping 1 ms at a time on each CPU woke more than 1 ms late
+about once every two seconds, on *both* CPUs at the same moments (within ~5 ms),
+up to ~1.5 ms; an ordinary 300 µs sleeper saw up to 7 ms. That is the hypervisor
+(or the guest kernel) stopping the whole machine — emu's own load cannot delay a
+real-time thread on every CPU at once. Lower rates cannot avoid it; a quieter
+host or a rerun can. So such lateness is told apart and shown as ``machine_stall``
+(still not credible: the emulated links lost time), not as emulator overload.
+
+How: ``emu up`` starts one watcher per cluster (``python -m
+emu.credible.stallwatch OUT --watch PID…``): a probe process per CPU, pinned to
+it, ``SCHED_FIFO`` priority 1 where the kernel allows, timer slack 1 ns, that
+sleeps :data:`PERIOD` at a time and appends every wake-up later than
+:data:`STALL_MIN` to ``OUT`` as ``cpu due woke`` (``CLOCK_MONOTONIC``, shared by
+every process). Cost: ~1,000 short wake-ups a second per CPU. The watcher ends
+when the daemons it watches are gone. Readers take :func:`read` and
+:func:`machine_stalls` (the intervals every CPU was stalled in), and
+:func:`explained` decides which of a daemon's late sends such a stall explains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+#: a probe sleeps this long at a time; a stall is measured up to this much short
+PERIOD = 1e-3
+#: wake-ups later than this are recorded (an idle VM's usual lateness is 30-120 µs)
+STALL_MIN = 250e-6
+#: how often the watcher checks that the daemons it serves still run
+WATCH_EVERY_S = 1.0
+_PR_SET_TIMERSLACK = 29
+_PR_SET_PDEATHSIG = 1
+
+Interval = tuple[float, float]
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _probe(fd: int, cpu: int, period: float, stall_min: float) -> None:
+    """One CPU's probe (a child process): sleep, note late wake-ups, forever."""
+    os.sched_setaffinity(0, {cpu})
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlive the watcher
+    mono, sleep, write = time.monotonic, time.sleep, os.write
+    while True:
+        due = mono() + period
+        sleep(period)
+        woke = mono()
+        if woke - due > stall_min:
+            write(fd, f"{cpu} {due:.6f} {woke:.6f}\n".encode())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def run(out: str, watch: Sequence[int] = (), period: float = PERIOD,
+        stall_min: float = STALL_MIN) -> int:
+    """The watcher: header line, one probe per CPU, until SIGTERM or until every pid in
+    ``watch`` is gone (then the probes die with it)."""
+    rt = True
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # probes inherit it
+    except (OSError, AttributeError):
+        rt = False  # then its lateness includes CPU contention: not used to explain
+    _prctl(_PR_SET_TIMERSLACK, 1)
+    cpus = sorted(os.sched_getaffinity(0))
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+    os.write(fd, (json.dumps({"pid": os.getpid(), "cpus": cpus, "rt": rt, "period": period,
+                              "stall_min": stall_min, "start": time.monotonic()}) + "\n").encode())
+    kids = []
+    for cpu in cpus:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _probe(fd, cpu, period, stall_min)
+            finally:
+                os._exit(0)
+        kids.append(pid)
+
+    def stop(*_: Any) -> None:
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not watch or any(_alive(p) for p in watch):
+        time.sleep(WATCH_EVERY_S)
+    stop()
+    return 0
+
+
+def read(path: str) -> tuple[dict[str, Any] | None, list[tuple[int, float, float]]]:
+    """The watcher's header and its stalls ``(cpu, due, woke)``; ``(None, [])`` when
+    there is no watcher's file (or not a readable one)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, []
+    try:
+        head = json.loads(lines[0])
+    except (IndexError, ValueError):
+        return None, []
+    events = []
+    for ln in lines[1:]:
+        parts = ln.split()
+        if len(parts) == 3:
+            try:
+                events.append((int(parts[0]), float(parts[1]), float(parts[2])))
+            except ValueError:
+                continue  # a line cut short by a crash
+    return head, events
+
+
+def _intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def machine_stalls(events: Iterable[tuple[int, float, float]], cpus: Sequence[int],
+                   t0: float = float("-inf"), t1: float = float("inf")) -> list[Interval]:
+    """The intervals in which every CPU in ``cpus`` was stalled at once (each probe's
+    ``[due, woke]``), clipped to ``[t0, t1]``. One CPU's stall alone is not the
+    machine's: it may be the emulator's own load on that CPU (softirq work)."""
+    per: dict[int, list[Interval]] = {c: [] for c in cpus}
+    for cpu, due, woke in events:
+        if cpu in per and woke > t0 and due < t1:
+            per[cpu].append((max(due, t0), min(woke, t1)))
+    if not cpus:
+        return []
+    lists = [sorted(v) for v in per.values()]
+    acc = lists[0]
+    for other in lists[1:]:
+        acc = _intersect(acc, other)
+    return acc
+
+
+def overlap(a: float, b: float, stalls: Sequence[Interval]) -> float:
+    """Seconds of ``[a, b]`` inside the (disjoint, sorted) ``stalls``."""
+    return sum(max(0.0, min(b, e) - max(a, s)) for s, e in stalls)
+
+
+def explained(late: Iterable[Sequence[float]], stalls: Sequence[Interval],
+              slack: float = PERIOD) -> list[bool]:
+    """For each late send ``(due, t_free, now)`` — the daemon was due to top its port's
+    FIFO up at ``due`` and came back at ``now``, ``now - t_free`` after the port ran
+    dry — whether a machine stall explains it: had the machine not stopped, the daemon
+    would have been back within its FIFO (the stall inside ``[due, now]`` covers the
+    gap, give or take ``slack``, by which a probe's sleep can under-measure a stall)."""
+    return [overlap(due, now, stalls) + slack >= now - t_free for due, t_free, now in late]
+
+
+def measure(seconds: float = 5.0) -> dict[str, Any]:
+    """Watch this machine for ``seconds`` (``emu doctor --measure``): how often every CPU
+    stopped at once, for how long, and the hypervisor's steal meanwhile."""
+    import subprocess
+    import tempfile
+
+    def steal() -> float:
+        try:
+            with open("/proc/stat") as f:
+                return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    with tempfile.TemporaryDirectory(prefix="emu-stalls") as d:
+        out = os.path.join(d, "stalls.log")
+        w = subprocess.Popen([sys.executable, "-m", "emu.credible.stallwatch", out],
+                             stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while read(out)[0] is None and w.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            s0, t0 = steal(), time.monotonic()
+            time.sleep(seconds)
+            s1, t1 = steal(), time.monotonic()
+        finally:
+            w.terminate()
+            w.wait(timeout=10)
+        head, events = read(out)
+    stalls = machine_stalls(events, head["cpus"], t0, t1) if head else []
+    over = [e - s for s, e in stalls if e - s >= 1e-3]
+    return {"seconds": round(t1 - t0, 3), "real_time": bool(head and head.get("rt")),
+            "stalls_over_1ms": len(over), "stalled_s": round(sum(e - s for s, e in stalls), 6),
+            "longest_s": round(max((e - s for s, e in stalls), default=0.0), 6),
+            "steal_s": round(s1 - s0, 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m emu.credible.stallwatch",
+                                description="record moments when every CPU stalled at once")
+    p.add_argument("out", help="file the stalls are appended to")
+    p.add_argument("--watch", type=int, nargs="*", default=[],
+                   help="exit once all of these pids are gone")
+    p.add_argument("--period", type=float, default=PERIOD)
+    a = p.parse_args(argv)
+    return run(a.out, a.watch, a.period)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Machine stalls (emu.credible.stallwatch) and how an overload report uses them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emu.credible import stallwatch as sw
+from emu.credible.overload import delta, warning
+from emu.nic.daemon import overload
+from emu.nic.pacer import PortPacer
+
+
+def test_a_machine_stall_is_every_cpu_stalled_at_once():
+    ev = [(0, 1.000, 1.004), (1, 1.001, 1.005),  # both: 1.001-1.004
+          (0, 2.000, 2.003),                      # CPU 0 alone: its own load, not the machine's
+          (1, 3.000, 3.002), (0, 3.0015, 3.010)]  # both: 3.0015-3.002
+    stalls = sw.machine_stalls(ev, [0, 1])
+    assert stalls == [pytest.approx((1.001, 1.004)), pytest.approx((3.0015, 3.002))]
+    assert sw.machine_stalls(ev, [0, 1], t0=1.002, t1=1.5) == [pytest.approx((1.002, 1.004))]
+    assert sw.machine_stalls(ev, [0]) == [(1.0, 1.004), (2.0, 2.003), (3.0015, 3.01)]
+    assert sw.machine_stalls(ev, [0, 1, 2]) == []  # a CPU that never stalled
+    assert sw.overlap(1.0, 3.0018, stalls) == pytest.approx(3e-3 + 0.3e-3)
+
+
+def test_a_stall_explains_a_late_send_only_when_it_covers_the_gap():
+    stalls = [(10.0, 10.004)]  # the machine stopped for 4 ms
+    # due at 9.999 with a 2 ms FIFO (port dry at 10.001), back at 10.0045: 3.5 ms late,
+    # all but 0.5 ms of [due, back] was the stall
+    assert sw.explained([(9.999, 10.001, 10.0045)], stalls) == [True]
+    # 8 ms late around the same stall: the daemon was 4 ms late by itself
+    assert sw.explained([(9.999, 10.001, 10.009)], stalls) == [False]
+    # a late send far from any stall
+    assert sw.explained([(20.0, 20.002, 20.005)], stalls) == [False]
+
+
+def test_reading_a_watchers_file(tmp_path):
+    p = tmp_path / "w.log"
+    assert sw.read(str(p)) == (None, [])
+    p.write_text('{"pid": 1, "cpus": [0, 1], "rt": true, "start": 5.0}\n'
+                 "0 6.0 6.002\n1 6.0005 6.0021\ngarbage\n1 7.0 7.")
+    head, ev = sw.read(str(p))
+    assert head["cpus"] == [0, 1]
+    assert ev == [(0, 6.0, 6.002), (1, 6.0005, 6.0021), (1, 7.0, 7.0)]
+    p.write_text("not json\n0 1 2\n")
+    assert sw.read(str(p)) == (None, [])
+
+
+def test_the_pacer_keeps_each_late_sends_times():
+    p = PortPacer("eth0", 1e9, burst_s=1e-3, mtu=1500)
+    p.charge(0.0, 125_000, 10, waited=False)  # 1 ms of wire time: dry at 1 ms
+    p.charge(4e-3, 1500, 1, waited=True)      # back 3 ms after the port ran dry
+    assert p.counters()["late_events"] == [[0.0, 1e-3, 4e-3]]  # due, dry, back
+
+
+def _snap(t: float, late_events: list, stall_lines: list, late: int) -> dict:
+    ports = {"eth0": {"late": late, "late_s": 0.003 * late, "late_events": late_events}}
+    head = {"pid": 1, "cpus": [0, 1], "rt": True, "period": 1e-3, "start": 0.0}
+    return {"t": t, "switch": {}, "unreachable": [], "steal_s": 0.0,
+            "stallwatch": (head, stall_lines),
+            "nic": {"h1": {"overload": overload({}, ports), "tx_packets": 0, "retransmits": 0}}}
+
+
+def test_late_sends_a_machine_stall_explains_are_the_machines_not_the_emulators():
+    stalls = [(0, 10.0, 10.004), (1, 10.0, 10.0042)]
+    lates = [[9.999, 10.001, 10.0045],  # inside the stall
+             [19.0, 19.002, 19.006]]    # the daemon's own
+    d = delta(_snap(5.0, [], [], 0), _snap(30.0, lates, stalls, 2))
+    assert d["causes"] == {"machine_stall": 1, "tx_late": 1}
+    assert not d["credible"]
+    assert d["machine"]["stalls"] == 1 and d["machine"]["longest_s"] == pytest.approx(4e-3)
+    w = warning(d)
+    assert "emulator overload" in w and "stalled 4.0 ms in all" in w and "lower the rates" in w
+
+    d = delta(_snap(5.0, [], [], 0), _snap(30.0, lates[:1], stalls, 1))
+    assert d["causes"] == {"machine_stall": 1} and not d["credible"]
+    assert warning(d).startswith("warning: the machine stalled during this run")
+    assert "lower rates would not avoid it" in warning(d)
+
+
+def test_only_stalls_inside_the_run_and_a_real_time_watcher_count():
+    stalls = [(0, 10.0, 10.004), (1, 10.0, 10.0042)]
+    lates = [[9.999, 10.001, 10.0045]]
+    # the late send happened before the run (its first snapshot at 11 s)
+    d = delta(_snap(11.0, [], [], 1), _snap(30.0, lates, stalls, 1))
+    assert d["credible"]
+    # a watcher that could not run real-time measures CPU contention too: not used
+    after = _snap(30.0, lates, stalls, 1)
+    after["stallwatch"][0]["rt"] = False
+    d = delta(_snap(5.0, [], [], 0), after)
+    assert d["causes"] == {"tx_late": 1} and not d["machine"]["watched"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the watcher asks for SCHED_FIFO")
+def test_the_watcher_records_and_ends_with_the_daemons_it_serves(tmp_path):
+    out = tmp_path / "stalls.log"
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    w = subprocess.Popen([sys.executable, "-m", "emu.credible.stallwatch", str(out),
+                          "--watch", str(daemon.pid)])
+    try:
+        deadline = time.monotonic() + 10
+        while sw.read(str(out))[0] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        head, _ = sw.read(str(out))
+        assert head is not None and head["rt"] and head["pid"] == w.pid
+        assert head["cpus"] == sorted(os.sched_getaffinity(0))
+        kids = _children(w.pid, len(head["cpus"]))
+        assert len(kids) == len(head["cpus"])  # one probe per CPU
+        daemon.kill()
+        daemon.wait()
+        assert w.wait(timeout=10) == 0  # the daemons are gone: so is the watcher …
+        deadline = time.monotonic() + 5
+        while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(k) for k in kids)  # … and its probes
+    finally:
+        for p in (daemon, w):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=5)
+
+
+def _children(pid: int, n: int) -> list[int]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        if len(kids) >= n:
+            return kids
+        time.sleep(0.05)
+    return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the watcher asks for SCHED_FIFO")
+def test_doctor_measures_the_machines_stalls_and_shows_them():
+    from emu.apps.doctor import costs_lines
+    from emu.credible.capacity import REFERENCE, Costs
+
+    st = sw.measure(0.5)
+    assert st["real_time"] and st["seconds"] >= 0.5
+    assert 0 <= st["longest_s"] <= st["stalled_s"] + 1e-9
+    c = Costs(**{**REFERENCE.to_dict(), "source": "measured", "stalls_per_min": 12.0,
+                 "stall_longest": 4.2e-3})
+    line = costs_lines(c)[-1]
+    assert "12 per minute over 1 ms, longest 4.2 ms" in line and "machine_stall" in line
+    assert not any("machine stalls" in x for x in costs_lines(REFERENCE))  # not measured
