@@ -134,7 +134,9 @@ def _machine(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, dict[
     """The machine's whole-machine stalls between two snapshots, and their summary."""
     head, events = after.get("stallwatch") or (None, [])
     t0, t1 = before.get("t", 0.0), after.get("t", 0.0)
-    watched = bool(head) and bool(head.get("rt")) and head.get("start", t1) <= t0
+    # a watcher that ran real-time through the whole run (one that died says nothing)
+    watched = (bool(head) and bool(head.get("rt")) and bool(head.get("alive"))
+               and head.get("start", t1) <= t0)
     stalls = stallwatch.machine_stalls(events, head["cpus"], t0, t1) if watched else []
     summary = {"watched": watched, "stalls": len(stalls),
                "stalled_s": round(sum(e - s for s, e in stalls), 6),

@@ -117,7 +117,8 @@ def run(out: str, watch: Sequence[int] = (), period: float = PERIOD,
 
 def read(path: str) -> tuple[dict[str, Any] | None, list[tuple[int, float, float]]]:
     """The watcher's header and its stalls ``(cpu, due, woke)``; ``(None, [])`` when
-    there is no watcher's file (or not a readable one)."""
+    there is no watcher's file (or not a readable one). The header's ``alive`` says
+    whether the watcher still runs (a dead one's silence is not a quiet machine)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -127,6 +128,9 @@ def read(path: str) -> tuple[dict[str, Any] | None, list[tuple[int, float, float
         head = json.loads(lines[0])
     except (IndexError, ValueError):
         return None, []
+    if not isinstance(head, dict):
+        return None, []
+    head["alive"] = isinstance(head.get("pid"), int) and _alive(head["pid"])
     events = []
     for ln in lines[1:]:
         parts = ln.split()

@@ -46,7 +46,12 @@ def test_reading_a_watchers_file(tmp_path):
     p.write_text('{"pid": 1, "cpus": [0, 1], "rt": true, "start": 5.0}\n'
                  "0 6.0 6.002\n1 6.0005 6.0021\ngarbage\n1 7.0 7.")
     head, ev = sw.read(str(p))
-    assert head["cpus"] == [0, 1]
+    assert head["cpus"] == [0, 1] and head["alive"]  # pid 1 runs
+    p.write_text('{"pid": 999999999, "cpus": [0]}\n')
+    assert sw.read(str(p))[0]["alive"] is False
+    p.write_text('{"pid": 1, "cpus": [0, 1], "rt": true, "start": 5.0}\n'
+                 "0 6.0 6.002\n1 6.0005 6.0021\ngarbage\n1 7.0 7.")
+    head, ev = sw.read(str(p))
     assert ev == [(0, 6.0, 6.002), (1, 6.0005, 6.0021), (1, 7.0, 7.0)]
     p.write_text("not json\n0 1 2\n")
     assert sw.read(str(p)) == (None, [])
@@ -61,7 +66,7 @@ def test_the_pacer_keeps_each_late_sends_times():
 
 def _snap(t: float, late_events: list, stall_lines: list, late: int) -> dict:
     ports = {"eth0": {"late": late, "late_s": 0.003 * late, "late_events": late_events}}
-    head = {"pid": 1, "cpus": [0, 1], "rt": True, "period": 1e-3, "start": 0.0}
+    head = {"pid": 1, "cpus": [0, 1], "rt": True, "period": 1e-3, "start": 0.0, "alive": True}
     return {"t": t, "switch": {}, "unreachable": [], "steal_s": 0.0,
             "stallwatch": (head, stall_lines),
             "nic": {"h1": {"overload": overload({}, ports), "tx_packets": 0, "retransmits": 0}}}
@@ -95,6 +100,10 @@ def test_only_stalls_inside_the_run_and_a_real_time_watcher_count():
     after["stallwatch"][0]["rt"] = False
     d = delta(_snap(5.0, [], [], 0), after)
     assert d["causes"] == {"tx_late": 1} and not d["machine"]["watched"]
+    # nor one that died (its silence is not a quiet machine)
+    after = _snap(30.0, lates, stalls, 1)
+    after["stallwatch"][0]["alive"] = False
+    assert delta(_snap(5.0, [], [], 0), after)["causes"] == {"tx_late": 1}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the watcher asks for SCHED_FIFO")
