@@ -107,14 +107,15 @@ def bw_case(label: str, name: str, src: str, dst: str, transport: str, runs: int
                     "machine_stall": stall, "machine_stalled_ms": 1e3 * m.get("stalled_s", 0),
                     "steal_ms": 1e3 * m.get("steal_s", 0),
                     "retx": o.get("retransmitted_fraction"), "warned": d["warned"],
-                    "passed": d.get("passed", False)})
+                    "causes": o.get("causes") or {}, "passed": d.get("passed", False)})
+        why = ", ".join(f"{k} {v:g}" for k, v in sorted(res[-1]["causes"].items()))
         say(f"  {label} {transport} run {i + 1}/{runs}: {gbps:.3f} Gb/s "
             f"({res[-1]['fraction']:.2f} of {rate / 1e9:g} Gb/s), overload "
             f"{res[-1]['overload']}, machine stalls {stall} "
             f"({res[-1]['machine_stalled_ms']:.1f} ms stalled, "
             f"steal {res[-1]['steal_ms']:.0f} ms), "
             f"retransmitted {100 * (o.get('retransmitted_fraction') or 0):.3f} %"
-            f"{'  WARNED' if d['warned'] else ''}")
+            f"{f'  WARNED ({why})' if d['warned'] else ''}")
     return {"case": label, "transport": transport, "line_rate": rate, "runs": res,
             "median_fraction": statistics.median(r["fraction"] for r in res),
             "median_gbps": statistics.median(r["gbps"] for r in res),

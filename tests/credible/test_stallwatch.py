@@ -38,6 +38,9 @@ def test_a_stall_explains_a_late_send_only_when_it_covers_the_gap():
     assert sw.explained([(9.999, 10.001, 10.009)], stalls) == [False]
     # a late send far from any stall
     assert sw.explained([(20.0, 20.002, 20.005)], stalls) == [False]
+    # a short gap beside a sliver of a stall: the daemon's own (regression: a 1 ms slack
+    # once put a starved daemon's late sends on 10 µs of stall)
+    assert sw.explained([(9.9, 10.0035, 10.0045)], [(10.0039, 10.00391)]) == [False]
 
 
 def test_reading_a_watchers_file(tmp_path):
