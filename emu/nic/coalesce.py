@@ -18,9 +18,10 @@ Two rules make the default (``adaptive``); neither touches a ping-pong:
 * **stream**: while data arrives at a quarter of the port's line rate or
   more (over the last :data:`WINDOW` of reads), the daemon reads the port at
   most every :attr:`RxCoalescer.hold` — :data:`HOLD_FRAMES` frame times at
-  the line rate, at most :data:`HOLD_MAX`, and only where that spans two
-  frames or more. A slower flow, a latency test's lone datagram, the first
-  datagram after a pause: read at once. What the wait adds is the
+  the line rate, at most :data:`HOLD_MAX`, but two frames where that spans
+  fewer (up to :data:`HOLD_SLOW_MAX`; slower ports have no stream hold). A
+  slower flow, a latency test's lone datagram, the first datagram after a
+  pause: read at once. What the wait adds is the
   emulator's, and the transports already keep it out of their figures: a
   UET target's ACK says how long it held the packet (``service_time``, from
   the kernel's receive stamp), so NSCC's round trips leave it out, and the
@@ -49,6 +50,14 @@ WINDOW = 1e-3
 HOLD_FRAMES = 8
 #: … at most this long (seconds): ~8 frames of 9 KB at 1 Gb/s
 HOLD_MAX = 600e-6
+#: … or two frame times where :data:`HOLD_MAX` spans fewer, up to this long. Why: at
+#: 200 Mb/s (9 KB frames every 348 µs) a 600 µs cap held nothing, every datagram was a
+#: wake-up, and the leaf-spine's daemons starved (A/B, UET h1 → h4 with the pipeline:
+#: 696 µs holds took the receiver's CPU 187-205 → 139-161 ticks a run, the sender's
+#: 207-230 → 178-205, RoCEv2's receiver 211-213 → 120-127, the same goodput). Not
+#: longer: two frames at 100 Mb/s (1.4 ms) sent UET into spurious timeouts (23 % of
+#: its packets resent, against 0.2-6 % without the hold)
+HOLD_SLOW_MAX = 750e-6
 #: the transmit rule waits only while this much wire time is queued (seconds) …
 BUSY_MIN = 1e-3
 #: … and reads again this long before the queue would run dry: the daemon's wake-up, its
@@ -77,8 +86,8 @@ class RxCoalescer:
             self.hold = 0.0
         else:
             frame_s = (mtu + 14) * 8 / self.rate
-            hold = min(HOLD_MAX, HOLD_FRAMES * frame_s)
-            self.hold = hold if hold >= 2 * frame_s else 0.0
+            hold = max(min(HOLD_MAX, HOLD_FRAMES * frame_s), 2 * frame_s)
+            self.hold = hold if hold <= HOLD_SLOW_MAX else 0.0
         self.streaming = False
         self._start: float | None = None
         self._bytes = 0

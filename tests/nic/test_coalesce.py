@@ -76,11 +76,22 @@ def test_the_transmit_rule_waits_until_the_queue_nearly_drains():
 
 
 def test_slow_ports_have_no_stream_hold():
-    """At 100 Mb/s a 9 KB frame takes 720 µs: a hold could not gather two of them."""
+    """At 100 Mb/s a 9 KB frame takes 720 µs: two of them would hold the ACK 1.4 ms."""
     co = RxCoalescer(100e6, MTU)
     assert co.hold == 0.0
     t = _stream(co, 100e6, 5 * C.WINDOW)
     assert co.streaming and co.hold_until(t, 0.0) is None
+
+
+def test_a_port_too_slow_for_the_usual_hold_holds_two_frames():
+    """At 200 Mb/s 600 µs gathered no second frame (348 µs apart): every datagram was a
+    wake-up. Two frame times (696 µs) halve them."""
+    frame = (MTU + 14) * 8 / 200e6
+    co = RxCoalescer(200e6, MTU)
+    assert co.hold == pytest.approx(2 * frame) and co.hold > C.HOLD_MAX
+    t = _stream(co, 200e6, 5 * C.WINDOW)
+    assert co.hold_until(t, 0.0) == pytest.approx(t + 2 * frame)
+    assert RxCoalescer(GBIT, MTU).hold == pytest.approx(min(C.HOLD_MAX, C.HOLD_FRAMES * FRAME_S))
 
 
 def test_settings_off_unpaced_and_fixed():
