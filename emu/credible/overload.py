@@ -83,7 +83,7 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     from emu.switch.client import request
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic(),
-                           "steal_s": steal_seconds(),
+                           "steal_s": stallwatch.steal_seconds(),
                            "stallwatch": stallwatch.read(stallwatch_path(cluster))}
     for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
         host = os.path.basename(path)[:-5]
@@ -117,17 +117,6 @@ def stallwatch_path(cluster: str) -> str:
     """Where the cluster's machine-stall watcher writes (beside its NIC daemons' sockets,
     removed with them)."""
     return os.path.join(NIC_RUN_DIR, cluster, "stallwatch.log")
-
-
-def steal_seconds(path: str = "/proc/stat") -> float:
-    """CPU time the hypervisor gave other guests while this one's CPUs wanted to run
-    (``/proc/stat`` steal, summed over CPUs), seconds; 0 where there is none."""
-    try:
-        with open(path) as f:
-            fields = f.readline().split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def _machine(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, dict[str, Any]]:

@@ -190,18 +190,22 @@ def explained(late: Iterable[Sequence[float]], stalls: Sequence[Interval]) -> li
     return [overlap(due, now, stalls) >= now - t_free for due, t_free, now in late]
 
 
+def steal_seconds(path: str = "/proc/stat") -> float:
+    """CPU time the hypervisor gave other guests while this one's CPUs wanted to run
+    (``/proc/stat`` steal, summed over CPUs), seconds; 0 where there is none."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def measure(seconds: float = 5.0) -> dict[str, Any]:
     """Watch this machine for ``seconds`` (``emu doctor --measure``): how often every CPU
     stopped at once, for how long, and the hypervisor's steal meanwhile."""
     import subprocess
     import tempfile
-
-    def steal() -> float:
-        try:
-            with open("/proc/stat") as f:
-                return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return 0.0
 
     with tempfile.TemporaryDirectory(prefix="emu-stalls") as d:
         out = os.path.join(d, "stalls.log")
@@ -211,9 +215,9 @@ def measure(seconds: float = 5.0) -> dict[str, Any]:
             deadline = time.monotonic() + 10
             while read(out)[0] is None and w.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            s0, t0 = steal(), time.monotonic()
+            s0, t0 = steal_seconds(), time.monotonic()
             time.sleep(seconds)
-            s1, t1 = steal(), time.monotonic()
+            s1, t1 = steal_seconds(), time.monotonic()
         finally:
             w.terminate()
             w.wait(timeout=10)

@@ -173,3 +173,12 @@ def test_doctor_measures_the_machines_stalls_and_shows_them():
     line = costs_lines(c)[-1]
     assert "12 per minute over 1 ms, longest 4.2 ms" in line and "machine_stall" in line
     assert not any("machine stalls" in x for x in costs_lines(REFERENCE))  # not measured
+
+
+def test_steal_is_read_from_the_first_line_of_proc_stat(tmp_path):
+    p = tmp_path / "stat"
+    p.write_text("cpu  10 0 5 900 0 0 3 250 0 0\ncpu0 5 0 2 450 0 0 1 125 0 0\n")
+    assert sw.steal_seconds(str(p)) == pytest.approx(250 / os.sysconf("SC_CLK_TCK"))
+    assert sw.steal_seconds(str(tmp_path / "none")) == 0.0
+    p.write_text("cpu  1 2 3\n")  # a kernel without the steal column
+    assert sw.steal_seconds(str(p)) == 0.0
