@@ -266,35 +266,33 @@ def switch_counters(cluster: str) -> dict[str, dict]:
     return out
 
 
-def _start_scheduler(cluster: str) -> int:
-    argv = [sys.executable, "-m", "emu.cluster.scheduler", cluster]
-    state.add_spawn(cluster, argv, "scheduler")
-    log = open(event_log(cluster) + ".scheduler.log", "ab")  # noqa: SIM115 - child keeps it
-    proc = subprocess.Popen(argv,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+def _spawn_logged(cluster: str, argv: list[str], what: str) -> int:
+    """A helper process of the cluster, its output in ``<event log>.<what>.log``; its pid
+    journalled before the fork and recorded after (``emu down`` stops it)."""
+    state.add_spawn(cluster, argv, what)
+    log = open(f"{event_log(cluster)}.{what}.log", "ab")  # noqa: SIM115 - child keeps it
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True)
     log.close()
-    state.add_pid(cluster, proc.pid, "scheduler")
+    state.add_pid(cluster, proc.pid, what)
     return proc.pid
+
+
+def _start_scheduler(cluster: str) -> int:
+    return _spawn_logged(cluster, [sys.executable, "-m", "emu.cluster.scheduler", cluster],
+                         "scheduler")
 
 
 def _start_stallwatch(cluster: str, daemons: list[int]) -> int:
     """The cluster's machine-stall watcher (:mod:`emu.credible.stallwatch`): it tells a
     stall of the whole machine from the daemons' own lateness in every overload report,
     and ends when the daemons it serves are gone."""
-    from emu.credible.overload import stallwatch_path
+    from emu.credible import stallwatch
 
-    out = stallwatch_path(cluster)
+    out = stallwatch.path(cluster)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "emu.credible.stallwatch", out,
-            "--watch", *map(str, daemons)]
-    state.add_spawn(cluster, argv, "stallwatch")
-    log = open(event_log(cluster) + ".stallwatch.log", "ab")  # noqa: SIM115 - child keeps it
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True)
-    log.close()
-    state.add_pid(cluster, proc.pid, "stallwatch")
-    return proc.pid
+    return _spawn_logged(cluster, [sys.executable, "-m", "emu.credible.stallwatch", out,
+                                   "--watch", *map(str, daemons)], "stallwatch")
 
 
 def down(cluster: str) -> dict[str, int]:
@@ -402,8 +400,8 @@ def split_node(spec: str, cluster: str | None) -> tuple[str, str]:
 
 
 def remove_logs(cluster: str) -> None:
-    for p in (event_log(cluster), event_log(cluster) + ".scheduler.log",
-              event_log(cluster) + ".stallwatch.log"):
+    for p in (event_log(cluster), *(f"{event_log(cluster)}.{w}.log"
+                                    for w in ("scheduler", "stallwatch"))):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 

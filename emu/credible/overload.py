@@ -36,9 +36,9 @@ import time
 from typing import Any
 
 from emu.credible import stallwatch
+from emu.nic.protocol import RUN_DIR as NIC_RUN_DIR
 from emu.nic.protocol import overload_causes
 
-NIC_RUN_DIR = "/run/emu/nic"
 SWITCH_RUN_DIR = "/run/emu/switch"
 #: engine counters that count retransmitted packets on the wire (RoCE go-back-N; UET RUD,
 #: whatever the cause; RUDI). Not UET's ``rto_retransmits``: a cause, already inside
@@ -84,7 +84,7 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic(),
                            "steal_s": stallwatch.steal_seconds(),
-                           "stallwatch": stallwatch.read(stallwatch_path(cluster))}
+                           "stallwatch": stallwatch.read(stallwatch.path(cluster))}
     for path in sorted(glob.glob(os.path.join(NIC_RUN_DIR, cluster, "*.sock"))):
         host = os.path.basename(path)[:-5]
         try:
@@ -113,12 +113,6 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     return out
 
 
-def stallwatch_path(cluster: str) -> str:
-    """Where the cluster's machine-stall watcher writes (beside its NIC daemons' sockets,
-    removed with them)."""
-    return os.path.join(NIC_RUN_DIR, cluster, "stallwatch.log")
-
-
 def _machine(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, dict[str, Any]]:
     """The machine's whole-machine stalls between two snapshots, and their summary."""
     head, events = after.get("stallwatch") or (None, [])
@@ -127,11 +121,8 @@ def _machine(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, dict[
     watched = (bool(head) and bool(head.get("rt")) and bool(head.get("alive"))
                and head.get("start", t1) <= t0)
     stalls = stallwatch.machine_stalls(events, head["cpus"], t0, t1) if watched else []
-    summary = {"watched": watched, "stalls": len(stalls),
-               "stalled_s": round(sum(e - s for s, e in stalls), 6),
-               "longest_s": round(max((e - s for s, e in stalls), default=0.0), 6),
-               "steal_s": round(after.get("steal_s", 0.0) - before.get("steal_s", 0.0), 3)}
-    return stalls, summary
+    return stalls, {"watched": watched, **stallwatch.summary(stalls),
+                    "steal_s": round(after.get("steal_s", 0.0) - before.get("steal_s", 0.0), 3)}
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

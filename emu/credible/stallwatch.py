@@ -35,6 +35,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from emu import proc
+from emu.nic.protocol import RUN_DIR
+
 #: a probe sleeps this long at a time; a stall is measured up to this much short
 PERIOD = 1e-3
 #: wake-ups later than this are recorded (an idle VM's usual lateness is 30-120 µs)
@@ -67,12 +70,10 @@ def _probe(fd: int, cpu: int, period: float, stall_min: float) -> None:
             write(fd, f"{cpu} {due:.6f} {woke:.6f}\n".encode())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+def path(cluster: str) -> str:
+    """Where a cluster's watcher writes: beside its NIC daemons' sockets, removed with
+    them (``emu.cluster.remove_run_dirs``)."""
+    return os.path.join(RUN_DIR, cluster, "stallwatch.log")
 
 
 def run(out: str, watch: Sequence[int] = (), period: float = PERIOD,
@@ -109,7 +110,8 @@ def run(out: str, watch: Sequence[int] = (), period: float = PERIOD,
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not watch or any(_alive(p) for p in watch):
+    starts = {p: proc.start_time(p) for p in watch}  # a reused pid is not the daemon
+    while not watch or any(proc.alive(p, t) for p, t in starts.items()):
         time.sleep(WATCH_EVERY_S)
     stop()
     return 0
@@ -130,7 +132,7 @@ def read(path: str) -> tuple[dict[str, Any] | None, list[tuple[int, float, float
         return None, []
     if not isinstance(head, dict):
         return None, []
-    head["alive"] = isinstance(head.get("pid"), int) and _alive(head["pid"])
+    head["alive"] = isinstance(head.get("pid"), int) and not proc.gone(head["pid"])
     events = []
     for ln in lines[1:]:
         parts = ln.split()
@@ -171,6 +173,12 @@ def machine_stalls(events: Iterable[tuple[int, float, float]], cpus: Sequence[in
     for other in lists[1:]:
         acc = _intersect(acc, other)
     return acc
+
+
+def summary(stalls: Sequence[Interval]) -> dict[str, Any]:
+    """How many machine stalls, how long in all and the longest (seconds)."""
+    return {"stalls": len(stalls), "stalled_s": round(sum(e - s for s, e in stalls), 6),
+            "longest_s": round(max((e - s for s, e in stalls), default=0.0), 6)}
 
 
 def overlap(a: float, b: float, stalls: Sequence[Interval]) -> float:
@@ -223,10 +231,8 @@ def measure(seconds: float = 5.0) -> dict[str, Any]:
             w.wait(timeout=10)
         head, events = read(out)
     stalls = machine_stalls(events, head["cpus"], t0, t1) if head else []
-    over = [e - s for s, e in stalls if e - s >= 1e-3]
     return {"seconds": round(t1 - t0, 3), "real_time": bool(head and head.get("rt")),
-            "stalls_over_1ms": len(over), "stalled_s": round(sum(e - s for s, e in stalls), 6),
-            "longest_s": round(max((e - s for s, e in stalls), default=0.0), 6),
+            "stalls_over_1ms": sum(1 for s, e in stalls if e - s >= 1e-3), **summary(stalls),
             "steal_s": round(s1 - s0, 3)}
 
 

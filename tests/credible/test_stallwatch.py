@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from emu import proc
 from emu.credible import stallwatch as sw
 from emu.credible.overload import delta, warning
 from emu.nic.daemon import overload
@@ -153,11 +154,7 @@ def _children(pid: int, n: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    return not proc.gone(pid)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the watcher asks for SCHED_FIFO")
