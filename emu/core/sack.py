@@ -283,6 +283,13 @@ class RangeSet:
         self.add(psn)
         self.advance()
 
+    def advance_by(self, count: int) -> None:
+        """The ``count`` PSNs at the floor arrived, nothing being held above it: the
+        receiver's in-order run (a batch of :meth:`add_advance` calls) in O(1)."""
+        if self._starts:
+            raise ValueError("advance_by: PSNs are held above the floor")
+        self._floor += count
+
     def add_range(self, start: int, count: int) -> int:
         """Insert ``start .. start+count-1``; returns how many PSNs were new."""
         if count <= 0:

@@ -5,8 +5,9 @@
 inside the host's namespace. Shape, after trio's DTLS endpoint: per engine,
 one receive task per socket drains the socket until EAGAIN (``checkpoint()``
 every ``rx_batch`` reads, ``wait_readable`` when empty) into a bounded
-backlog that drops and counts; one engine task feeds the backlog to
-``engine.receive_datagram`` in batches and then *pumps* the engine; one
+backlog that drops and counts; one engine task feeds the backlog to the
+engine in batches (``receive_batch`` where it has one, else
+``receive_datagram`` per datagram) and then *pumps* the engine; one
 timer task sleeps in a cancel scope whose deadline is re-armed from
 ``get_timer()`` after every pump; one transmit task waits for socket space
 only while the transmit queue is blocked. Readiness is ``nursery.start``:
@@ -92,6 +93,11 @@ class EngineSlot:
     #: the backlog's kernel receive times (``time.time()`` seconds; 0.0: none), in step
     #: with it — only for an engine whose receive_datagram takes ``arrived=``, else None
     times: deque[float] | None = None
+    #: the engine's ``receive_batch`` (UET), which takes the backlog's items as they are,
+    #: or None: one ``receive_datagram`` call per datagram
+    batch: Any = None
+    #: ``trimmed_tos`` as booleans, None when no TOS marks a trimmed datagram
+    trim: tuple[bool, ...] | None = None
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -202,7 +208,10 @@ class NicDaemon:
                                               trimmed_tos=trimmed,
                                               takes_trimmed=takes(engine, "trimmed"),
                                               times=deque() if takes(engine, "arrived")
-                                              else None)
+                                              else None,
+                                              batch=getattr(engine, "receive_batch", None),
+                                              trim=tuple(map(bool, trimmed))
+                                              if any(trimmed) else None)
                 if self.slots[name].times is not None:
                     for ps in tx.mains:
                         ps.enable_stamps()
@@ -392,13 +401,16 @@ class NicDaemon:
         """Hand the engine up to ``engine_batch`` datagrams from the backlog; an engine
         that takes ``arrived=`` gets each one's kernel receive time on its own clock."""
         backlog = slot.backlog
-        recv = slot.engine.receive_datagram
-        trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
         times = slot.times  # in step with the backlog (PortSocket.recv_batch)
-        kw: dict[str, float | None] = {}
         if times is not None:
             skew = time.time() - now  # the receive stamps' clock minus trio's
         c = slot.c
+        if slot.batch is not None:
+            self._feed_batch(slot, now, skew if times is not None else 0.0)
+            return
+        recv = slot.engine.receive_datagram
+        trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
+        kw: dict[str, float | None] = {}
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
             if times is not None:
@@ -414,6 +426,34 @@ class NicDaemon:
             except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
                 c["engine_errors"] += 1
                 self._log_once(f"{slot.name}: receive_datagram raised {e!r}")
+        c["engine_batches"] += 1
+
+    def _feed_batch(self, slot: EngineSlot, now: float, skew: float) -> None:
+        """:meth:`_feed` for an engine that takes a batch (``receive_batch``): the
+        backlog's items as they are, the batch's kernel receive times on trio's clock."""
+        backlog, times, c = slot.backlog, slot.times, slot.c
+        k = min(self.cfg.engine_batch, len(backlog))
+        if k == len(backlog):
+            items = list(backlog)
+            backlog.clear()
+        else:
+            items = [backlog.popleft() for _ in range(k)]
+        arrived = None
+        if times is not None:
+            if k == len(times):
+                ts = list(times)
+                times.clear()
+            else:
+                ts = [times.popleft() for _ in range(k)]
+            arrived = [t - skew if t else None for t in ts]
+        trim = slot.trim
+        if trim is not None:
+            c["rx_trimmed"] += sum(1 for _, _, tos in items if trim[tos])
+        try:
+            slot.batch(items, now, trim=trim, arrived=arrived)
+        except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
+            c["engine_errors"] += 1
+            self._log_once(f"{slot.name}: receive_batch raised {e!r}")
         c["engine_batches"] += 1
 
     def _ingest(self, slot: EngineSlot, now: float) -> None:

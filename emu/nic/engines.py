@@ -13,6 +13,8 @@ The datagram side is :class:`emu.transports.base.Engine`, driven exactly so
     engine.receive_datagram(data, addr, now, ecn=tos & 3)    # every datagram read
     #  … with trimmed=True instead when the DSCP is a trimmed one (--trimmed-dscp) and
     #  the engine's receive_datagram has that keyword (UET); decided once per engine
+    engine.receive_batch(items, now, trim=, arrived=)        # instead, if it has one (UET):
+    #  a read's (data, addr, tos) items as they are, trim[tos] for trimmed DSCPs
     engine.handle_timer(now)                                # when get_timer() is due
     engine.datagrams_to_send(now) -> [(data, addr, TxMeta)]  # after every input; data may
     #  be a Gather, or a Run (meta None: several datagrams, emu.transports.base) → TxPath

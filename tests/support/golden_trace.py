@@ -141,13 +141,13 @@ BULK = [("write", 1 << 20, None), ("write", (1 << 20) + 5, None), ("send", 300_0
 
 
 def _uet(seed: int, ekw: dict, src_ports: bool, plan: list = MIXED,
-         impair: dict = IMPAIR, trim_p: float = TRIM_P) -> list[Record]:
+         impair: dict = IMPAIR, trim_p: float = TRIM_P, batch: bool = False) -> list[Record]:
     from uet_pair import B, uet_pair
 
     from emu.core.verbs import Sge
 
     p = uet_pair(seed=seed, ekw=ekw, trim=_trim_hook(seed, trim_p), trimmer=trim_uet,
-                 src_ports=src_ports, **impair)
+                 src_ports=src_ports, batch=batch, **impair)
     p.link.wire = []
     checks = []
     for i, (kind, size, mode) in enumerate(plan):
@@ -183,17 +183,20 @@ def uet_plain() -> list[Record]:
     return _uet(31, {"mtu": 1024}, False)
 
 
-def uet_daemon() -> list[Record]:
+def uet_daemon(batch: bool = False) -> list[Record]:
     """UET as the daemons run it: Gather and Run output, ACK coalescing, NSCC, REPS
-    paths (entropies echoed by the link), an adaptive RTO."""
+    paths (entropies echoed by the link), an adaptive RTO. ``batch``: what arrives at
+    one instant reaches the target in one ``receive_batch``, as a daemon's read
+    hands it over — the same datagrams must leave (the recording was made one by one)."""
     return _uet(32, {"mtu": 2048, "gather": True, "runs": True, "ack_coalesce": True,
-                     "cc": "nscc", "paths": "reps", "rto_max": 8e-3}, True)
+                     "cc": "nscc", "paths": "reps", "rto_max": 8e-3}, True, batch=batch)
 
 
-def uet_bulk() -> list[Record]:
-    """UET daemon-style bulk WRITEs and a SEND with light loss: the fast paths at work."""
+def uet_bulk(batch: bool = False) -> list[Record]:
+    """UET daemon-style bulk WRITEs and a SEND with light loss: the fast paths at work
+    (``batch``: as for :func:`uet_daemon`)."""
     return _uet(33, {"mtu": 4096, "gather": True, "runs": True, "ack_coalesce": True},
-                False, BULK, LIGHT, 0.004)
+                False, BULK, LIGHT, 0.004, batch=batch)
 
 
 SCENARIOS: dict[str, Callable[[], list[Record]]] = {

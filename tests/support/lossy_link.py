@@ -40,6 +40,12 @@ from emu.core.memory import Access, MemoryRegion, MemoryTable
 from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged
 
 
+#: the DSCP a batch-delivering link marks a trimmed datagram with (its receive_batch
+#: ``trim`` table says so)
+_TRIM_DSCP = 9
+_TRIM_TOS = tuple(tos >> 2 == _TRIM_DSCP for tos in range(256))
+
+
 class HeapBuffer:
     """A plain-memory stand-in for SharedBuffer (what MemoryTable.register reads)."""
 
@@ -88,6 +94,9 @@ class LossyLink:
     tap: list[tuple[float, str, bytes, int]] | None = None  # (time, from, data, ecn) if set
     #: if set, every datagram as sent: (time, from, data, address, TxMeta)
     wire: list[tuple[float, str, bytes, Any, Any]] | None = None
+    #: deliver what arrives at one instant to an engine in one ``receive_batch`` (as a
+    #: daemon hands over what one read brought), where the engine has it
+    batch: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -157,6 +166,7 @@ class LossyLink:
         if not cand:
             return False
         self.now = max(self.now, min(cand))
+        batches: dict[str, list[tuple[Any, tuple, int]]] = {"a": [], "b": []}
         while self._q and self._q[0][0] <= self.now:
             _, _, to, data, ecn, cut = heapq.heappop(self._q)
             eng = self.a if to == "a" else self.b
@@ -164,10 +174,16 @@ class LossyLink:
             if self.src_ports:
                 data, port = data  # type: ignore[misc]
                 src = (src[0], port)
-            if cut:
+            if self.batch and hasattr(eng, "receive_batch"):
+                batches[to].append((data, src, ecn | (_TRIM_DSCP << 2 if cut else 0)))
+            elif cut:
                 eng.receive_datagram(data, src, self.now, ecn=ecn, trimmed=True)  # type: ignore[call-arg]
             else:
                 eng.receive_datagram(data, src, self.now, ecn=ecn)
+        for to, items in batches.items():
+            if items:
+                (self.a if to == "a" else self.b).receive_batch(  # type: ignore[attr-defined]
+                    items, self.now, trim=_TRIM_TOS)
         for eng in (self.a, self.b):
             t = eng.get_timer()
             if t is not None and t <= self.now:

@@ -30,6 +30,34 @@ def test_scenario_emits_the_recorded_datagrams(name):
     assert len(got) == len(want), f"{name}: {len(got)} datagrams, recorded {len(want)}"
 
 
+@pytest.mark.parametrize(("name", "in_runs"), [("uet-daemon", 4), ("uet-bulk", 100)])
+def test_uet_receive_batches_emit_the_recorded_datagrams(name, in_runs):
+    """The daemons' way in — each instant's arrivals in one ``receive_batch``, where the
+    target places runs of a WRITE at once (``Target.write_run``) — leaves the datagrams
+    recorded with one ``receive_datagram`` per arrival, and really took runs."""
+    want = decode(path(name).read_bytes())
+    runs: list[int] = []
+    from emu.transports.uet.target import Target
+    real = Target.write_run
+
+    def spy(self, *a):
+        k = real(self, *a)
+        runs.append(k)
+        return k
+
+    Target.write_run = spy  # type: ignore[method-assign]
+    try:
+        got = SCENARIOS[name](batch=True)  # type: ignore[call-arg]
+    finally:
+        Target.write_run = real  # type: ignore[method-assign]
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        if g != w:
+            pytest.fail(f"{name}: first difference at datagram {i}\n  got  {_where(i, g)}\n"
+                        f"  want {_where(i, w)}")
+    assert len(got) == len(want)
+    assert sum(k for k in runs if k > 1) >= in_runs, runs  # packets placed in runs
+
+
 def test_storage_round_trips_and_a_changed_byte_is_seen():
     """The comparison can fail: one flipped bit in one datagram is a difference."""
     from golden_trace import encode

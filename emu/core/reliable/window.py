@@ -76,10 +76,17 @@ class RecvWindow:
         """Whether extended ``psn`` has arrived (below the floor counts as arrived)."""
         return psn < self.rcvd.floor_ext or psn in self.rcvd
 
-    def accept(self, psn: int) -> None:
+    def accept(self, psn: int, count: int = 1) -> None:
         """Extended ``psn`` (classified :attr:`Rx.NEW`) arrived: record it, advancing the
-        floor past everything now contiguous; count it if it came ahead of a hole."""
+        floor past everything now contiguous; count it if it came ahead of a hole.
+        ``count`` > 1: the run ``psn .. psn + count - 1`` arrived in order at the floor
+        with nothing held above it (a receive batch's fast path)."""
         rs = self.rcvd
+        if count != 1:
+            if psn != rs.floor_ext:
+                raise ValueError(f"accept: a run of {count} must start at the floor")
+            rs.advance_by(count)
+            return
         if psn > rs.floor_ext:
             self.ooo += 1
         rs.add_advance(psn & self.space.mask)

@@ -156,7 +156,7 @@ def decode_ack(data: bytes | bytearray | memoryview) -> UetPacket | None:
 
 
 def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None:
-    """The fields the target's WRITE fast path needs (``Target.write_middle``) of a RUD or
+    """The fields the target's WRITE fast path needs (``Target.write_run``) of a RUD or
     ROD request with a standard header, no SYN and no SOM, opcode WRITE:
     ``(type, retx, ar, clear_psn_offset, psn, spdcid, dpdcid, message_id, buffer_offset,
     mem_key, payload_length, message_offset, request_length)``; None for anything else."""

@@ -357,14 +357,18 @@ class PsnMessages:
         self.count = 0
         self.keep = keep
 
-    def add(self, psn: int, mid: int) -> None:
+    def add(self, psn: int, mid: int, count: int = 1) -> None:
+        """PSN ``psn`` carried message ``mid`` — or the ``count`` PSNs from it, which must
+        then lie above every PSN recorded (an in-order run)."""
         ends = self.ends
         if ends and ends[-1] == psn and self.mids[-1] == mid:
-            ends[-1] = psn + 1
+            ends[-1] = psn + count
         elif not ends or psn >= ends[-1]:
             self.starts.append(psn)
-            ends.append(psn + 1)
+            ends.append(psn + count)
             self.mids.append(mid)
+        elif count != 1:
+            raise ValueError("PsnMessages.add: a run must lie above every recorded PSN")
         else:
             i = bisect_right(self.starts, psn)
             if i and psn < ends[i - 1]:
@@ -375,7 +379,7 @@ class PsnMessages:
                 self.starts.insert(i, psn)
                 ends.insert(i, psn + 1)
                 self.mids.insert(i, mid)
-        self.count += 1
+        self.count += count
         while self.count > self.keep:
             k = min(ends[0] - self.starts[0], self.count - self.keep)
             self.starts[0] += k
@@ -397,6 +401,13 @@ class PsnMessages:
 
     def __len__(self) -> int:
         return self.count
+
+
+def cleared(clear_psn: int, cp: int, floor: int) -> int:
+    """CLEAR_PSN after a request or CP CLEAR names ``cp`` (extended) while ``floor`` is the
+    first missing PSN: it moves up, never past one beyond the first missing PSN — the
+    initiator has seen everything below it ACKed (uet.md: PDS headers — CLEAR_PSN)."""
+    return cp if clear_psn < cp <= floor + 1 else clear_psn
 
 
 @dataclass(eq=False)
@@ -427,7 +438,7 @@ class TargetPdc:
     last_rx: float = 0.0  # when the initiator was last heard (idle reaping, :mod:`.control`)
     rod_nacked: int | None = None  # ROD: first_missing we already sent ROD_OOO for
     #: (message id, length, R_Key, buffer offset, region, assembly) of the WRITE the fast
-    #: path placed last (Target.write_middle): its checks hold for the next packet
+    #: path placed last (Target.write_run): its checks hold for the next packet
     stream: tuple[Any, ...] | None = None
     #: a request or CP without SYN has matched it: the initiator has our DPDCID, so
     #: a SYN with another Start_PSN is a stray or a forgery, never a new incarnation
@@ -459,10 +470,17 @@ class TargetPdc:
 
     def clear_to(self, cp: int) -> None:
         """CLEAR_PSN (extended ``cp``, from a request's clear_psn_offset or a CP CLEAR)
-        moves up, never past one beyond the first missing PSN: the initiator has seen
-        everything below it ACKed (uet.md: PDS headers — CLEAR_PSN)."""
-        if self.clear_psn < cp <= self.win.rcvd.floor_ext + 1:
-            self.clear_psn = cp
+        moves up (:func:`cleared`)."""
+        self.clear_psn = cleared(self.clear_psn, cp, self.win.rcvd.floor_ext)
+
+    def clear_lags(self, fm: int) -> bool:
+        """With ``fm`` the first missing PSN, CLEAR_PSN lags by more than half the window
+        and was not asked for within the last half window: the next ACK asks for a
+        CLEAR — once, not on every ACK while the initiator's answer (or its next
+        requests' clear_psn_offset) is on its way."""
+        half = self.window // 2
+        return fm - self.clear_psn > half and fm - self.clear_asked > half
+
 
     def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
         """Store a message's SES response so a duplicate can fetch it again."""

@@ -10,6 +10,7 @@ bitmap and the receiver's cc_state (uet.md: PDS headers, ACK_CC).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from emu.core.memory import Access, MemoryAccessError
@@ -21,11 +22,13 @@ from emu.transports.uet import fastpath as FP
 from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
-from emu.transports.uet.pdc import PdcIds, TargetPdc
+from emu.transports.uet.pdc import PdcIds, TargetPdc, cleared
 from emu.transports.uet.pds import nack_packet, s16
 from emu.wire.codec.uet import PdsAckCcNscc, encode_packet
 
 _M = PSN32.mask
+#: what :meth:`Target._ack_due` says a request is owed
+_ACK_NOW, _ACK_COALESCED = 1, 2
 _NH_RSP = 4
 #: SES request opcodes the target serves: a SYN carrying another creates no PDC
 _SERVED_OPS = frozenset({S.OP_WRITE, S.OP_READ, *S.SH.ATOMIC_OPS, *S.SEND_OPS})
@@ -166,60 +169,81 @@ class Target:
                        pds.ar or pds.syn, pds.retx, rsp)
 
     def _accepted(self, t: TargetPdc, psn: int, n: int, mid: int, ent: int | None,
-                  ce: bool, ack_now: bool, retx: int, rsp: tuple[int, int] | None) -> None:
-        """A request at extended ``psn`` (``n`` payload bytes, message ``mid``) was placed:
-        mark it received, then ACK per the ACK-generation rules (uet.md: Behaviour) —
-        at once for AR/SYN/CE/a response/a CLEAR request, else every ``ack_bytes``."""
+                  ce: bool, ack_now: bool, retx: int, rsp: tuple[int, int] | None,
+                  count: int = 1) -> None:
+        """A request at extended ``psn`` (``n`` payload bytes, message ``mid``) was placed —
+        or ``count`` of them, ``psn - count + 1 .. psn`` in order at the first missing
+        PSN, each of ``n`` bytes (:meth:`write_run`): mark them received, then ACK per
+        the ACK-generation rules (uet.md: Behaviour, :meth:`_ack_due`) for the newest."""
         h = self.h
-        win = t.win
-        win.accept(psn)
-        t.rcvd_bytes += n
-        t.bytes_since_ack += n if n > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
-        t.psn_msg.add(psn, mid)
-        h.stats["rx_data_packets"] += 1
-        fm = win.rcvd.floor_ext
-        half = t.window // 2
-        # CLEAR_PSN lags by more than half the window: ask once, not on every ACK while the
-        # initiator's answer (or its next requests' clear_psn_offset) is on its way
-        clear_needed = fm - t.clear_psn > half and fm - t.clear_asked > half
+        t.win.accept(psn - count + 1, count)
+        t.rcvd_bytes += n * count
+        t.bytes_since_ack += (n if n > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT) * count
+        t.psn_msg.add(psn - count + 1, mid, count)
+        h.stats["rx_data_packets"] += count
+        clear_needed = t.clear_lags(t.win.rcvd.floor_ext)
         if clear_needed:
-            t.clear_asked = fm
-        if ack_now or ce or rsp is not None or clear_needed:
+            t.clear_asked = t.win.rcvd.floor_ext
+        due = self._ack_due(t, ack_now or ce or rsp is not None or clear_needed)
+        if due is _ACK_NOW:
             full = None if rsp is None else (mid, *rsp)
             self.due.pop(t.pdcid, None)  # this ACK covers what a coalesced one would
             self.ack(t, psn, ent, ce, retx, full,
                      req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
-        elif t.bytes_since_ack >= h.ack_bytes:
-            if h.ack_coalesce:  # one ACK per PDC per receive batch (flush_due)
-                self.due[t.pdcid] = (psn, ent, retx)
-            else:
-                self.ack(t, psn, ent, False, retx, None)
+        elif due is _ACK_COALESCED:  # one ACK per PDC per receive batch (flush_due)
+            self.due[t.pdcid] = (psn, ent, retx)
 
-    def write_middle(self, data: Any, ent: int | None, host: str, now: float) -> bool:
-        """The bulk of a WRITE — a RUD/ROD request with a standard header, neither its
-        first nor its last packet, at the next expected PSN of an established PDC whose
-        message is under way — placed without building a packet; False (nothing
-        changed) for anything else, which then takes :meth:`on_request`.
+    def _ack_due(self, t: TargetPdc, at_once: bool) -> int | None:
+        """The ACK a request just accepted is owed: :data:`_ACK_NOW` (AR, SYN, CE, a
+        response or a CLEAR request — ``at_once`` — or every ``ack_bytes`` without
+        coalescing), :data:`_ACK_COALESCED` (every ``ack_bytes``, one per PDC per receive
+        batch) or None."""
+        if at_once:
+            return _ACK_NOW
+        if t.bytes_since_ack >= self.h.ack_bytes:
+            return _ACK_COALESCED if self.h.ack_coalesce else _ACK_NOW
+        return None
+
+    def write_run(self, items: Sequence[tuple[Any, Any, int]], i: int, host: str,
+                  now: float, trim: Sequence[bool] | None = None,
+                  arrived: Sequence[float | None] | None = None) -> int:
+        """The bulk of a WRITE placed without building packets: ``items[i]`` — a RUD/ROD
+        request with a standard header, neither its message's first nor last packet, at
+        the next expected PSN of an established PDC whose message is under way — and
+        every following item that continues it exactly. Returns how many items it
+        took: 0 (nothing changed) sends ``items[i]`` to :meth:`on_request`.
+
+        ``items`` are ``(datagram, address, TOS)`` as a daemon reads them (a sans-IO
+        caller's one datagram: its ECN as the TOS); ``trim`` says which TOS values mark
+        a trimmed packet, ``arrived`` when each reached the port (the engine's
+        ``rx_at``; both ``None`` when not known).
 
         Why: such packets are almost all of a transfer, and the general path
         (decode into header objects, SES view, placement, range set) cost ~10 µs
         of Python per 8 KiB packet at the target. The checks here are the ones
-        ``on_request`` would make for this packet, in the same order of effect;
-        ``tests/transports/uet/test_fastpath.py`` runs both through loss, reordering and
-        duplication and compares the targets' state and the bytes."""
+        ``on_request`` would make for the run's first packet, in the same order of
+        effect; a following packet continues the run only if it is the same
+        message's next packet, by the next PSN, from the same host, and no ACK is due
+        at once before it (AR, a CLEAR request, the ACK spacing without coalescing):
+        then per packet only its header is unpacked and its payload copied, and the
+        window, the placement, the counters and the ACK rules act once for the run
+        (:meth:`_accepted`) — what the same packets one by one would have done.
+        ``tests/transports/uet/test_fastpath.py`` runs both through loss, reordering
+        and duplication and compares the targets' state, the ACKs and the bytes."""
+        data, addr, _ = items[i]
         f = FP.write_middle(data)
         if f is None:
-            return False
+            return 0
         typ, retx, ar, cpo, wpsn, spdcid, dpdcid, mid, bo, mk, pl, off, total = f
         t, bad = self._match(dpdcid, spdcid, host, typ)
         if bad or t is None or len(data) - FP.REQ_SIZE != pl or off + pl >= total:
-            return False  # (a short payload: trimmed, which on_request NACKs)
+            return 0  # (a short payload: trimmed, which on_request NACKs)
         psn = t.first_missing
         # only the next PSN in order with nothing held above (the wire PSN equals the
         # floor's: t.ext(wpsn) without the call), which classify() calls NEW
         win = t.win
         if wpsn != psn & _M or not win.rcvd.contiguous or win.classify(psn) is not Rx.NEW:
-            return False
+            return 0
         # the message and region of the previous packet of this PDC, if this one continues
         # them: one check per message, not per packet (a deregistered region is invalid)
         s = t.stream
@@ -229,31 +253,70 @@ class Target:
         else:
             msg = t.placement.get(mid)
             if msg is None or msg.total != total:
-                return False
+                return 0
             try:
                 mr = self.h.memory.check_remote(mk, bo, total, Access.REMOTE_WRITE)
             except MemoryAccessError:
-                return False  # on_request fails the message properly
+                return 0  # on_request fails the message properly
             t.stream = (mid, total, mk, bo, mr, msg)
+        h = self.h
         t.last_rx = now
         t.confirmed = True
+        h.stats["rx_write_fast"] += 1
         t.clear_to(psn + cpo)
-        self.h.stats["rx_write_fast"] += 1
-        rsp = None
-        if msg.append(off, pl):  # in order within the message: the usual case
-            new = pl
-        else:
+        if not msg.append(off, pl):  # not in order within the message: this packet alone
             res = t.placement.place(mid, off, pl, total=total)
-            new = res.new_bytes
+            rsp = None
             if res.status is PlaceStatus.COMPLETED:  # cannot happen in order; kept exact
                 t.remember_response(mid, S.RC_OK, total)
                 rsp = (S.RC_OK, total)
-        if new:
-            a = bo + off - mr.va
-            # a view: slicing bytes would copy the payload once more before placing it
-            mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
-        self._accepted(t, psn, pl, mid, ent, False, bool(ar), retx, rsp)
-        return True
+            if res.new_bytes:
+                a = bo + off - mr.va
+                mr.view[a:a + pl] = memoryview(data)[FP.REQ_SIZE:]
+            self._accepted(t, psn, pl, mid, addr[1] if len(addr) > 1 else None, False,
+                           bool(ar), retx, rsp)
+            return 1
+        # the run: place this packet, then take the next while it continues the message
+        view, base, size, src = mr.view, bo - mr.va, FP.REQ_SIZE + pl, addr[0]
+        step = pl if pl > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
+        since, cp = t.bytes_since_ack, t.clear_psn
+        j, n, p, o = i, len(items), psn, off
+        while True:
+            view[base + o:base + o + pl] = memoryview(data)[FP.REQ_SIZE:]
+            since += step
+            if ar:
+                break  # answered at once: the run ends here
+            # would this packet's ACK leave at once (a CLEAR request, the spacing
+            # without coalescing)? then it ends the run, which _accepted answers
+            t.clear_psn, t.bytes_since_ack = cp, since
+            if t.clear_lags(p + 1) or self._ack_due(t, False) is _ACK_NOW:
+                break
+            if j + 1 >= n:
+                break
+            data, a2, tos = items[j + 1]
+            if (len(data) != size or tos & 3 == ECN_CE or (trim is not None and trim[tos])
+                    or a2[0] != src):
+                break
+            g = FP.write_middle(data)
+            o2 = o + pl
+            if (g is None or g[4] != (p + 1) & _M or g[11] != o2 or g[7] != mid
+                    or g[6] != dpdcid or g[5] != spdcid or g[0] != typ or g[8] != bo
+                    or g[9] != mk or g[12] != total or g[10] != pl or o2 + pl >= total):
+                break
+            j, p, o, addr = j + 1, p + 1, o2, a2
+            retx, ar = g[1], g[2]
+            cp = cleared(cp, p + g[3], p)
+        k = j - i + 1
+        t.clear_psn = cp
+        t.bytes_since_ack = since - step * k  # _accepted adds the run's
+        if k > 1:
+            msg.append(off + pl, (k - 1) * pl)
+            h.stats["rx_write_fast"] += k - 1
+        if arrived is not None and k > 1:
+            h.arrival(now, arrived[j])  # the ACK's service time starts at the newest
+        self._accepted(t, p, pl, mid, addr[1] if len(addr) > 1 else None, False, bool(ar),
+                       retx, None, k)
+        return k
 
     def flush_due(self) -> None:
         """Send the ACKs the 16 KiB rule asked for during the last receive batch, one per

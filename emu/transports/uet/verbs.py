@@ -66,6 +66,7 @@ class UetVerbs:
         self.engine = engine
         # the Engine contract: the engine's own bound methods (no extra call per datagram)
         self.receive_datagram = engine.receive_datagram
+        self.receive_batch = engine.receive_batch
         self.datagrams_to_send = engine.datagrams_to_send
         self.get_timer = engine.get_timer
         self.handle_timer = engine.handle_timer

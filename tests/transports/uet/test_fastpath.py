@@ -160,15 +160,16 @@ def test_the_ack_decoder_declines_what_it_does_not_cover():
     assert F.decode_ack(bytes(32)) is None
 
 
-# -- the target's WRITE fast path (Target.write_middle) ------------------------------------
+# -- the target's WRITE fast path (Target.write_run) ------------------------------------
 
 def _transfer(seed: int, fast: bool, ekw: dict | None = None, mode: str | None = None,
-              **link_kw):
+              batch: bool = False, **link_kw):
     """Five WRITEs A → B through a seeded lossy link; the fast paths (the sender's runs
-    of middles, the target's write_middle) on or off."""
-    p = uet_pair(seed=seed, ekw={"mtu": 1024, **(ekw or {})}, **link_kw)
+    of middles, the target's write_run) on or off; ``batch``: each instant's arrivals
+    reach an engine in one ``receive_batch`` (the target's runs of a WRITE)."""
+    p = uet_pair(seed=seed, ekw={"mtu": 1024, **(ekw or {})}, batch=batch, **link_kw)
     if not fast:
-        p.eb.target.write_middle = lambda *a: False
+        p.eb.target.write_run = lambda *a: 0
         p.ea.initiator._run = lambda *a: 0
     p.link.tap = []
     p.run_objects = 0  # Runs handed out (engine option runs): the link opens them
@@ -191,11 +192,13 @@ def _transfer(seed: int, fast: bool, ekw: dict | None = None, mode: str | None =
                                  {"gather": True, "runs": True, "cc": "rccc"},
                                  {"gather": True, "runs": True}, {"gather": True, "cc": "nscc"}],
                          ids=["plain", "runs-nscc", "runs-rccc", "runs-nocc", "gather-nscc"])
-def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw):
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_write_fast_path_changes_nothing_on_the_wire_or_in_the_target(link, ekw, batch):
     """Same seed, fast path on and off: every datagram either engine sent (time, bytes,
     ECN) is the same, so are the target PDC's state and the data — and the fast path
-    really carried packets (with a clean link, the bulk of them)."""
-    fast, bufs_f = _transfer(7, True, ekw, **link)
+    really carried packets (with a clean link, the bulk of them). ``batch``: the fast
+    side takes each instant's arrivals in one ``receive_batch``, placing runs."""
+    fast, bufs_f = _transfer(7, True, ekw, batch=batch, **link)
     slow, bufs_s = _transfer(7, False, ekw, **link)
     assert [(t, side, bytes(d), ecn) for t, side, d, ecn in fast.link.tap] == \
         [(t, side, bytes(d), ecn) for t, side, d, ecn in slow.link.tap]

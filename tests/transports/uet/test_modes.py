@@ -31,7 +31,7 @@ def post_write(p, wr_id: int, size: int, mode: str, seed: int = 0, dst=None):
 def record_writes(mem, target):
     """Spy on the target's placements: the (address, length) of every one, in order —
     through its memory's ``remote_write`` (the general path) or the WRITE fast path
-    (``Target.write_middle``, which writes into the region itself)."""
+    (``Target.write_run``, which writes into the region itself)."""
     log: list[tuple[int, int]] = []
     orig = mem.remote_write
 
@@ -40,16 +40,16 @@ def record_writes(mem, target):
         return orig(rkey, addr, data, pd)
 
     mem.remote_write = spy
-    fast = target.write_middle
+    fast = target.write_run
 
-    def spy_fast(data, *a):
-        if not fast(data, *a):
-            return False
-        f = FP.write_middle(data)  # it took a new PSN: its bytes were placed
-        log.append((f[8] + f[11], f[10]))  # buffer_offset + message_offset, payload_length
-        return True
+    def spy_fast(items, i, *a):
+        k = fast(items, i, *a)
+        for data, _, _ in items[i:i + k]:
+            f = FP.write_middle(data)  # it took a new PSN: its bytes were placed
+            log.append((f[8] + f[11], f[10]))  # buffer_offset + message_offset, payload_length
+        return k
 
-    target.write_middle = spy_fast
+    target.write_run = spy_fast
     return log
 
 
