@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Is a process (still) ours and alive? Read from ``/proc``, never by name.
+"""Is a process (still) ours and alive? Read from ``/proc``, never by name — and this
+process's own CPU wait, age and memory, as a NIC daemon reports them.
 
 Why start times: a pid is reused once its process is gone, so a pid alone in a
 state file would let ``emu status`` call somebody else's process our daemon,
@@ -125,3 +126,41 @@ def stop(p: subprocess.Popen[Any], timeout: float = 10.0) -> int:
         except subprocess.TimeoutExpired:
             p.kill()
     return p.wait()
+
+
+# -- this process's own figures (the NIC daemon reports them) ---------------------
+
+
+def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
+    """``(seconds, runs)``: how long this process has waited on a run queue, runnable but
+    not running, and how many times it got a CPU (``schedstat``'s second and third
+    fields) — the emulated hardware waiting for a CPU, and over how many wake-ups. Their
+    growth over a run is judged by ``emu.credible.overload.delta``; zeros where the
+    kernel keeps no schedstat."""
+    try:
+        with open(path) as f:
+            fields = f.read().split()
+        return round(int(fields[1]) / 1e9, 6), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0
+
+
+def process_age() -> float:
+    """Seconds since this process started (10 ms resolution): the honest start-up time,
+    interpreter and imports included."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return round(up - start / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0

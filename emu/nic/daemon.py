@@ -54,6 +54,7 @@ from emu.nic.pacer import PortPacer
 from emu.nic.pause import PortPause
 from emu.nic.timerfd import TimerFd
 from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
+from emu.proc import cpu_wait, process_age, rss_kib
 
 
 def _frame_ring(main: PortSocket) -> FrameTx | None:
@@ -744,20 +745,6 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     return out
 
 
-def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
-    """``(seconds, runs)``: how long this process has waited on a run queue, runnable but
-    not running, and how many times it got a CPU (``schedstat``'s second and third
-    fields) — the emulated hardware waiting for a CPU, and over how many wake-ups. Their
-    growth over a run is judged by ``emu.credible.overload.delta``; zeros where the
-    kernel keeps no schedstat."""
-    try:
-        with open(path) as f:
-            fields = f.read().split()
-        return round(int(fields[1]) / 1e9, 6), int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return 0.0, 0
-
-
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
     """A 256-entry table TOS byte → 1 when its DSCP (``tos >> 2``) is one of ``dscps``:
     one index per datagram in the engine loop instead of a shift and a set lookup."""
@@ -778,27 +765,6 @@ def takes(engine: Any, keyword: str) -> bool:
         return False
     return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
                                     for p in params.values())
-
-
-def process_age() -> float:
-    """Seconds since this process started (10 ms resolution): the honest start-up time,
-    interpreter and imports included."""
-    try:
-        with open("/proc/self/stat") as f:
-            start = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            up = float(f.read().split()[0])
-        return round(up - start / os.sysconf("SC_CLK_TCK"), 3)
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -292,7 +292,7 @@ def test_a_daemon_starved_of_cpu_is_overload_even_without_a_late_frame():
 
 
 def test_cpu_wait_reads_schedstat(tmp_path):
-    from emu.nic.daemon import cpu_wait
+    from emu.proc import cpu_wait
     f = tmp_path / "schedstat"
     f.write_text("4184204497 5266204235 8724\n")
     assert cpu_wait(str(f)) == (pytest.approx(5.266204235), 8724)

@@ -39,7 +39,6 @@ from emu.core.datagram import expand
 from emu.core.memory import Access, MemoryRegion, MemoryTable
 from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged
 
-
 #: the DSCP a batch-delivering link marks a trimmed datagram with (its receive_batch
 #: ``trim`` table says so)
 _TRIM_DSCP = 9
