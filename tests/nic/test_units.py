@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+from collections import deque
 
 import pytest
 import trio
@@ -410,3 +411,35 @@ def test_reads_are_lent_from_chunks_never_overwritten_while_held():
     finally:
         rx.close()
         tx.close()
+
+
+def test_reads_after_a_kernel_drop_stay_on_the_quick_path_and_count_the_drops():
+    """Once a socket's receive buffer has overflowed, every read carries the kernel's drop
+    count (SO_RXQ_OVFL) beside its TOS: the reads still take the common path — an
+    overloaded daemon must not get slower per datagram — and the count is kept."""
+    ps = PortSocket("::1", 0, mtu=65536, gro=False, rcvbuf=4096)
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        dst = ("::1", ps.sock.getsockname()[1])
+        out: deque = deque()
+        c = dict.fromkeys(("rx_packets", "rx_bytes", "rx_backlog_drops", "rx_bad_icrc",
+                           "rx_truncated"), 0)
+        for i in range(400):  # far beyond a 4 KiB buffer: the kernel drops most
+            tx.sendto(bytes([i & 0xFF]) * 700, dst)
+        with contextlib.suppress(BlockingIOError):
+            ps.recv_batch(out, 1000, 1000, c)
+        first = len(out)
+        general = []
+        real = ps._read_general
+        ps._read_general = lambda *a, **k: (general.append(a), real(*a, **k))[1]
+        for i in range(2):  # queued after the drops: they carry the count
+            tx.sendto(b"x" * 700, dst)
+        with contextlib.suppress(BlockingIOError):
+            ps.recv_batch(out, 1000, 1000, c)
+        assert len(out) == first + 2 and not general
+        assert ps.kernel_drops + first == 400
+        assert c["rx_packets"] == len(out)
+        assert all(len(d) == 700 and tos == 0 for d, _, tos in out)
+    finally:
+        tx.close()
+        ps.close()
