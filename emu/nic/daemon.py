@@ -94,11 +94,9 @@ class EngineSlot:
     #: the backlog's kernel receive times (``time.time()`` seconds; 0.0: none), in step
     #: with it — only for an engine whose receive_datagram takes ``arrived=``, else None
     times: deque[float] | None = None
-    #: the engine's ``receive_batch`` (UET), which takes the backlog's items as they are,
-    #: or None: one ``receive_datagram`` call per datagram
+    #: the engine's ``receive_batch`` (UET), which takes the backlog's items as they are
+    #: with ``trimmed_tos``, or None: one ``receive_datagram`` call per datagram
     batch: Any = None
-    #: ``trimmed_tos`` as booleans, None when no TOS marks a trimmed datagram
-    trim: tuple[bool, ...] | None = None
     rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -210,9 +208,7 @@ class NicDaemon:
                                               takes_trimmed=takes(engine, "trimmed"),
                                               times=deque() if takes(engine, "arrived")
                                               else None,
-                                              batch=getattr(engine, "receive_batch", None),
-                                              trim=tuple(map(bool, trimmed))
-                                              if any(trimmed) else None)
+                                              batch=getattr(engine, "receive_batch", None))
                 if self.slots[name].times is not None:
                     for ps in tx.mains:
                         ps.enable_stamps()
@@ -376,9 +372,7 @@ class NicDaemon:
             c["rx_holds"] += 1
             await timer.sleep_until(until)
             b0 = c["rx_bytes"]
-            with contextlib.suppress(BlockingIOError):
-                ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, c,
-                              slot.check, slot.check_buf, slot.times)
+            self._read(slot, ps)
             if c["rx_bytes"] > b0:
                 return c["rx_bytes"] - b0
             co.paused()
@@ -401,14 +395,14 @@ class NicDaemon:
     def _feed(self, slot: EngineSlot, now: float) -> None:
         """Hand the engine up to ``engine_batch`` datagrams from the backlog; an engine
         that takes ``arrived=`` gets each one's kernel receive time on its own clock."""
+        if slot.batch is not None:
+            self._feed_batch(slot, now)
+            return
         backlog = slot.backlog
         times = slot.times  # in step with the backlog (PortSocket.recv_batch)
         if times is not None:
             skew = time.time() - now  # the receive stamps' clock minus trio's
         c = slot.c
-        if slot.batch is not None:
-            self._feed_batch(slot, now, skew if times is not None else 0.0)
-            return
         recv = slot.engine.receive_datagram
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
         kw: dict[str, float | None] = {}
@@ -429,27 +423,19 @@ class NicDaemon:
                 self._log_once(f"{slot.name}: receive_datagram raised {e!r}")
         c["engine_batches"] += 1
 
-    def _feed_batch(self, slot: EngineSlot, now: float, skew: float) -> None:
+    def _feed_batch(self, slot: EngineSlot, now: float) -> None:
         """:meth:`_feed` for an engine that takes a batch (``receive_batch``): the
         backlog's items as they are, the batch's kernel receive times on trio's clock."""
-        backlog, times, c = slot.backlog, slot.times, slot.c
-        k = min(self.cfg.engine_batch, len(backlog))
-        if k == len(backlog):
-            items = list(backlog)
-            backlog.clear()
-        else:
-            items = [backlog.popleft() for _ in range(k)]
+        c = slot.c
+        k = min(self.cfg.engine_batch, len(slot.backlog))
+        items = _take(slot.backlog, k)
         arrived = None
-        if times is not None:
-            if k == len(times):
-                ts = list(times)
-                times.clear()
-            else:
-                ts = [times.popleft() for _ in range(k)]
-            arrived = [t - skew if t else None for t in ts]
-        trim = slot.trim
+        if slot.times is not None:
+            skew = time.time() - now  # the receive stamps' clock minus trio's
+            arrived = [t - skew if t else None for t in _take(slot.times, k)]
+        trim = slot.trimmed_tos if any(slot.trimmed_tos) else None
         if trim is not None:
-            c["rx_trimmed"] += sum(1 for _, _, tos in items if trim[tos])
+            c["rx_trimmed"] += sum(trim[tos] for _, _, tos in items)
         try:
             slot.batch(items, now, trim=trim, arrived=arrived)
         except Exception as e:  # noqa: BLE001 - the contract says never; a NIC survives
@@ -468,15 +454,21 @@ class NicDaemon:
         RTO retransmissions were duplicates at the target). A NIC's receive
         interrupt is served before its retransmission timer."""
         for ps in slot.tx.mains:
-            try:
-                ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
-                              slot.check, slot.check_buf, slot.times)
-            except BlockingIOError:
-                pass  # nothing (more) there
-            except OSError:
-                slot.c["rx_errors"] += 1  # as the receive loop counts it (a queued ICMP error)
+            self._read(slot, ps)
         while slot.backlog:
             self._feed(slot, now)
+
+    def _read(self, slot: EngineSlot, ps: PortSocket) -> None:
+        """What ``ps`` holds, into the backlog, outside the receive loop's own reads:
+        nothing there is no error, a socket error (a queued ICMP error) is counted as the
+        receive loop counts it."""
+        try:
+            ps.recv_batch(slot.backlog, self.cfg.rx_batch, self.cfg.rx_backlog, slot.c,
+                          slot.check, slot.check_buf, slot.times)
+        except BlockingIOError:
+            pass  # nothing (more) there
+        except OSError:
+            slot.c["rx_errors"] += 1
 
     async def _timer_loop(self, slot: EngineSlot) -> None:
         """Fires the engine's timer. One due within :data:`PRECISE_WITHIN` (a QP's pacer)
@@ -743,6 +735,15 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     out["rx_bytes"] = int(totals.get("rx_bytes", 0))
     out["line_rate"] = max((float(p.get("line_rate") or 0) for p in ports.values()), default=0.0)
     return out
+
+
+def _take(q: deque[Any], k: int) -> list[Any]:
+    """The first ``k`` items of ``q``, removed (all of them at C speed)."""
+    if k == len(q):
+        items = list(q)
+        q.clear()
+        return items
+    return [q.popleft() for _ in range(k)]
 
 
 def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:

@@ -432,7 +432,7 @@ def test_reads_after_a_kernel_drop_stay_on_the_quick_path_and_count_the_drops():
         general = []
         real = ps._read_general
         ps._read_general = lambda *a, **k: (general.append(a), real(*a, **k))[1]
-        for i in range(2):  # queued after the drops: they carry the count
+        for _ in range(2):  # queued after the drops: they carry the count
             tx.sendto(b"x" * 700, dst)
         with contextlib.suppress(BlockingIOError):
             ps.recv_batch(out, 1000, 1000, c)

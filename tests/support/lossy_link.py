@@ -42,7 +42,7 @@ from emu.transports.base import ECN_CE, Completion, Engine, Event, StateChanged
 #: the DSCP a batch-delivering link marks a trimmed datagram with (its receive_batch
 #: ``trim`` table says so)
 _TRIM_DSCP = 9
-_TRIM_TOS = tuple(tos >> 2 == _TRIM_DSCP for tos in range(256))
+_TRIM_TOS = bytes(tos >> 2 == _TRIM_DSCP for tos in range(256))
 
 
 class HeapBuffer:

@@ -31,7 +31,7 @@ def test_scenario_emits_the_recorded_datagrams(name):
 
 
 @pytest.mark.parametrize(("name", "in_runs"), [("uet-daemon", 4), ("uet-bulk", 100)])
-def test_uet_receive_batches_emit_the_recorded_datagrams(name, in_runs):
+def test_uet_receive_batches_emit_the_recorded_datagrams(name, in_runs, monkeypatch):
     """The daemons' way in — each instant's arrivals in one ``receive_batch``, where the
     target places runs of a WRITE at once (``Target.write_run``) — leaves the datagrams
     recorded with one ``receive_datagram`` per arrival, and really took runs."""
@@ -45,11 +45,8 @@ def test_uet_receive_batches_emit_the_recorded_datagrams(name, in_runs):
         runs.append(k)
         return k
 
-    Target.write_run = spy  # type: ignore[method-assign]
-    try:
-        got = SCENARIOS[name](batch=True)  # type: ignore[call-arg]
-    finally:
-        Target.write_run = real  # type: ignore[method-assign]
+    monkeypatch.setattr(Target, "write_run", spy)
+    got = SCENARIOS[name](batch=True)  # type: ignore[call-arg]
     for i, (g, w) in enumerate(zip(got, want, strict=False)):
         if g != w:
             pytest.fail(f"{name}: first difference at datagram {i}\n  got  {_where(i, g)}\n"

@@ -68,7 +68,7 @@ from emu.wire.uet_defs import PDS_TYPE
 
 _REQ_TYPES = frozenset({PDS_TYPE["RUD_REQ"], PDS_TYPE["ROD_REQ"]})  # (CC_REQ: not yet)
 #: every TOS marks a trimmed datagram (receive_datagram's ``trimmed=True``)
-_ALL_TRIMMED = (True,) * 256
+_ALL_TRIMMED = b"\x01" * 256
 _ACK_TYPES = frozenset({PDS_TYPE["ACK"], PDS_TYPE["ACK_CC"], PDS_TYPE["ACK_CCX"]})
 _NACK_TYPES = frozenset({PDS_TYPE["NACK"], PDS_TYPE["NACK_CCX"]})
 _CP_TYPE = PDS_TYPE["CP"]
@@ -416,17 +416,17 @@ class UetEngine(Engine):
         receive stamp, on the engine's clock; at most ``now``) is when it reached the
         port: an ACK's round-trip sample ends there, not when a late daemon got round
         to it — a NIC takes a packet off the wire at once, and the emulator's delay
-        must not reach NSCC as queueing delay (``docs/credibility.md``). A receive batch
-        of one (:meth:`receive_batch`)."""
+        must not reach NSCC as queueing delay (``docs/credibility.md``; :meth:`arrival`).
+        A receive batch of one (:meth:`receive_batch`)."""
         self.receive_batch(((data, addr, ecn),), now, trim=_ALL_TRIMMED if trimmed else None,
                            arrived=None if arrived is None else (arrived,))
 
     def receive_batch(self, items: Sequence[tuple[bytes | bytearray | memoryview, Addr, int]],
-                      now: float, *, trim: Sequence[bool] | None = None,
+                      now: float, *, trim: Sequence[int] | None = None,
                       arrived: Sequence[float | None] | None = None) -> None:
         """Datagrams read together at ``now``, oldest first: ``(datagram, address, TOS)``
-        as a daemon reads them (ECN is the TOS's low two bits). ``trim[tos]`` says a
-        switch cut the datagram to its headers (its DSCP); ``arrived[i]``: as for
+        as a daemon reads them (ECN is the TOS's low two bits). ``trim[tos]`` nonzero says
+        a switch cut the datagram to its headers (its DSCP); ``arrived[i]``: as for
         :meth:`receive_datagram`.
 
         Why batches: a daemon reads its socket in batches (its "interrupt"), and most
@@ -440,10 +440,9 @@ class UetEngine(Engine):
         i, n = 0, len(items)
         while i < n:
             data, addr, tos = items[i]
-            a = None if arrived is None else arrived[i]
-            self.rx_at = now if a is None or a > now else a
+            self.arrival(now, None if arrived is None else arrived[i])
             ecn = tos & 3
-            trimmed = trim is not None and trim[tos]
+            trimmed = trim is not None and trim[tos] != 0
             # the bulk of a WRITE first (Target.write_run: 0 = take the general path)
             if not trimmed and ecn != ECN_CE and len(data) > FP.REQ_SIZE and (
                     data[0] >> 3 in _REQ_TYPES):

@@ -403,6 +403,12 @@ class PsnMessages:
         return self.count
 
 
+def ack_count(n: int) -> int:
+    """Bytes a request of ``n`` payload bytes adds toward the next ACK (the ACK every
+    ``ack_bytes`` rule): at least :data:`ACK_MIN_COUNT`, so small requests are ACKed too."""
+    return n if n > ACK_MIN_COUNT else ACK_MIN_COUNT
+
+
 def cleared(clear_psn: int, cp: int, floor: int) -> int:
     """CLEAR_PSN after a request or CP CLEAR names ``cp`` (extended) while ``floor`` is the
     first missing PSN: it moves up, never past one beyond the first missing PSN — the

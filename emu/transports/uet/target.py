@@ -178,13 +178,13 @@ class Target:
         h = self.h
         t.win.accept(psn - count + 1, count)
         t.rcvd_bytes += n * count
-        t.bytes_since_ack += (n if n > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT) * count
+        t.bytes_since_ack += D.ack_count(n) * count
         t.psn_msg.add(psn - count + 1, mid, count)
         h.stats["rx_data_packets"] += count
         clear_needed = t.clear_lags(t.win.rcvd.floor_ext)
         if clear_needed:
             t.clear_asked = t.win.rcvd.floor_ext
-        due = self._ack_due(t, ack_now or ce or rsp is not None or clear_needed)
+        due = self._ack_due(t.bytes_since_ack, ack_now or ce or rsp is not None or clear_needed)
         if due is _ACK_NOW:
             full = None if rsp is None else (mid, *rsp)
             self.due.pop(t.pdcid, None)  # this ACK covers what a coalesced one would
@@ -193,19 +193,20 @@ class Target:
         elif due is _ACK_COALESCED:  # one ACK per PDC per receive batch (flush_due)
             self.due[t.pdcid] = (psn, ent, retx)
 
-    def _ack_due(self, t: TargetPdc, at_once: bool) -> int | None:
-        """The ACK a request just accepted is owed: :data:`_ACK_NOW` (AR, SYN, CE, a
-        response or a CLEAR request — ``at_once`` — or every ``ack_bytes`` without
-        coalescing), :data:`_ACK_COALESCED` (every ``ack_bytes``, one per PDC per receive
-        batch) or None."""
+    def _ack_due(self, since: int, at_once: bool) -> int | None:
+        """The ACK a request just accepted is owed, with ``since`` bytes (as the ACK
+        rule counts them) unanswered: :data:`_ACK_NOW` (AR, SYN, CE, a response or a
+        CLEAR request — ``at_once`` — or every ``ack_bytes`` without coalescing),
+        :data:`_ACK_COALESCED` (every ``ack_bytes``, one per PDC per receive batch) or
+        None."""
         if at_once:
             return _ACK_NOW
-        if t.bytes_since_ack >= self.h.ack_bytes:
+        if since >= self.h.ack_bytes:
             return _ACK_COALESCED if self.h.ack_coalesce else _ACK_NOW
         return None
 
     def write_run(self, items: Sequence[tuple[Any, Any, int]], i: int, host: str,
-                  now: float, trim: Sequence[bool] | None = None,
+                  now: float, trim: Sequence[int] | None = None,
                   arrived: Sequence[float | None] | None = None) -> int:
         """The bulk of a WRITE placed without building packets: ``items[i]`` — a RUD/ROD
         request with a standard header, neither its message's first nor last packet, at
@@ -214,8 +215,8 @@ class Target:
         took: 0 (nothing changed) sends ``items[i]`` to :meth:`on_request`.
 
         ``items`` are ``(datagram, address, TOS)`` as a daemon reads them (a sans-IO
-        caller's one datagram: its ECN as the TOS); ``trim`` says which TOS values mark
-        a trimmed packet, ``arrived`` when each reached the port (the engine's
+        caller's one datagram: its ECN as the TOS); ``trim[tos]`` is nonzero for a TOS
+        that marks a trimmed packet, ``arrived`` when each reached the port (the engine's
         ``rx_at``; both ``None`` when not known).
 
         Why: such packets are almost all of a transfer, and the general path
@@ -278,23 +279,20 @@ class Target:
             return 1
         # the run: place this packet, then take the next while it continues the message
         view, base, size, src = mr.view, bo - mr.va, FP.REQ_SIZE + pl, addr[0]
-        step = pl if pl > D.ACK_MIN_COUNT else D.ACK_MIN_COUNT
-        since, cp = t.bytes_since_ack, t.clear_psn
+        step = D.ack_count(pl)
+        since = t.bytes_since_ack
         j, n, p, o = i, len(items), psn, off
         while True:
             view[base + o:base + o + pl] = memoryview(data)[FP.REQ_SIZE:]
             since += step
-            if ar:
-                break  # answered at once: the run ends here
-            # would this packet's ACK leave at once (a CLEAR request, the spacing
-            # without coalescing)? then it ends the run, which _accepted answers
-            t.clear_psn, t.bytes_since_ack = cp, since
-            if t.clear_lags(p + 1) or self._ack_due(t, False) is _ACK_NOW:
+            # answered at once (AR, a CLEAR request, the spacing without coalescing)?
+            # then the run ends with this packet, which _accepted answers
+            if ar or t.clear_lags(p + 1) or self._ack_due(since, False) is _ACK_NOW:
                 break
             if j + 1 >= n:
                 break
             data, a2, tos = items[j + 1]
-            if (len(data) != size or tos & 3 == ECN_CE or (trim is not None and trim[tos])
+            if (len(data) != size or tos & 3 == ECN_CE or (trim is not None and trim[tos] != 0)
                     or a2[0] != src):
                 break
             g = FP.write_middle(data)
@@ -305,10 +303,10 @@ class Target:
                 break
             j, p, o, addr = j + 1, p + 1, o2, a2
             retx, ar = g[1], g[2]
-            cp = cleared(cp, p + g[3], p)
+            # CLEAR_PSN as this packet moves it, the window's floor being its PSN (the
+            # window itself is updated once, by _accepted)
+            t.clear_psn = cleared(t.clear_psn, p + g[3], p)
         k = j - i + 1
-        t.clear_psn = cp
-        t.bytes_since_ack = since - step * k  # _accepted adds the run's
         if k > 1:
             msg.append(off + pl, (k - 1) * pl)
             h.stats["rx_write_fast"] += k - 1
