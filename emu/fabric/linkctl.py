@@ -15,13 +15,15 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   rates ≥ 2³² B/s (34.4 Gbit/s) — emulated 100–800G links. Sizes (``frame`` =
   MTU + 14, the Ethernet header; veth has no FCS)::
 
-      burst = max(frame, ceil(rate_bytes_per_s × 1 ms))
+      burst = max(2 × frame, ceil(rate_bytes_per_s × 1 ms))
       limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 10 ms))
 
-  ``burst`` holds at least one whole frame (a smaller bucket never passes a
-  full-size frame; GSO super-packets are segmented by tbf itself) and ~1 ms of
-  line rate so the qdisc watchdog's timer granularity does not pull the achieved
-  rate below the setting. ``limit`` (bytes queued before tail drop) adds a
+  ``burst`` holds at least two whole frames (a smaller bucket never passes a
+  full-size frame, and with exactly one every late firing of tbf's timer is link
+  time lost: a 9 KB-frame port measured 0.87-0.92 of its rate — the second frame
+  lets the next one catch up; GSO super-packets are segmented by tbf itself) and
+  ~1 ms of line rate so the qdisc watchdog's timer granularity does not pull the
+  achieved rate below the setting. ``limit`` (bytes queued before tail drop) adds a
   ~10 ms queue, at least four frames: a shallow switch-like buffer. Both can be
   overridden per call (tests use fixed values so drops can be counted).
 * **Loss and ECN-CE** — nftables, one table per interface called
@@ -337,7 +339,7 @@ def tbf_sizes(rate_bps: int, mtu: int) -> tuple[int, int]:
     """(burst, limit) in bytes for a tbf at ``rate_bps`` on a link of ``mtu`` (see module doc)."""
     frame = mtu + ETH_HLEN
     rate_Bps = rate_bps / 8
-    burst = max(frame, math.ceil(rate_Bps * 1e-3))
+    burst = max(2 * frame, math.ceil(rate_Bps * 1e-3))
     limit = burst + max(4 * frame, math.ceil(rate_Bps * 10e-3))
     return burst, limit
 
