@@ -366,10 +366,11 @@ class Initiator:
         sb = pdc.sb
         cack = pdc.ext(ack.cack_psn)
         if h.rto_max > h.rto and not ack.p:
-            r = sb.round_trip(cack + ack.ack_psn_offset, h.rx_at)  # (Karn's rule)
+            # the RTO's sample is the whole loop as this timer sees it — to ``now``, with
+            # what the daemons held at both ends (emu.core.rto, rto_sample)
+            r = sb.round_trip(cack + ack.ack_psn_offset, now)  # (Karn's rule)
             if r is not None:
-                r = D.held_out(r, ack)
-                pdc.rtt.sample(r, h.rto, h.rto_max)  # (emu.core.rto)
+                pdc.rtt.sample(r, h.rto, h.rto_max)
         # when this ACK would have arrived had the target not held it (_released, rto_held)
         held = D.held_out(h.rx_at, ack) if h.stats.get("rto_retransmits") else None
         # release what the ACK covers: cumulatively (CACK), by name (ACK_PSN), by SACK

@@ -173,3 +173,23 @@ def test_no_overload_while_the_port_was_still_busy_or_the_read_was_prompt():
     assert not p.ea.counters().get("ack_late_us")
     p, _ = _window_limited(0.0)
     assert not p.ea.counters().get("ack_late_us")
+
+
+def test_the_rto_waits_for_what_the_daemons_held():
+    """NSCC leaves the target's hold out of its round trips; the retransmission timer
+    must not: it waits for the ACK itself, which comes that much later. Its sample is
+    the whole loop as the timer sees it (sent → the ACK taken in) — with the sample
+    held out, a daemon engine's RTO sat a hold below the ACKs it waited for, and
+    timeouts fired that only the daemons' holding caused (``rto_held``)."""
+    p = uet_pair(5, ekw={**KW, "rto": 1e-3, "rto_max": 0.1})
+    t0 = p.link.now + 1e-3
+    write(p, 0, 1000)  # the PDC's first packet: its ACK gives the first sample
+    [(data, _, meta)] = list(expand(p.ea.datagrams_to_send(t0)))
+    arrival, late = t0 + 10e-6, 3e-3
+    p.eb.receive_datagram(bytes(data), (A[0], meta.entropy), arrival + late, arrived=arrival)
+    [(ack, _, ameta)] = list(expand(p.eb.datagrams_to_send(arrival + late)))
+    back = arrival + late + 10e-6
+    p.ea.receive_datagram(bytes(ack), (B[0], ameta.entropy), back, arrived=back)
+    (pdc,) = p.ea.ini.values()
+    assert pdc.rtt.srtt > late          # the loop the timer waited through …
+    assert p.ea.flowctl.flows[pdc.pdcid].cc.last_delay < 1e-4  # … NSCC's is the network's
