@@ -75,13 +75,20 @@ def cmdline(pid: int) -> list[str] | None:
     return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] or None
 
 
+def _proc_value(path: str, key: str) -> str | None:
+    """The first value after ``key`` on its line of a ``/proc`` file of such lines
+    (``btime 1700000000``, ``VmRSS:  43844 kB``), or None."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key):
+                return line.split()[1]
+    return None
+
+
 def boot_time() -> float:
     """The wall-clock time the machine booted (``btime`` in ``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    return 0.0
+    v = _proc_value("/proc/stat", "btime ")
+    return 0.0 if v is None else float(v)
 
 
 def started_at(pid: int) -> float | None:
@@ -148,19 +155,18 @@ def cpu_wait(path: str = "/proc/self/schedstat") -> tuple[float, int]:
 def process_age() -> float:
     """Seconds since this process started (10 ms resolution): the honest start-up time,
     interpreter and imports included."""
+    start = start_time(os.getpid())
+    if start is None:
+        return 0.0
     try:
-        with open("/proc/self/stat") as f:
-            start = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime") as f:
             up = float(f.read().split()[0])
-        return round(up - start / os.sysconf("SC_CLK_TCK"), 3)
     except (OSError, ValueError, IndexError):
         return 0.0
+    return round(up - start / os.sysconf("SC_CLK_TCK"), 3)
 
 
 def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    """This process's resident memory (KiB)."""
+    v = _proc_value("/proc/self/status", "VmRSS:")
+    return 0 if v is None else int(v)

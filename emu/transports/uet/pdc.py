@@ -487,7 +487,6 @@ class TargetPdc:
         half = self.window // 2
         return fm - self.clear_psn > half and fm - self.clear_asked > half
 
-
     def remember_response(self, message_id: int, rc: int, length: int, keep: int = 4096) -> None:
         """Store a message's SES response so a duplicate can fetch it again."""
         self.responses[message_id] = (rc, length)

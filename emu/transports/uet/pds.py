@@ -367,7 +367,7 @@ class Initiator:
         cack = pdc.ext(ack.cack_psn)
         if h.rto_max > h.rto and not ack.p:
             # the RTO's sample is the whole loop as this timer sees it — to ``now``, with
-            # what the daemons held at both ends (emu.core.rto, rto_sample)
+            # what the daemons held at both ends (NSCC's, held out, is FlowCtl.on_ack's)
             r = sb.round_trip(cack + ack.ack_psn_offset, now)  # (Karn's rule)
             if r is not None:
                 pdc.rtt.sample(r, h.rto, h.rto_max)
