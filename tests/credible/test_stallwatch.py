@@ -179,3 +179,13 @@ def test_steal_is_read_from_the_first_line_of_proc_stat(tmp_path):
     assert sw.steal_seconds(str(tmp_path / "none")) == 0.0
     p.write_text("cpu  1 2 3\n")  # a kernel without the steal column
     assert sw.steal_seconds(str(p)) == 0.0
+
+
+def test_busy_time_is_the_work_done_here_not_the_hypervisors_steal(tmp_path):
+    p = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    p.write_text("cpu  10 1 5 900 7 2 3 250 4 0\ncpu0 5 0 2 450 0 0 1 125 0 0\n")
+    assert sw.busy_seconds(str(p)) == pytest.approx((10 + 1 + 5 + 2 + 3)
+                                                    / os.sysconf("SC_CLK_TCK"))
+    p.write_text("cpu  10 1 5 900\n")  # an old kernel: fewer columns
+    assert sw.busy_seconds(str(p)) == pytest.approx(16 / os.sysconf("SC_CLK_TCK"))
