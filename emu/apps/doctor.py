@@ -27,12 +27,13 @@ afterwards, also on failure):
    softirq work wherever it ran, not the hypervisor's steal) per packet,
    leaf-spine over pair, divided by the switches on the path — both clusters
    up at once, windows alternating for :data:`KERNEL_PROBE_ROUNDS` rounds, the
-   median of the rounds' differences (:func:`_kernel_hop`). Why not the end daemons' CPU at 10 Gb/s (as
-   before): a port that never waits dequeues inline in the sender's call, for
-   ~2.5 µs a hop; a paced port dequeues on its qdisc's timer, in softirq on
-   whichever CPU it fires, for ~4 times that — and the proposals made from the
-   cheap figure (500 Mb/s on the leaf-spine) left the sending daemon at 0.9 of
-   a core and UET at 0.82 of the line rate;
+   median of the rounds' differences (:func:`_kernel_hop`). Why not the end
+   daemons' CPU at 10 Gb/s (as before): a port that never waits dequeues
+   inline in the sender's call, for ~2.5 µs a hop; a paced port dequeues on
+   its qdisc's timer, in softirq on whichever CPU it fires, for ~4 times that
+   — and the proposals made from the cheap figure (500 Mb/s on the
+   leaf-spine) left the sending daemon at 0.9 of a core and UET at 0.82 of
+   the line rate;
 5. the idle machine's own stalls, :data:`STALL_PROBE_S` seconds of
    :mod:`emu.credible.stallwatch`: how often every CPU stopped at once (a
    hypervisor's doing), which no rate avoids — shown, not used in the proposal.
