@@ -198,13 +198,18 @@ def explained(late: Iterable[Sequence[float]], stalls: Sequence[Interval]) -> li
     return [overlap(due, now, stalls) >= now - t_free for due, t_free, now in late]
 
 
+def _cpu_ticks(path: str) -> list[int]:
+    """The summed ``cpu`` line of ``/proc/stat`` — user, nice, system, idle, iowait, irq,
+    softirq, steal, … in clock ticks — as many columns as this kernel writes."""
+    with open(path) as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
 def steal_seconds(path: str = "/proc/stat") -> float:
     """CPU time the hypervisor gave other guests while this one's CPUs wanted to run
     (``/proc/stat`` steal, summed over CPUs), seconds; 0 where there is none."""
     try:
-        with open(path) as f:
-            fields = f.readline().split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+        return _cpu_ticks(path)[7] / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
 
@@ -218,10 +223,7 @@ def busy_seconds(path: str = "/proc/stat") -> float:
     (as ``emu doctor`` did), a window with a burst of steal looked like emu's cost,
     and a difference of two such windows (a kernel hop's) came out at 0.5 µs in one
     run and 21–27 in three others."""
-    with open(path) as f:
-        v = [int(x) for x in f.readline().split()[1:8]]
-    v += [0] * (7 - len(v))
-    user, nice, system, _idle, _iowait, irq, softirq = v
+    user, nice, system, _idle, _iowait, irq, softirq = (_cpu_ticks(path) + [0] * 7)[:7]
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 

@@ -37,7 +37,6 @@ from emu.core.memory import MemoryAccessError, MemoryTable
 from emu.core.psn import PSN32, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
 from emu.transports.base import (
-    ECN_CE,
     ECN_ECT0,
     ECN_NOT_ECT,
     Addr,
@@ -444,8 +443,7 @@ class UetEngine(Engine):
             ecn = tos & 3
             trimmed = trim is not None and trim[tos] != 0
             # the bulk of a WRITE first (Target.write_run: 0 = take the general path)
-            if not trimmed and ecn != ECN_CE and len(data) > FP.REQ_SIZE and (
-                    data[0] >> 3 in _REQ_TYPES):
+            if len(data) > FP.REQ_SIZE and data[0] >> 3 in _REQ_TYPES:
                 try:
                     k = target.write_run(items, i, self._host(addr[0]), now, trim, arrived)
                 except Exception as e:  # a bug must not take the NIC down; tests assert 0

@@ -22,8 +22,10 @@ headers, responses, control packets), so nothing off the fast path changes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from emu.core.datagram import Gather
+from emu.transports.base import ECN_CE
 from emu.transports.uet import ses_shape as SH
 from emu.wire.codec.uet import UetPacket
 from emu.wire.codec.uet_pds import PdsAckCcNscc, PdsRequest
@@ -153,6 +155,14 @@ def decode_ack(data: bytes | bytearray | memoryview) -> UetPacket | None:
         return None
     mv = data if type(data) is memoryview else memoryview(data)
     return UetPacket(PdsAckCcNscc.decode(mv, 0), None, None, mv[ACK_SIZE:])
+
+
+def unmarked(tos: int, trim: Sequence[int] | None) -> bool:
+    """Whether a datagram read at ``tos`` (the whole TOS byte) may take the WRITE fast
+    path: not CE-marked (the general path ACKs a mark at once) and not trimmed
+    (``trim[tos]`` nonzero: a switch cut it to its headers, which the general path
+    NACKs)."""
+    return tos & 3 != ECN_CE and (trim is None or trim[tos] == 0)
 
 
 def write_middle(data: bytes | bytearray | memoryview) -> tuple[int, ...] | None:

@@ -185,12 +185,12 @@ class Target:
         if clear_needed:
             t.clear_asked = t.win.rcvd.floor_ext
         due = self._ack_due(t.bytes_since_ack, ack_now or ce or rsp is not None or clear_needed)
-        if due is _ACK_NOW:
+        if due == _ACK_NOW:
             full = None if rsp is None else (mid, *rsp)
             self.due.pop(t.pdcid, None)  # this ACK covers what a coalesced one would
             self.ack(t, psn, ent, ce, retx, full,
                      req=D.ACK_REQ_CLEAR if clear_needed else D.ACK_REQ_NONE)
-        elif due is _ACK_COALESCED:  # one ACK per PDC per receive batch (flush_due)
+        elif due == _ACK_COALESCED:  # one ACK per PDC per receive batch (flush_due)
             self.due[t.pdcid] = (psn, ent, retx)
 
     def _ack_due(self, since: int, at_once: bool) -> int | None:
@@ -231,7 +231,9 @@ class Target:
         (:meth:`_accepted`) — what the same packets one by one would have done.
         ``tests/transports/uet/test_fastpath.py`` runs both through loss, reordering
         and duplication and compares the targets' state, the ACKs and the bytes."""
-        data, addr, _ = items[i]
+        data, addr, tos = items[i]
+        if not FP.unmarked(tos, trim):
+            return 0
         f = FP.write_middle(data)
         if f is None:
             return 0
@@ -287,13 +289,12 @@ class Target:
             since += step
             # answered at once (AR, a CLEAR request, the spacing without coalescing)?
             # then the run ends with this packet, which _accepted answers
-            if ar or t.clear_lags(p + 1) or self._ack_due(since, False) is _ACK_NOW:
+            if ar or t.clear_lags(p + 1) or self._ack_due(since, False) == _ACK_NOW:
                 break
             if j + 1 >= n:
                 break
             data, a2, tos = items[j + 1]
-            if (len(data) != size or tos & 3 == ECN_CE or (trim is not None and trim[tos] != 0)
-                    or a2[0] != src):
+            if len(data) != size or not FP.unmarked(tos, trim) or a2[0] != src:
                 break
             g = FP.write_middle(data)
             o2 = o + pl
