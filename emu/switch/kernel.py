@@ -68,10 +68,11 @@ _U32_MAX = (1 << 32) - 1
 TC_PRIO, TC_HANDLE = "49151", "0xe1"
 
 #: frames tbf's bucket holds. A real port sends back to back; tbf sends the next frame
-#: when its timer fires, and on this VM that timer is ~15 µs late per frame (median
-#: gap 249 µs for a 234.7 µs 9 KB frame at 300 Mb/s): with a one-frame bucket every
-#: late fire was link time lost for good — a 9 KB-MTU port ran at ~0.94 of its rate and
-#: UET on the leaf-spine could not reach 0.9 of it, with nothing counted. Two frames let
+#: when its timer fires, and on this VM that timer is late by some µs per frame (median
+#: gap 249 µs, none under 246, for a 240 µs 9 KB frame at 300 Mb/s): with a one-frame
+#: bucket every late fire was link time lost for good — a 9 KB-MTU port ran at
+#: 0.87-0.92 of its rate (tests/switch/test_kernel.py) and UET on the leaf-spine could
+#: not reach 0.9 of it, with nothing counted. Two frames let
 #: a late fire catch up (a lateness up to one frame time); the real queue then runs at
 #: most one frame ahead of the BPF model's backlog after an idle period.
 TBF_BURST_FRAMES = 2

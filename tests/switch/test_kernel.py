@@ -270,10 +270,10 @@ def test_a_busy_port_sends_back_to_back_at_its_rate(cluster: Fabric, tmp_path: P
     """A port with a queue serializes frame after frame at its rate, as a real port
     does, though tbf sends each frame when a timer fires and that timer is late by
     some µs: its bucket (``TBF_BURST_FRAMES``) lets a late frame's successor catch up.
-    With a one-frame bucket every late fire was link time lost — at 300 Mb/s and
-    1.5 KB frames (40 µs each) this port ran at ~0.7-0.9 of its rate, and on the
-    leaf-spine a 9 KB-MTU UET flow could not reach 0.9 of its port, with nothing
-    counted. The rate is read from the capture's kernel timestamps (the emulated
+    With a one-frame bucket every late fire was link time lost — these 9 KB frames
+    (240 µs each at 300 Mb/s) left at 0.866, 0.889 and 0.916 of the rate in three
+    runs, and on the leaf-spine a 9 KB-MTU UET flow could not reach 0.9 of its port,
+    with nothing counted. The rate is read from the capture's kernel timestamps (the emulated
     link's behaviour, not emu's speed)."""
     f, t = cluster, cluster.topology
     rx, rate, n = "h3", 300_000_000, 500
