@@ -74,6 +74,40 @@ class UetCluster:
             for x in (a, b, ba, bb):
                 x.close()
 
+    def incast(self, srcs: list[str], dst: str, n: int, seeds: list[int], *,
+               timeout: float = 300) -> None:
+        """One UET WRITE of ``n`` random bytes from each of ``srcs`` to ``dst`` at once:
+        every device, region and connection is set up first, then the WRITEs are
+        posted back to back, so the bursts meet at ``dst``'s port and no control-plane
+        work (opening, registering, connecting) competes with them for the CPUs. Each
+        region of ``dst`` must match its sender's bytes."""
+        data = [random.Random(s).randbytes(n) for s in seeds]
+        b = Device.open(cluster=self.name, host=dst)
+        opened: list[Any] = [b]
+        try:
+            posts = []
+            for src, d in zip(srcs, data, strict=True):
+                a = Device.open(cluster=self.name, host=src)
+                opened.append(a)
+                ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
+                opened += [ba, bb]
+                ma, mb = a.reg_mr(ba), b.reg_mr(bb)
+                ea, eb = a.endpoint(), b.endpoint()
+                assert ea.transport == "uet"
+                ea.connect(eb.getname())
+                ba.view[:] = d
+                posts.append((ea, ma, mb, bb))
+            for (ea, ma, mb, _), seed in zip(posts, seeds, strict=True):
+                ea.write(ma.sge(0, n), mb.va, mb.rkey, context=seed)
+            for (ea, _, _, bb), seed, d in zip(posts, seeds, data, strict=True):
+                wcs = ea.tx_cq.wait(1, timeout=timeout)
+                assert len(wcs) == 1, "no completion"
+                assert wcs[0].ok and wcs[0].wr_id == seed, wcs[0]
+                assert bytes(bb.view[:n]) == d, "data differs in the receiver's memory"
+        finally:
+            for x in reversed(opened):
+                x.close()
+
     @contextmanager
     def capturing(self, targets: list[tuple[str, str, str]], pcap: Path
                   ) -> Iterator[dict[str, Any]]:

@@ -19,20 +19,39 @@ K = TypeVar("K", bound=Hashable)
 
 
 class RetransmitQueue(Generic[K]):
-    """Packets owed a resend: ``now`` (in order) and ``later`` (key → not before)."""
+    """Packets owed a resend: ``now`` (in order, each key once) and ``later`` (key → not
+    before).
 
-    __slots__ = ("now", "later")
+    A key already owed at once is not owed twice: two NACKs for one packet that
+    arrive in the same batch (a receiver that saw two trimmed copies of it says
+    so twice) ask for one resend, not two back to back — measured in a two-sender
+    incast through a trimming port, the second copy was trimmed in turn, drew its
+    own NACK, and the pair repeated for the rest of the message."""
+
+    __slots__ = ("now", "later", "_owed")
 
     def __init__(self) -> None:
         self.now: deque[K] = deque()
         self.later: dict[K, float] = {}
+        self._owed: set[K] = set()
 
     def __bool__(self) -> bool:
         """Whether a resend is owed at once."""
         return bool(self.now)
 
-    def at_once(self, key: K) -> None:
+    def at_once(self, key: K) -> bool:
+        """Owe ``key`` a resend now; False if it already was (nothing changes)."""
+        if key in self._owed:
+            return False
+        self._owed.add(key)
         self.now.append(key)
+        return True
+
+    def pop(self) -> K:
+        """The oldest key owed a resend at once (the caller resends it now)."""
+        key = self.now.popleft()
+        self._owed.discard(key)
+        return key
 
     def after(self, key: K, at: float) -> None:
         """Resend ``key`` once the clock reaches ``at`` (:meth:`release_due` moves it)."""
@@ -45,6 +64,7 @@ class RetransmitQueue(Generic[K]):
     def clear(self) -> None:
         self.now.clear()
         self.later.clear()
+        self._owed.clear()
 
     def release_due(self, now: float) -> float | None:
         """Move the delayed keys whose time has come onto :attr:`now`, in the order they
@@ -55,7 +75,7 @@ class RetransmitQueue(Generic[K]):
         for k, t in list(later.items()):
             if t <= now:
                 del later[k]
-                self.now.append(k)
+                self.at_once(k)
             elif nxt is None or t < nxt:
                 nxt = t
         return nxt

@@ -147,11 +147,9 @@ class Scoreboard(Generic[P]):
         owed one at once are not doubled, delayed ones are brought forward. Returns how
         many were added."""
         retx = self.retx
-        queued = set(retx.now)
         n = 0
         for p in self.unacked:
-            if p >= psn and p not in queued:
+            if p >= psn and retx.at_once(p):
                 retx.later.pop(p, None)
-                retx.now.append(p)
                 n += 1
         return n

@@ -564,7 +564,7 @@ class UetEngine(Engine):
             pdc = self.ini.get(pid)
             if pdc is not None:
                 self.initiator.pull(pdc, now)
-        if self.rudi.queue or self.rudi.retx.now:
+        if self.rudi.queue or self.rudi.retx:
             self.rudi.pull(now)
         out, self._out = self._out, []
         st = self.stats

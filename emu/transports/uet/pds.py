@@ -152,9 +152,9 @@ class Initiator:
             ctl, psn = pdc.ctl_pending.pop(0)
             h.emit(control_packet(pdc, ctl, psn), pdc.addr, None, True)
             st["tx_cp"] += 1
-        owed = pdc.sb.retx.now
+        owed = pdc.sb.retx
         while owed:
-            self._retransmit(pdc, owed.popleft(), now)
+            self._retransmit(pdc, owed.pop(), now)
         self._send_new(pdc, now)
         if (pdc.state is PdcState.CLOSING and pdc.close_psn is None and not pdc.queue
                 and not pdc.sb.unacked and not pdc.msgs):

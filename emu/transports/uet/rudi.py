@@ -99,9 +99,9 @@ class Rudi:
 
     def pull(self, now: float) -> None:
         """Emit retransmissions due now, then new packets within the window."""
-        owed = self.retx.now
+        owed = self.retx
         while owed:
-            rp = self.out.get(owed.popleft())
+            rp = self.out.get(owed.pop())
             if rp is not None:
                 self._emit(rp, now, retx=True)
                 self.h.stats["tx_rudi_retransmits"] += 1

@@ -32,6 +32,17 @@ def test_release_due_moves_in_delay_order_and_reports_the_next():
     assert not q and not q.later
 
 
+def test_a_key_owed_at_once_is_owed_once_until_it_is_taken():
+    q: RetransmitQueue[int] = RetransmitQueue()
+    assert q.at_once(5) and q.at_once(6)
+    assert not q.at_once(5)  # a second NACK for 5 in the same batch: still one resend
+    q.after(6, 1.0)
+    q.release_due(2.0)  # 6's delayed resend comes due while 6 is owed at once
+    assert list(q.now) == [5, 6]
+    assert q.pop() == 5 and q.at_once(5)  # taken (resent): a later NACK owes it again
+    assert [q.pop(), q.pop()] == [6, 5] and not q
+
+
 def test_expired_splits_due_from_pending():
     recs = [Rec(0, 0.0), Rec(1, 0.5), Rec(2, 1.0)]
     due, nxt = expired(recs, 1.5, 1.0)

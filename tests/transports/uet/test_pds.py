@@ -272,6 +272,26 @@ def test_explicit_trimmed_flag_gets_nack_trimmed():
     assert h.type == 10 and h.nack_code == 0x01 and nm.entropy == m.entropy
 
 
+def test_two_nacks_for_one_trimmed_packet_in_a_batch_owe_one_resend():
+    """A receiver that saw two trimmed copies of a packet NACKs it twice; both NACKs in
+    one receive batch must resend it once (a second copy back to back is trimmed in
+    turn at the congested port, draws its own NACK, and the pair repeats)."""
+    p = uet_pair(seed=16)
+    write(p, 1, 100)
+    (d, _, m), = p.ea.datagrams_to_send(0.0)
+    psn = decode_packet(d).pds.psn
+    nacks = []
+    for _ in range(2):
+        p.eb.receive_datagram(d, (A[0], m.entropy), 0.0, trimmed=True)
+        nacks += [n for n, _, _ in p.eb.datagrams_to_send(0.0)]
+    assert len(nacks) == 2 and all(decode_packet(n).pds.nack_code == 0x01 for n in nacks)
+    for n in nacks:
+        p.ea.receive_datagram(n, (B[0], m.entropy), 1e-4)
+    resent = [x for x, _, _ in p.ea.datagrams_to_send(1e-4)
+              if is_data(x) and decode_packet(x).pds.psn == psn]
+    assert len(resent) == 1
+
+
 # -- RTO and close --------------------------------------------------------------------
 
 
