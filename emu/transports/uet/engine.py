@@ -32,7 +32,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
-from emu.core.datagram import Run
+from emu.core.datagram import Gather, Run
 from emu.core.memory import MemoryAccessError, MemoryTable
 from emu.core.psn import PSN32, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
@@ -526,7 +526,8 @@ class UetEngine(Engine):
         else:
             self.stats["rx_drop_unsupported_type"] += 1
 
-    def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None:
+    def emit(self, buf: bytearray | Gather, addr: Any, entropy: int | None, ctrl: bool
+             ) -> None:
         """Queue one datagram. ``entropy`` None = spray (oblivious: a random one from the
         set); a data packet's entropy comes from its PDC's path policy (:mod:`.flowctl`);
         replies pass the entropy they echo."""

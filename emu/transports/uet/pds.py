@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from emu.core.cq import WcStatus
+from emu.core.datagram import Gather
 from emu.core.psn import PSN32
 from emu.core.reliable.retransmit import expired
 from emu.core.trace import Trace
@@ -52,7 +53,8 @@ class PdsHost(Protocol):
     trace: Trace
     stats: Any
 
-    def emit(self, buf: bytearray, addr: Any, entropy: int | None, ctrl: bool) -> None: ...
+    def emit(self, buf: bytearray | Gather, addr: Any, entropy: int | None, ctrl: bool
+             ) -> None: ...
 
     def finish(self, pdc: InitiatorPdc, msg: TxMessage, status: Any, rc: int,
                vendor: int = 0) -> None: ...
