@@ -65,10 +65,17 @@ def test_unpaced_port_never_waits():
 
 def test_txpath_stops_at_the_port_budget_and_resumes():
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # room for all 100 datagrams: each costs ~2.3 KB of receive buffer on lo (its skb), and
+    # the default 208 KB held 92 of them once (the test's socket, not the pacer, dropped)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # the kernel caps: ≥ 416 KB
     rx.bind(("127.0.0.1", 0))
     rx.setblocking(False)
     ps = PortSocket("127.0.0.1", 0, mtu=9000)
-    ps.pacer = PortPacer("lo", 100e6, burst_s=1e-3, mtu=1500)  # 12.5 KB of room per burst
+    # 12.5 KB of room per burst, refilled at one 1042-byte frame per 0.83 ms: slower than
+    # any send, so a flush stops at the budget even on a host where a send on lo takes
+    # ~40 us and a preemption lasts milliseconds (at 100 Mb/s, once, the refill kept up
+    # and the whole queue went)
+    ps.pacer = PortPacer("lo", 10e6, burst_s=10e-3, mtu=1500)
     c: dict[str, int] = dict.fromkeys(("tx_packets", "tx_bytes", "tx_errors", "tx_last_errno",
                                        "tx_gso_sends", "tx_gso_disabled",
                                        "tx_entropy_fallback", "tx_backlog_drops"), 0)
@@ -80,9 +87,9 @@ def test_txpath_stops_at_the_port_budget_and_resumes():
         tx.flush()
         t1 = time.monotonic()
         first = c["tx_packets"]
-        # what the port may take: 1 ms of 100 Mb/s (1042-byte frames) plus the time the
+        # what the port may take: 10 ms of 10 Mb/s (1042-byte frames) plus the time the
         # flush itself took, the last frame allowed to overrun
-        allowed = (1e-3 + t1 - t0) * 100e6 / 8 / 1042 + 1
+        allowed = (10e-3 + t1 - t0) * 10e6 / 8 / 1042 + 1
         assert 12 <= first <= allowed and tx.paced_until is not None
         assert len(tx.queue) == 100 - first
         time.sleep(max(0.0, tx.paced_until - time.monotonic()) + 1e-3)
