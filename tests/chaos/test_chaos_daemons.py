@@ -8,7 +8,6 @@ transfer length."""
 from __future__ import annotations
 
 import os
-import secrets
 import select
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 from life_util import ROOT, budget, emu, emu_argv, leftovers, rng, seed, shm_files, status
 
 from emu.fabric import state
+from emu.fabric.naming import random_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
@@ -31,7 +31,7 @@ rate = "1gbit"
 
 @pytest.fixture
 def cluster():
-    name = f"hld{secrets.token_hex(2)}"
+    name = random_cluster("hld")
     shm0 = shm_files()
     yield name
     if state.load(name) is not None:

@@ -6,13 +6,14 @@ says what is there, and ``emu down`` or ``emu clean`` then leaves nothing of tha
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import time
 
 import pytest
 from life_util import ROOT, budget, emu, emu_argv, leftovers, rng, seed, shm_files, status
+
+from emu.fabric.naming import random_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
@@ -23,7 +24,7 @@ def test_emu_up_killed_at_random_moments_leaves_nothing_after_down_or_clean():
     shm0 = shm_files()
     # one whole bring-up first: when its state file appears (the interpreter has started)
     # and how long it takes on this machine now set the range of kill moments
-    name = f"hlk{secrets.token_hex(2)}"
+    name = random_cluster("hlk")
     t0 = time.monotonic()
     first = None
     p = subprocess.Popen(emu_argv("up", "namespaces/leaf-spine.toml", "--name", name),
@@ -46,7 +47,7 @@ def test_emu_up_killed_at_random_moments_leaves_nothing_after_down_or_clean():
 
     report = []
     for i in range(moments):
-        name = f"hlk{i:02d}{secrets.token_hex(2)}"
+        name = random_cluster(f"hlk{i:02d}")
         delay = r.uniform(0.9 * first, 1.05 * full)
         p = subprocess.Popen(emu_argv("up", "namespaces/leaf-spine.toml", "--name", name),
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

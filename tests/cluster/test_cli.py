@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from emu.fabric import state
+from emu.fabric.naming import random_cluster
 from emu.wire.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def our_namespaces(cluster: str) -> list[str]:
 @pytest.fixture
 def cluster():
     """A fresh cluster name; whatever happens, the cluster is gone afterwards."""
-    name = "c" + secrets.token_hex(3)
+    name = random_cluster("c")
     yield name
     if state.load(name) is not None:
         emu("down", name, check=False)
@@ -219,7 +219,7 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
     from emu.fabric.capture import capture, targets_for
     from emu.topology import load
 
-    name = "i2d" + secrets.token_hex(2)
+    name = random_cluster("i2d")
     n, p = 2000, 0.25
     try:
         emu("up", "namespaces/pair.toml", "--name", name, "--no-daemons")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 
 import pytest
 from fabric_util import ROOT
@@ -13,6 +12,7 @@ from fabric_util import emu_cli as emu
 from fabric_util import ns_of_cluster as our_namespaces
 
 from emu.fabric import state
+from emu.fabric.naming import random_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
@@ -52,7 +52,7 @@ for psn in range(300):
 
 @pytest.fixture
 def cluster(tmp_path):
-    name = "s" + secrets.token_hex(3)
+    name = random_cluster("s")
     path = tmp_path / "switch.toml"
     path.write_text(TOPOLOGY.format(name=name))
     yield name, path

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from emu.fabric.naming import random_cluster
 from emu.interop import contract as C
 from emu.interop import impls as I
 from emu.interop import runner, wirecheck
@@ -255,9 +256,10 @@ def _clusters_left(prefix: str) -> list[str]:
 def test_emu_pairs_shell_and_broken_endpoints(impl_file, tmp_path):
     known = I.load(impl_file)
     log = str(tmp_path / "logs")
-    before = set(_clusters_left("io"))
+    prefix = random_cluster("io")  # its clusters' names start with it (conftest: logs)
+    before = set(_clusters_left(prefix))
     res = runner.run([known["emu"]], [known["emu"], known["none"], known["corrupt"]], ["roce"],
-                     select("handshake,transfer-4k,atomics"), log, timeout=30,
+                     select("handshake,transfer-4k,atomics"), log, timeout=30, prefix=prefix,
                      progress=lambda s: None)
     by = {(r.client, r.case): r for r in res.results}
     for case in ("handshake", "transfer-4k", "atomics"):
@@ -272,7 +274,7 @@ def test_emu_pairs_shell_and_broken_endpoints(impl_file, tmp_path):
               "client/output.txt", "nicd-h1.trace.jsonl", "nicd-h2.trace.jsonl"):
         assert os.path.exists(os.path.join(d, f)), f
     assert "RC_WRITE_ONLY" in open(os.path.join(d, "dissect.txt")).read()
-    assert set(_clusters_left("io")) == before  # every cluster taken down
+    assert set(_clusters_left(prefix)) == before  # every cluster taken down
 
 
 @root
@@ -297,7 +299,8 @@ def test_an_implementations_file_adds_to_the_shipped_ones(tmp_path):
 def test_exit_0_without_moving_data_fails(impl_file, tmp_path):
     known = I.load(impl_file)
     res = runner.run([known["cheat"]], [known["cheat"]], ["roce"], select("transfer-4k"),
-                     str(tmp_path / "logs"), timeout=30, progress=lambda s: None)
+                     str(tmp_path / "logs"), timeout=30, prefix=random_cluster("io"),
+                     progress=lambda s: None)
     [r] = res.results
     assert r.symbol == "✕"
     assert r.reason.startswith("transfer-4k:") and "payload bytes on the wire" in r.reason
@@ -309,7 +312,8 @@ def test_compliance_failure_marks_every_case(tmp_path):
     (tmp_path / "zero.sh").chmod(0o755)
     known = I.load(_toml(tmp_path, "[zero]\ncommand='./zero.sh'\ntransports=['uet']\n"))
     res = runner.run([known["zero"]], [known["zero"]], ["uet"], select("handshake"),
-                     str(tmp_path / "logs"), timeout=20, progress=lambda s: None)
+                     str(tmp_path / "logs"), timeout=20, prefix=random_cluster("io"),
+                     progress=lambda s: None)
     [r] = res.results
     assert r.symbol == "✕" and "not compliant" in r.reason and "must be 127" in r.reason
     assert C.EXIT_UNSUPPORTED == 127
@@ -323,9 +327,10 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
     NIC daemon counted the duplicates; every cluster is taken down."""
     known = I.load()
     log = str(tmp_path / "logs")
+    prefix = random_cluster("i2t")
     res = runner.run([known["emu"]], [known["emu"]], ["roce", "uet"],
                      select("duplication,reordering,trimming,loss"), log, timeout=120,
-                     prefix="i2t",
+                     prefix=prefix,
                      progress=lambda s: None)
     by = {(r.transport, r.case): r for r in res.results}
     for key, r in by.items():
@@ -350,4 +355,4 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         # the runner counted what the impaired cable dropped (and removed its counters)
         assert "dropped by the link client → server" in by[(tr, "loss")].wire
         assert "0 dropped by the link" in by[(tr, "duplication")].wire
-    assert _clusters_left("i2t") == []
+    assert _clusters_left(prefix) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from fabric_util import emu_cli
 
 from emu.fabric import state
+from emu.fabric.naming import random_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
@@ -26,7 +26,7 @@ def emu(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def cluster():
-    name = "a" + secrets.token_hex(3)
+    name = random_cluster("a")
     yield name
     if state.load(name) is not None:
         emu("down", name, check=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 from fabric_util import ROOT, emu_cli
 
 from emu.fabric import state
+from emu.fabric.naming import random_cluster
 from emu.nic.protocol import call_once, sock_path
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 @contextlib.contextmanager
 def _pair(prefix: str, rate: str) -> Iterator[tuple[str, str]]:
     """A pair cluster at line rate ``rate``: (its name, what ``emu up`` printed); down after."""
-    name = prefix + secrets.token_hex(3)
+    name = random_cluster(prefix)
     try:
         up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", f"nic.line_rate={rate}")
         yield name, up.stdout + up.stderr

@@ -160,11 +160,9 @@ def emu_cli(*args: str, check: bool = True, timeout: float = 180,
 def pair_cluster(prefix: str, *up_args: str) -> Iterator[str]:
     """``emu up namespaces/pair.toml [up_args]`` under a fresh name starting with ``prefix``;
     down and checked gone afterwards, also when the test fails."""
-    import secrets
+    from emu.fabric import naming, state
 
-    from emu.fabric import state
-
-    name = prefix + secrets.token_hex(3)
+    name = naming.random_cluster(prefix)
     try:
         emu_cli("up", "namespaces/pair.toml", "--name", name, *up_args)
         yield name
