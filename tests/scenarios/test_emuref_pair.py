@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from emu.fabric import linkctl
+from emu.fabric.naming import random_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ EMU = [sys.executable, "-m", "emu"]
 
 @pytest.fixture(scope="module")
 def cluster():
-    name = "rf" + uuid.uuid4().hex[:6]
+    name = random_cluster("rf")
     subprocess.run([*EMU, "up", str(ROOT / "namespaces/pair.toml"), "--name", name,
                     "--no-daemons"], check=True, capture_output=True, timeout=120)
     try:
