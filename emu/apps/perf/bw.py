@@ -210,9 +210,14 @@ def verify_writes(ep: Endpoint, size: int, tx_depth: int, counts: list[int],
 class SendReceiver:
     """The send-bw server: keeps receives posted, checks each message, reposts.
 
-    Iteration ``j`` of a QP lands in receive slot ``j % slots`` (receives
-    complete in the order they were posted). With a known iteration count no
-    receive is posted beyond it, so nothing is left over for the next size.
+    Receive ``j`` of a QP uses slot ``j % slots``. Receives need not complete in
+    the order they were posted: UET's RUD delivers unordered, so a message whose
+    packet was resent completes after the next one, and a receive is matched to
+    whichever message's first packet arrives first. So each completion is checked
+    by its ``wr_id`` (its slot) against the iterations still outstanding, each
+    iteration must arrive once, and a slot is reposted only once every receive
+    before it has completed. With a known iteration count no receive is posted
+    beyond it, so nothing is left over for the next size.
     """
 
     def __init__(self, ep: Endpoint, size: int, rx_depth: int, iters: int | None,
@@ -222,6 +227,9 @@ class SendReceiver:
         nq = len(ep.qps)
         self.received = [0] * nq
         self.posted = [0] * nq
+        self.low = [0] * nq  # per QP: the first receive not yet completed
+        self.done_rx: list[set[int]] = [set() for _ in range(nq)]  # completed above low
+        self.seen: list[set[int]] = [set() for _ in range(nq)]  # iterations checked, recent
         self.done: dict[str, Any] | None = None  # the client's "done" message
 
     def _post(self, q: int, upto: int) -> None:
@@ -241,6 +249,29 @@ class SendReceiver:
             self._post(q, self.slots)
         self.ep.dev.conn.call("ping")  # every post above is in the daemon before "go"
 
+    def _check(self, q: int, j: int) -> None:
+        """Receive ``j`` holds one outstanding iteration, seen for the first time: ``j``
+        itself (messages matched in order), else one of the others the window allows."""
+        seen = self.seen[q]
+        if self.pattern is None:
+            return
+        off = (j % self.slots) * self.size
+        got = self.ep.mrs[q].view[off:off + self.size]
+        what = f"QP {q} iteration {j} (SEND into receive slot {j % self.slots})"
+        stream = client_stream(q)
+        if j not in seen and self.pattern.mismatch(got, stream, j) is None:
+            seen.add(j)
+            return
+        lo = self.low[q]
+        for k in [j, *range(max(0, lo - self.slots), lo + self.slots)]:
+            if self.pattern.mismatch(got, stream, k) is None:
+                if k in seen:
+                    raise TransportError(f"{what}: holds iteration {k}, which had arrived "
+                                         f"already")
+                seen.add(k)  # a later (or earlier) message matched this receive first
+                return
+        self.pattern.check(got, stream, j, what)  # raises, naming the first wrong byte
+
     def serve(self, chan: Channel, timeout: float) -> list[int]:
         """Receive until the client's ``done`` says how many were sent; return the counts."""
         ep, size = self.ep, self.size
@@ -256,19 +287,23 @@ class SendReceiver:
                 if wc.status != WcStatus.SUCCESS:
                     raise _wc_error(wc)
                 q = ep.by_qpn[wc.qp_num]
-                j = self.received[q]
+                j = wc.wr_id
+                if not self.low[q] <= j < self.posted[q] or j in self.done_rx[q]:
+                    raise TransportError(f"QP {q}: a completion for receive {j}, which is "
+                                         f"not outstanding")
                 if wc.byte_len != size:
-                    raise TransportError(f"QP {q} message {j}: {wc.byte_len} bytes, "
+                    raise TransportError(f"QP {q} receive {j}: {wc.byte_len} bytes, "
                                          f"expected {size}")
-                if self.pattern is not None:
-                    off = (j % self.slots) * size
-                    self.pattern.check(ep.mrs[q].view[off:off + size], client_stream(q), j,
-                                       f"QP {q} iteration {j} (SEND into receive slot "
-                                       f"{j % self.slots})")
-                self.received[q] = j + 1
+                self._check(q, j)
+                self.done_rx[q].add(j)
+                while self.low[q] in self.done_rx[q]:
+                    self.done_rx[q].discard(self.low[q])
+                    self.seen[q].discard(self.low[q] - self.slots)  # beyond any receive
+                    self.low[q] += 1
+                self.received[q] += 1
                 touched.add(q)
             for q in touched:
-                self._post(q, self.received[q] + self.slots)
+                self._post(q, self.low[q] + self.slots)
             msg = chan.poll()
             if msg is not None:
                 msg = check(msg, "done")
