@@ -19,10 +19,13 @@ Whether every NACK beats the 5 ms RTO depends on this machine, not the
 protocol: the user-space pipeline that trims is past its credible rate here
 (``emu doctor``: ~50 Mb/s) and releases frames 1-5 ms behind its schedule,
 the NIC daemons wait for a CPU too, and the NACK loop then took 6-12 ms in
-about 3 runs of 10. So the test asserts that NACKs drove most resends and some
-packets were recovered with no timeout at all, and that any timeout which
-beat a NACK came with emulator overload counted (the emulated round trip is
-under 2 ms): emu's lateness must show as overload, never as protocol behaviour.
+about 3 runs of 10. So every run asserts what holds whatever the timing: each
+NACK's resend is its own effect in the engine's next step, no packet goes
+twice in one step, and NACKs drove more resends than the timer. Only a run in
+which the emulator counted no overload during the incast must also show every
+NACK beating the RTO (the emulated round trip is under 2 ms): a timeout that
+beat a NACK otherwise is emu's lateness, shown as overload, never judged as
+protocol behaviour.
 
 No wall-clock thresholds: the retransmission delay is compared with the
 engine's own RTO, both from the same trace; timeouts only make failures fast.
@@ -147,7 +150,7 @@ def test_trimmed_requests_nacked_and_resent_before_the_rto(traced):
     C.down(f.cluster)  # SIGTERM: daemons drain and close (flush) their traces
     rto = DEFAULT_DAEMON_RTO
     delays: list[float] = []
-    clean = raced = rto_retx = nack_retx = 0
+    raced = rto_retx = nack_retx = 0
     for s in SENDERS:
         ev = read_trace(traces[s].read_text().splitlines())
         assert select(ev, "daemon_started"), "no daemon record"
@@ -179,16 +182,15 @@ def test_trimmed_requests_nacked_and_resent_before_the_rto(traced):
             if [e for e in select(ev, "packet_retransmitted", reason="rto", **mine)
                     if t_sent <= e["time"] <= first["time"]]:
                 raced += 1  # the timer fired before this NACK came back
-            else:
-                clean += 1  # sent, trimmed, NACKed, resent: no RTO anywhere in between
     assert len(delays) >= 2, "no NACK TRIMMED was followed by a retransmission"
     delays.sort()
     # trimming, not the timer, recovered the losses
-    assert nack_retx > rto_retx, (nack_retx, rto_retx, clean, raced, late)
+    assert nack_retx > rto_retx, (nack_retx, rto_retx, raced, late)
     if late == 0:
-        # a credible run (the emulator kept its schedule): every NACK beat the RTO, and
-        # the resend went out well before it — typically ~0.1-0.4 ms, the engine's turn
-        assert raced == 0 and clean == len(delays), (clean, raced, rto_retx)
+        # a credible run (the emulator kept its schedule): every NACK beat the RTO (sent,
+        # trimmed, NACKed, resent, no timeout in between), and the resend went out well
+        # before it — typically ~0.1-0.4 ms, the engine's turn
+        assert raced == 0, (raced, len(delays), rto_retx)
         assert delays[len(delays) // 2] < rto / 4 and delays[-1] < rto, delays
     # else: a timeout that beat a NACK back (the emulated round trip is < 2 ms, the RTO
     # 5 ms) or a slow engine turn is the emulator's lateness, and it was counted as

@@ -55,28 +55,12 @@ class UetCluster:
     def write(self, src: str, dst: str, n: int, seed: int, *, timeout: float = 300) -> None:
         """One UET WRITE of ``n`` random bytes ``src`` → ``dst`` through the endpoint API;
         the receiver's registered memory must match byte for byte."""
-        data = random.Random(seed).randbytes(n)
-        a = Device.open(cluster=self.name, host=src)
-        b = Device.open(cluster=self.name, host=dst)
-        ba, bb = a.alloc_buffer(n), b.alloc_buffer(n)
-        try:
-            ma, mb = a.reg_mr(ba), b.reg_mr(bb)
-            ea, eb = a.endpoint(), b.endpoint()
-            assert ea.transport == "uet"
-            ea.connect(eb.getname())
-            ba.view[:] = data
-            ea.write(ma.sge(0, n), mb.va, mb.rkey, context=seed)
-            wcs = ea.tx_cq.wait(1, timeout=timeout)
-            assert len(wcs) == 1, "no completion"
-            assert wcs[0].ok and wcs[0].wr_id == seed, wcs[0]
-            assert bytes(bb.view[:n]) == data, "data differs in the receiver's memory"
-        finally:
-            for x in (a, b, ba, bb):
-                x.close()
+        self.incast([src], dst, n, [seed], timeout=timeout)
 
     def incast(self, srcs: list[str], dst: str, n: int, seeds: list[int], *,
                timeout: float = 300) -> None:
-        """One UET WRITE of ``n`` random bytes from each of ``srcs`` to ``dst`` at once:
+        """One UET WRITE of ``n`` random bytes from each of ``srcs`` to ``dst`` at once
+        (:meth:`write` is the one-sender case):
         every device, region and connection is set up first, then the WRITEs are
         posted back to back, so the bursts meet at ``dst``'s port and no control-plane
         work (opening, registering, connecting) competes with them for the CPUs. Each
