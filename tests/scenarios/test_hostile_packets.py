@@ -17,6 +17,7 @@ from uet_pair import A, B, ok, uet_pair, write
 from emu.chaos.fuzz import Fuzzer, rejected
 from emu.transports.roce import QpState, SendWR, Sge
 from emu.transports.roce import packets as P
+from emu.transports.uet import UetEngine
 from emu.transports.uet.pds import nack_packet
 from emu.wire.codec.uet import PdsAckCcNscc, PdsRequestSyn, encode_packet
 from emu.wire.codec.uet_ses import SesStandardRequestSom
@@ -81,17 +82,61 @@ def test_a_syn_that_does_not_validate_creates_nothing():
     assert p.eb.datagrams_to_send(0.0) == []  # and nothing answers it
 
 
-def test_a_half_open_pdc_is_replaced_only_after_silence():
+def test_a_forged_syn_for_an_idle_pdc_costs_a_reconnect_never_data():
+    """Every packet of a short WRITE carries SYN (none waits for the first ACK), yet
+    the initiator learns our PDCID from the ACK and sends the next one without SYN.
+    A forged SYN naming its SPDCID with another Start_PSN used to replace the target's
+    PDC once it was quiet, and that next WRITE died with INV_DPDCID (REM_OP_ERR,
+    vendor_err 14: the rare failure of the end-to-end fuzz test). Now the target
+    keeps the PDC and asks its initiator to close it; the initiator closes it
+    gracefully, after the WRITE posted meanwhile completes."""
     p = uet_pair(seed=23)
+    write(p, 1, 5000)
+    p.link.run()
+    ok(p.link.completions("a"), 1)
+    (ini,) = p.ea.pdcs()
+    (tgt,) = p.eb.pdcs()
     eb = p.eb
-    eb.receive_datagram(syn(3, 5000), A, 0.0)
-    (first,) = eb.pdcs()
-    eb.receive_datagram(syn(3, 9000), FORGER, 1e-3)  # another Start_PSN, too soon
-    assert eb.pdcs() == [first] and eb.counters()["rx_drop_syn_conflict"] == 1
-    later = eb.target.half_open_stale + 1e-3
-    eb.receive_datagram(syn(3, 9000), A, later)  # the old one went quiet: a new incarnation
-    (second,) = eb.pdcs()
-    assert second["start_psn"] == 9000 and eb.counters()["pdc_target_created"] == 2
+    eb.receive_datagram(syn(ini["pdcid"], 9000), FORGER, p.link.now)  # too soon: dropped
+    assert eb.pdcs() == [tgt] and eb.counters()["rx_drop_syn_conflict"] == 1
+    assert eb.counters().get("pdc_target_syn_conflict_close_req", 0) == 0
+    p.link.now += eb.target.half_open_stale
+    eb.receive_datagram(syn(ini["pdcid"], 9000), FORGER, p.link.now)  # quiet: ask
+    assert eb.pdcs() == [tgt] and eb.counters()["pdc_target_syn_conflict_close_req"] == 1
+    _, dst, data = write(p, 2, 64 * 1024, seed=2)
+    p.link.run()
+    ok(p.link.completions("a"), 1, 2)
+    assert bytes(dst.view[:len(data)]) == data
+    assert [(sc.old, sc.new, sc.status) for sc in p.link.state_changes("a")
+            if sc.new in ("CLOSED", "ERROR")] == [("CLOSING", "CLOSED", None)]
+    # WRITE 2 went out before the CLOSE_REQ arrived: it finished on the old PDC,
+    # which then closed; nothing of either side is left
+    assert eb.counters()["rx_close"] == 1 and eb.pdcs() == [] and p.ea.pdcs() == []
+    assert p.ea.counters().get("pdc_errors", 0) == 0
+
+
+def test_a_restarted_initiator_gets_its_pdcid_back():
+    """An initiator's daemon restarts and its first PDC has the old PDCID with a new
+    Start_PSN. The target still holds the old PDC: its SYNs conflict, the target asks
+    (CLOSE_REQ), the new engine does not know the PDC (INV_DPDCID), the old PDC goes,
+    and the next SYN — a retransmission — opens the new one: the WRITE completes."""
+    p = uet_pair(seed=26, ekw={"mtu": 1024})
+    write(p, 1, 256 * 1024)  # long enough that later packets go without SYN
+    p.link.run()
+    ok(p.link.completions("a"), 1)
+    (old,) = p.eb.pdcs()
+    fresh = UetEngine(p.ma, random.Random(4242), mtu=1024)
+    a = fresh.create_ep(send_cq="a.scq", recv_cq="a.rcq")
+    p.link.a, p.ea, p.a = fresh, fresh, a
+    p.link.now += p.eb.target.half_open_stale
+    _, dst, data = write(p, 2, 64 * 1024, seed=2)
+    p.link.run()
+    ok(p.link.completions("a")[-1:], 2)
+    assert bytes(dst.view[:len(data)]) == data
+    (new,) = p.eb.pdcs()
+    assert new["start_psn"] != old["start_psn"]
+    c = p.eb.counters()
+    assert c["pdc_target_syn_conflict_close_req"] == 1 and c["pdc_target_closed_by_nack"] == 1
 
 
 def test_uet_fuzz_at_the_target_during_a_write_is_counted_not_fatal():

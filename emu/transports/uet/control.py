@@ -19,8 +19,11 @@ controller or the target itself starts:
 * **CLOSE_REQ** (target → initiator): the initiator closes gracefully — it
   finishes what is queued, waits for every ACK and sends CLOSE — exactly as
   if its application had called ``close_pdc``. The target repeats CLOSE_REQ
-  at the RTO until the CLOSE arrives; after ``max_retries`` it forgets the
-  PDC on its own (the initiator is gone).
+  at the RTO until the CLOSE arrives; after ``CLOSE_REQ_RETRIES`` unanswered
+  by anything from the initiator it forgets the PDC on its own (the initiator
+  is gone). An initiator still sending on the PDC — finishing a long message
+  before its CLOSE — is alive: the count starts again. The target also asks
+  when a SYN names a silent PDC with another Start_PSN (``Target._syn_conflict``).
 * **Idle reaping**: with :attr:`Control.idle_timeout` set, a target PDC not
   heard from for that long is asked to close (CLOSE_REQ). This is what empties
   the target's table when an initiator closed in error (its CLOSE never came).
@@ -237,6 +240,8 @@ class Control:
             if h.target.pdcs.get(pid) is not t:  # its CLOSE came: done
                 del self.close_reqs[pid]
             elif c[1] + rto <= now:
+                if t.last_rx > c[1]:
+                    c[2] = 0  # heard since the last CLOSE_REQ: alive, finishing its queue
                 if c[2] >= min(h.max_retries, CLOSE_REQ_RETRIES):
                     del self.close_reqs[pid]
                     h.stats["pdc_target_abandoned"] += 1

@@ -446,10 +446,6 @@ class TargetPdc:
     #: (message id, length, R_Key, buffer offset, region, assembly) of the WRITE the fast
     #: path placed last (Target.write_run): its checks hold for the next packet
     stream: tuple[Any, ...] | None = None
-    #: a request or CP without SYN has matched it: the initiator has our DPDCID, so
-    #: a SYN with another Start_PSN is a stray or a forgery, never a new incarnation
-    #: (emu.transports.uet.target: Target._syn_pdc)
-    confirmed: bool = False
 
     def __post_init__(self) -> None:
         # ROD delivers only the in-order prefix: a PSN past the hole is Rx.AHEAD (.rod)

@@ -51,8 +51,8 @@ class Target:
         self.closed: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
         #: PDCID → (PSN, entropy, retx) of the newest packet owed a coalesced ACK
         self.due: dict[int, tuple[int, int | None, int]] = {}
-        #: a half-open PDC (SYNs only) silent this long may be replaced by a SYN with
-        #: another Start_PSN (_syn_pdc); a live initiator resends within its RTO
+        #: a PDC silent this long, named by a SYN with another Start_PSN, is asked to
+        #: close (_syn_conflict); a live initiator resends within its RTO
         self.half_open_stale = 2 * max(getattr(host, "rto_max", 0.0), 5e-3)
 
     # -- PDC management ------------------------------------------------------------
@@ -139,8 +139,6 @@ class Target:
                        pds.retx, ecn, payload=t.first_missing)
             return
         t.last_rx = now
-        if not pds.syn:
-            t.confirmed = True  # the initiator knows our PDCID (see _syn_pdc)
         if v is Rx.DUPLICATE:
             # duplicate in window → re-send the ACK, with the message's response if
             # it has one (uet.md: Window)
@@ -264,7 +262,6 @@ class Target:
             t.stream = (mid, total, mk, bo, mr, msg)
         h = self.h
         t.last_rx = now
-        t.confirmed = True
         h.stats["rx_write_fast"] += 1
         t.clear_to(psn + cpo)
         if not msg.append(off, pl):  # not in order within the message: this packet alone
@@ -336,25 +333,22 @@ class Target:
         """The PDC a request with SYN belongs to: the one with its {source, SPDCID},
         Start_PSN and mode, or a new one — or None (counted, nothing changed).
 
-        Why so strict (issue #14): SYN is the only field that creates state, and
-        the target used to replace a PDC whenever a SYN with the same source and
-        SPDCID but another Start_PSN arrived — even one it then dropped for a bad
-        SES header — so eight datagrams from an unprivileged user on the
-        initiator's host ended a transfer. The spec (uet.md: Behaviour, PDC) says
-        a PDC is found by {src, dst, SPDCID} and that requests carry SYN until the
-        first ACK; it does not say a SYN replaces a PDC. Here:
+        Why so strict (issue #14, and a fuzz test's rare failure later): SYN is the
+        only field that creates state, and a SYN is easy to forge from the
+        initiator's host (any unprivileged user there can send one). The spec
+        (uet.md: Behaviour, PDC) says a PDC is found by {src, dst, SPDCID} and that
+        requests carry SYN until the first ACK; it does not say a SYN replaces a
+        PDC. The target ACKs every SYN at once, so from then on the initiator may
+        hold our PDCID and send without SYN — replacing the PDC then ends its
+        transfer with INV_DPDCID (one forged SYN did that to a WRITE whose packets
+        had all carried SYN). So here:
 
         * a SYN without a request the SES layer can take (no SES header, an
           opcode we do not serve, SPDCID 0 — reserved) changes nothing
           (``rx_drop_syn_invalid``);
-        * a *confirmed* PDC — one that a request or CP without SYN has matched,
-          so the initiator has our PDCID — is never replaced by a SYN: a SYN
-          with another Start_PSN or mode is dropped (``rx_drop_syn_conflict``).
-          It goes away by CLOSE, the idle reaper or ``destroy_pdc``;
-        * a half-open PDC (SYNs only) is replaced by a SYN with another Start_PSN
-          (a new incarnation, e.g. after NEW_START_PSN or an initiator restart)
-          only once it has been silent for ``half_open_stale`` seconds; a
-          legitimate initiator refreshes it with every (re)transmitted SYN.
+        * a SYN with another Start_PSN or mode than the PDC with its source and
+          SPDCID never replaces it: it is dropped (``rx_drop_syn_conflict``), see
+          :meth:`_syn_conflict` for how a real new incarnation gets through.
         """
         pds = pkt.pds
         st = self.h.stats
@@ -365,12 +359,27 @@ class Target:
         start = pds.start_psn()
         pid = self.by_key.get((host, pds.spdcid))
         t = self.pdcs.get(pid) if pid is not None else None
-        if t is not None and t.start_psn == start and t.mode == pds.type:
-            return t
-        if t is not None and (t.confirmed or now - t.last_rx < self.half_open_stale):
-            st["rx_drop_syn_conflict"] += 1
+        if t is not None:
+            if t.start_psn == start and t.mode == pds.type:
+                return t
+            self._syn_conflict(t, now)
             return None
         return self._create(host, addr, pds.spdcid, start, D.Mode(pds.type))
+
+    def _syn_conflict(self, t: TargetPdc, now: float) -> None:
+        """A SYN from ``t``'s initiator host and SPDCID with another Start_PSN or mode:
+        dropped. It is a stray, a forgery — or a new incarnation of the initiator's
+        PDC (its daemon restarted and reuses the PDCID). Only the initiator can tell,
+        so once ``t`` has been silent for ``half_open_stale`` (a live initiator
+        resends within its RTO) we ask it: CLOSE_REQ. If it still holds the PDC it
+        closes it gracefully — everything queued completes, later posts open a new
+        PDC — so a forger costs a reconnect, never data. If it does not know the PDC
+        it answers INV_DPDCID and the PDC goes (``Control.nack_at_target``); the new
+        incarnation's next SYN then creates its PDC."""
+        self.h.stats["rx_drop_syn_conflict"] += 1
+        if now - t.last_rx >= self.half_open_stale and t.pdcid not in self.h.control.close_reqs:
+            self.h.stats["pdc_target_syn_conflict_close_req"] += 1
+            self.h.control.request_close(t.pdcid, now)
 
     # -- control packets ------------------------------------------------------------
 
@@ -385,7 +394,7 @@ class Target:
             pid = self.by_key.get((host, pds.spdcid))
             t = self.pdcs.get(pid) if pid is not None else None
             if t is not None and t.start_psn != pds.start_psn():
-                h.stats["rx_drop_syn_conflict"] += 1  # not this PDC's SYN (_syn_pdc)
+                self._syn_conflict(t, now)  # not this PDC's SYN (_syn_pdc)
                 return
             if t is None and ctl != D.CP_CLOSE:
                 if pds.spdcid == 0 or ctl not in _SYN_CTL:
@@ -399,8 +408,6 @@ class Target:
             t = self.pdcs.get(pds.dpdcid)
             if t is not None and (t.peer != host or t.ini_pdcid != pds.spdcid):
                 t = None
-            elif t is not None:
-                t.confirmed = True
         if t is None:
             old = self.closed.get((host, pds.spdcid))
             if ctl == D.CP_CLOSE and old is not None and old[1] == pds.psn:

@@ -109,6 +109,31 @@ def test_close_req_during_a_transfer_lets_it_finish_byte_exact_first():
     clean(p)
 
 
+def test_close_req_waits_for_an_initiator_that_is_still_sending():
+    """A CLOSE_REQ (the idle reaper's, or a SYN conflict's) that meets a long message:
+    the initiator finishes it before its CLOSE. The target gives up only on an
+    initiator it no longer hears from — before, it counted its CLOSE_REQs alone and
+    dropped the PDC after five RTOs in the middle of the message (INV_DPDCID)."""
+    from emu.transports.uet.control import CLOSE_REQ_RETRIES
+
+    rto = 5e-3
+    p = uet_pair(seed=57, ekw={"mtu": 4096, "rto": rto}, delay=1e-3)
+    dst, data = write(p, 1, 2000)
+    p.link.run()
+    (t,) = p.eb.pdcs()
+    dst2, data2 = write(p, 2, 16 << 20)  # a window (512 KiB) per 2 ms round trip: 64 ms
+    p.link.run(until=p.link.now + 100e-6)
+    p.eb.request_close(t["pdcid"], p.link.now)
+    t0 = p.link.now
+    p.link.run()
+    assert p.link.now - t0 > (CLOSE_REQ_RETRIES + 1) * rto
+    ok(p.link.completions("a"), 1, 2)
+    assert bytes(dst2.view[:len(data2)]) == data2
+    assert p.ea.pdcs() == [] and p.eb.pdcs() == []
+    assert p.eb.counters().get("pdc_target_abandoned", 0) == 0
+    clean(p)
+
+
 def test_close_req_to_an_initiator_that_forgot_the_pdc_drops_the_target_half():
     p = uet_pair(seed=56)
     ipid, tpid = established(p)
