@@ -96,9 +96,14 @@ class LossyLink:
     #: deliver what arrives at one instant to an engine in one ``receive_batch`` (as a
     #: daemon hands over what one read brought), where the engine has it
     batch: bool = False
+    #: bits/s of each direction's port (None: no serialization): a datagram leaves
+    #: once the ones before it have, as through a NIC's serializer, so what an engine
+    #: emits at once queues — a READ's answers behind each other, say
+    rate: float | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._free = {"a": 0.0, "b": 0.0}  # when each side's port is idle again
         self._q: list[tuple[float, int, str, bytes, int, bool]] = []
         self._seq = 0
 
@@ -118,6 +123,7 @@ class LossyLink:
                 moved = True
                 self.sent[side] += 1
                 data = bytes(data)
+                nbytes = len(data)
                 to = "b" if side == "a" else "a"
                 _, src, dst = self._peer(side)
                 r = self.rng
@@ -143,6 +149,10 @@ class LossyLink:
                 if self.src_ports:
                     data = (data, meta.entropy)  # type: ignore[assignment]
                 t = self.now + self.delay
+                if self.rate:
+                    leave = max(self.now, self._free[side]) + nbytes * 8 / self.rate
+                    self._free[side] = leave
+                    t = leave + self.delay
                 if self.reorder and r.random() < self.reorder:
                     t += self.reorder_delay * r.random()
                 self._push(t, to, data, ecn, cut)

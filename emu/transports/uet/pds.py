@@ -27,6 +27,7 @@ from emu.transports.uet import pdc as D
 from emu.transports.uet import rod
 from emu.transports.uet import ses as S
 from emu.transports.uet.pdc import InitiatorPdc, PdcState, Reaction, TxMessage, TxPacket
+from emu.transports.uet.ses_initiator import read_room
 from emu.wire.codec.uet import (
     PdsControl,
     PdsControlSyn,
@@ -201,6 +202,9 @@ class Initiator:
                 h.stats["tx_window_full"] += 1
                 return
             msg = pdc.queue[0]
+            if msg.opcode == S.OP_READ and not read_room(pdc, msg, h.flowctl.line_rate):
+                h.stats["tx_read_window_full"] += 1
+                return
             k, n, run = self._plan(pdc, msg, now, win)
             if not k:
                 return

@@ -40,6 +40,31 @@ from emu.wire.codec.uet import SesAtomic, SesCompareSwap, SesResponse, SesRespon
 
 #: packets of READ data one READ request asks for
 READ_PIECE_PKTS = 16
+#: READ data a PDC may have asked for and not yet received, in seconds of the port's
+#: line rate (at least one piece): see :func:`read_room`
+READ_INFLIGHT_S = 3e-3
+
+
+def read_room(pdc: InitiatorPdc, msg: TxMessage, line_rate: float) -> bool:
+    """May READ piece ``msg`` be asked for now?
+
+    Why: the target answers a READ request with its whole piece at once, and its
+    port sends those answers one after another. Asked for without a limit — a
+    perftest read-bw keeps 16 READs of 1 MiB outstanding, 128 requests — the
+    answers queued ~16 MiB at the target, ~130 ms at 1 Gb/s: far past the RTO,
+    so the initiator re-asked for pieces still on their way, the target read and
+    sent them again, and the PDC collapsed (UET read-bw 0.19 Gb/s on a 1 Gb/s pair,
+    ~4x the data on the wire, RETRY_EXC_ERR). The NIC's own answer is a read
+    window: what is asked for and not yet in stays within what the port moves in
+    ``READ_INFLIGHT_S`` — the initiator's line rate stands in for the target's,
+    as NICs of one fabric share it — so a piece's data waits at most about that
+    long behind the others, well inside the RTO (>= 1 ms; 5 ms by default)."""
+    budget = line_rate * READ_INFLIGHT_S / 8
+    out = 0
+    for m in pdc.msgs.values():
+        if m.opcode == SH.OP_READ:
+            out += m.req_length or 0
+    return out == 0 or out + (msg.req_length or 0) <= budget
 RC_OK = SH.RC_OK
 
 
@@ -233,6 +258,12 @@ class SesInitiator:
                 st["rx_rsp_data_bad"] += 1
                 return None
             st["rx_rsp_data"] += 1
+            if msg.waiting_since is not None:
+                # its data is coming in: the piece is being answered, not lost — the
+                # re-ask waits a whole RTO from here (as an RNIC's transport timer
+                # restarts on every READ response packet)
+                msg.waiting_since = now
+                msg.retries = 0
             return SesResponse(return_code=RC_OK, message_id=msg.message_id) if got else None
         if sink is not None and rsp.return_code == RC_OK and not sink.complete(msg):
             st["rx_rsp_without_data"] += 1  # OK without the data: keep waiting, re-ask

@@ -74,6 +74,33 @@ def test_read_scatters_into_several_sges_and_survives_heavy_response_loss():
     clean(p)
 
 
+@pytest.mark.parametrize("rate,reads", [(1e9, 16), (100e6, 2)])
+def test_reads_behind_a_port_are_asked_for_once_and_fill_it(rate, reads):
+    """perftest read-bw's shape — many 1 MiB READs outstanding — through a link that
+    serializes at the engines' line rate. Each READ piece's data is asked for and sent
+    once: no timeout, no re-ask, no duplicate at the target, and the link stays busy.
+    Before, 16 READs queued ~16 MiB of answers at the target's port (~130 ms at 1 Gb/s),
+    the RTO re-asked for data still on its way and 13 of 16 READs failed with
+    RETRY_EXC_ERR; at 100 Mb/s one 128 KiB piece outlasts the 5 ms RTO by itself."""
+    p = uet_pair(seed=31, ekw={"mtu": 8192, "rto": 5e-3, "line_rate": rate}, rate=rate,
+                 delay=20e-6)
+    size = MiB
+    src = register(p.mb, size)
+    src.view[:] = data = random.Random(31).randbytes(size)
+    dsts = [register(p.ma, size) for _ in range(reads)]
+    for i, d in enumerate(dsts):
+        p.ea.post_read(p.a, i, [Sge(d.va, size, d.lkey)], (B[0], p.b), src.va, src.rkey)
+    p.link.run()
+    ok(p.link.completions("a"), *range(reads))
+    assert all(bytes(d.view) == data for d in dsts)
+    ca, cb = p.ea.counters(), p.eb.counters()
+    assert ca.get("tx_retransmits", 0) == 0 and ca.get("tx_ack_req_for_response", 0) == 0
+    assert cb.get("rx_duplicate", 0) == 0 and ca.get("rx_rsp_data_unmatched", 0) == 0
+    assert ca["rx_rsp_data"] == reads * size // 8192  # every packet of data once
+    assert reads * size * 8 / p.link.now > 0.9 * rate  # goodput, in the link's own time
+    clean(p)
+
+
 def test_read_data_travels_as_rsp_data_on_acks_with_offsets():
     p = uet_pair(seed=2, ekw={"mtu": 1024})
     p.link.tap = []
