@@ -198,6 +198,19 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             "unreachable": unreachable, "credible": total == 0 and not unreachable}
 
 
+def _ms(s: float) -> str:
+    """A short duration for a person: ms down to 0.1 ms, µs below (0.0 ms read as none)."""
+    return f"{s * 1e3:.1f} ms" if s >= 1e-4 else f"{s * 1e6:.0f} µs"
+
+
+def retransmitted(d: dict[str, Any]) -> str:
+    """The line a tool prints after every run: what the NICs resent, of all they sent
+    — the first counter an engineer reads, credible run or not."""
+    tx, retx = d.get("tx_packets", 0), d.get("retransmits", 0)
+    share = f" ({100 * retx / tx:.2g} %)" if tx else ""
+    return f"{retx:,} of {tx:,} packets the NICs sent were retransmissions{share}"
+
+
 def warning(d: dict[str, Any]) -> str | None:
     """The one line a tool prints when a result is not credible (None when it is)."""
     if d["credible"]:
@@ -222,8 +235,8 @@ def warning(d: dict[str, Any]) -> str | None:
     stalled = ""
     if m.get("stalls"):
         steal = f", the hypervisor's steal {m['steal_s'] * 1e3:.0f} ms" if m.get("steal_s") else ""
-        stalled = (f"; the machine itself stalled {m['stalled_s'] * 1e3:.1f} ms in all "
-                   f"(every CPU at once, longest {m['longest_s'] * 1e3:.1f} ms{steal})")
+        stalled = (f"; the machine itself stalled {_ms(m['stalled_s'])} in all "
+                   f"(every CPU at once, longest {_ms(m['longest_s'])}{steal})")
     # the advice that fits the cause: a stalled machine or a starved daemon is the
     # machine's, the rest the rate
     causes = set(d["causes"])

@@ -144,7 +144,8 @@ def render(s: dict[str, Any]) -> str:
     lines += ["", f"{'NODE':<12} {'KIND':<7} {'NAMESPACE':<24} ADDRESSES"]
     for n in s["nodes"]:
         addrs = [a for i in n["interfaces"] for a in i["addresses"]] + n.get("loopback", [])
-        addrs = [a for a in addrs if not a.startswith(("127.", "::1/"))]
+        # a leaf holds its hosts' gateway on each host-facing port: one mention is enough
+        addrs = list(dict.fromkeys(a for a in addrs if not a.startswith(("127.", "::1/"))))
         pres = "" if n["present"] and not n.get("error") else " (missing)"
         lines.append(f"{n['name']:<12} {n.get('kind', '?'):<7} {n['namespace'] + pres:<24} "
                      f"{' '.join(addrs)}")

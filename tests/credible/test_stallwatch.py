@@ -13,7 +13,7 @@ import pytest
 
 from emu import proc
 from emu.credible import stallwatch as sw
-from emu.credible.overload import delta, warning
+from emu.credible.overload import delta, retransmitted, warning
 from emu.nic.daemon import overload
 from emu.nic.pacer import PortPacer
 
@@ -189,3 +189,17 @@ def test_busy_time_is_the_work_done_here_not_the_hypervisors_steal(tmp_path):
                                                     / os.sysconf("SC_CLK_TCK"))
     p.write_text("cpu  10 1 5 900\n")  # an old kernel: fewer columns
     assert sw.busy_seconds(str(p)) == pytest.approx(16 / os.sysconf("SC_CLK_TCK"))
+
+
+def test_a_stall_too_short_for_a_tenth_of_a_ms_is_told_in_microseconds():
+    stalls = [(0, 10.0, 10.00004), (1, 10.0, 10.00004)]
+    d = delta(_snap(5.0, [], [], 0), _snap(30.0, [[9.99999, 10.0, 10.00005]], stalls, 1))
+    assert d["machine"]["stalls"] == 1
+    w = warning(d)
+    assert "stalled 40 µs in all" in w and "longest 40 µs" in w and "0.0 ms" not in w
+
+
+def test_every_run_says_what_was_retransmitted():
+    assert retransmitted({"tx_packets": 20_000, "retransmits": 3_616}) == (
+        "3,616 of 20,000 packets the NICs sent were retransmissions (18 %)")
+    assert retransmitted({"tx_packets": 0, "retransmits": 0}).startswith("0 of 0 packets")

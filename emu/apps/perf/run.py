@@ -180,6 +180,8 @@ class Client(_Side):
             self.say(report.RESULT_LINE)
         if before is not None:
             self.overload = overload.delta(before, overload.snapshot(cluster))
+            print(f"emu perf: {overload.retransmitted(self.overload)}", file=self.err,
+                  flush=True)
             line = overload.warning(self.overload)
             if line:
                 print(f"emu perf: {line}", file=self.err, flush=True)

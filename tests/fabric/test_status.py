@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu status``'s text table (emu.fabric.status.render), from a status record."""
+
+from __future__ import annotations
+
+from emu.fabric.status import render
+
+
+def test_a_leafs_gateway_on_every_host_port_is_listed_once():
+    gw = ["10.0.1.1/24", "fd00:0:1::1/64"]
+    s = {"cluster": "c", "phase": "up", "created": "now", "links": [], "pids": [],
+         "topology": {"name": "ls", "source": "namespaces/leaf-spine.toml", "routing": "ecmp"},
+         "nodes": [{"name": "leaf1", "kind": "switch", "namespace": "c-leaf1", "present": True,
+                    "interfaces": [{"addresses": gw}, {"addresses": gw},
+                                   {"addresses": ["10.1.0.0/31"]}],
+                    "loopback": ["127.0.0.1/8", "10.255.0.1/32"]}]}
+    (row,) = [ln for ln in render(s).splitlines() if ln.startswith("leaf1")]
+    assert row.split()[3:] == ["10.0.1.1/24", "fd00:0:1::1/64", "10.1.0.0/31", "10.255.0.1/32"]
