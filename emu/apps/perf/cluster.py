@@ -62,6 +62,25 @@ def _env() -> dict[str, str]:
     return env
 
 
+def require_daemons(cluster: str, *nodes: str) -> None:
+    """Each of ``nodes`` has a NIC daemon in ``cluster`` — else a usage error that names
+    the cause (a cluster brought up with ``--no-daemons``, or a daemon that is gone)
+    instead of the client's "no NIC daemon serves this namespace" from inside the host."""
+    from emu.fabric import state
+
+    st = state.load(cluster) or {}
+    have = {str(p.get("what", "")) for p in st.get("pids", [])}
+    missing = [n for n in nodes if f"nicd {n}" not in have]
+    if not missing:
+        return
+    if not any(w.startswith("nicd ") for w in have):
+        raise UsageError(f"cluster {cluster!r} runs no NIC daemons (brought up with "
+                         f"--no-daemons?): emu perf needs them — `emu down {cluster}`, "
+                         "then `emu up` without --no-daemons")
+    raise UsageError(f"no NIC daemon was started on {', '.join(missing)} in cluster "
+                     f"{cluster!r} (see `emu status {cluster}`)")
+
+
 def run(o: Options) -> int:
     from emu.cluster import cluster as C
     from emu.fabric.status import exec_argv
@@ -73,6 +92,7 @@ def run(o: Options) -> int:
     try:
         name = C.resolve(o.cluster)
         addr = server_address(name, o.dst)
+        require_daemons(name, o.src, o.dst)
         if o.plot:
             o.plot = os.path.abspath(o.plot)
         py = [sys.executable, "-m", "emu", "perf"]
