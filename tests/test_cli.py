@@ -56,6 +56,9 @@ def test_nicd_stats_names_a_missing_cluster_or_host_in_one_line(tmp_path):
     """Like every cluster command: one line and exit 2, never a traceback or a raw errno."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EMU_NIC_SOCK": ""}
     for args, says in ((["--cluster", "nosuch-zz", "--host", "h1"], "no cluster 'nosuch-zz'"),
+                       (["nosuch-zz"], "no cluster 'nosuch-zz'"),  # as `emu status C` takes it
+                       (["nosuch-zz:h1"], "no cluster 'nosuch-zz'"),
+                       (["nosuch-zz", "--cluster", "other"], "disagree"),
                        (["--sock", str(tmp_path / "none.sock")], "No such file")):
         p = subprocess.run([sys.executable, "-m", "emu", "nicd", "stats", *args],
                            capture_output=True, text=True, cwd=ROOT, env=env)

@@ -267,6 +267,12 @@ def stats_main(a: argparse.Namespace) -> int:
     from emu.errors import UserError
     from emu.nic.protocol import call_once
 
+    if a.where:
+        c, _, h = a.where.partition(":")
+        if (a.cluster and a.cluster != c) or (h and a.host and a.host != h):
+            print(f"emu nicd stats: {a.where!r} and --cluster/--host disagree", file=sys.stderr)
+            return 2
+        a.cluster, a.host = c, h or a.host
     try:
         paths = _stats_paths(a)
     except UserError as e:
@@ -342,6 +348,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     _run_args(r)
     r.set_defaults(func=_run)
     st = nsub.add_parser("stats", help="counters of a daemon (or of every host of a cluster)")
+    st.add_argument("where", nargs="?", default="", metavar="CLUSTER[:HOST]",
+                    help="as `emu status CLUSTER` and `emu exec CLUSTER:HOST` take it")
     st.add_argument("--cluster", "-c", default="")
     st.add_argument("--host", default="")
     st.add_argument("--sock")
