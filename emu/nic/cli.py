@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any
 
-from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, overload_causes, sock_path
+from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, daemon_hosts, overload_causes, sock_path
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -248,11 +248,7 @@ def _stats_paths(a: argparse.Namespace) -> list[str]:
         except FileNotFoundError:
             pass  # not inside a host: the only cluster up, if there is one
     cluster = state.resolve(a.cluster)
-    d = os.path.join(RUN_DIR, cluster)
-    try:
-        hosts = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".sock"))
-    except FileNotFoundError:
-        hosts = []
+    hosts = daemon_hosts(cluster)
     if a.host:
         if a.host not in hosts:
             raise UserError(f"no NIC daemon for host {a.host!r} in cluster {cluster!r}"

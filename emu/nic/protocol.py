@@ -76,6 +76,15 @@ def sock_path(cluster: str, host: str, run_dir: str = RUN_DIR) -> str:
     return os.path.join(run_dir, cluster, f"{host}.sock")
 
 
+def daemon_hosts(cluster: str, run_dir: str = RUN_DIR) -> list[str]:
+    """The hosts of ``cluster`` whose daemons listen (their sockets), sorted."""
+    try:
+        return sorted(f[:-5] for f in os.listdir(os.path.join(run_dir, cluster))
+                      if f.endswith(".sock"))
+    except FileNotFoundError:
+        return []
+
+
 def encode(msg: dict[str, Any]) -> bytes:
     """One message as a line (compact separators: the daemon encodes many of these)."""
     return json.dumps(msg, separators=(",", ":")).encode() + b"\n"

@@ -100,7 +100,7 @@ def test_a_forged_syn_for_an_idle_pdc_costs_a_reconnect_never_data():
     eb.receive_datagram(syn(ini["pdcid"], 9000), FORGER, p.link.now)  # too soon: dropped
     assert eb.pdcs() == [tgt] and eb.counters()["rx_drop_syn_conflict"] == 1
     assert eb.counters().get("pdc_target_syn_conflict_close_req", 0) == 0
-    p.link.now += eb.target.half_open_stale
+    p.link.now += eb.target.conflict_quiet
     eb.receive_datagram(syn(ini["pdcid"], 9000), FORGER, p.link.now)  # quiet: ask
     assert eb.pdcs() == [tgt] and eb.counters()["pdc_target_syn_conflict_close_req"] == 1
     _, dst, data = write(p, 2, 64 * 1024, seed=2)
@@ -128,7 +128,7 @@ def test_a_restarted_initiator_gets_its_pdcid_back():
     fresh = UetEngine(p.ma, random.Random(4242), mtu=1024)
     a = fresh.create_ep(send_cq="a.scq", recv_cq="a.rcq")
     p.link.a, p.ea, p.a = fresh, fresh, a
-    p.link.now += p.eb.target.half_open_stale
+    p.link.now += p.eb.target.conflict_quiet
     _, dst, data = write(p, 2, 64 * 1024, seed=2)
     p.link.run()
     ok(p.link.completions("a")[-1:], 2)

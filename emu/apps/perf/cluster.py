@@ -66,14 +66,13 @@ def require_daemons(cluster: str, *nodes: str) -> None:
     """Each of ``nodes`` has a NIC daemon in ``cluster`` — else a usage error that names
     the cause (a cluster brought up with ``--no-daemons``, or a daemon that is gone)
     instead of the client's "no NIC daemon serves this namespace" from inside the host."""
-    from emu.fabric import state
+    from emu.nic.protocol import daemon_hosts
 
-    st = state.load(cluster) or {}
-    have = {str(p.get("what", "")) for p in st.get("pids", [])}
-    missing = [n for n in nodes if f"nicd {n}" not in have]
+    have = daemon_hosts(cluster)  # what `emu nicd stats` asks, too
+    missing = [n for n in nodes if n not in have]
     if not missing:
         return
-    if not any(w.startswith("nicd ") for w in have):
+    if not have:
         raise UsageError(f"cluster {cluster!r} runs no NIC daemons (brought up with "
                          f"--no-daemons?): emu perf needs them — `emu down {cluster}`, "
                          "then `emu up` without --no-daemons")

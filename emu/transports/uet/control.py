@@ -193,13 +193,16 @@ class Control:
         """Unsolicited CREDIT to the initiator of target PDC ``pdcid``."""
         self._send_cp(self._target(pdcid), D.CP_CREDIT, credit, None)
 
-    def request_close(self, pdcid: int, now: float) -> None:
+    def request_close(self, pdcid: int, now: float) -> bool:
         """CLOSE_REQ: ask the initiator of target PDC ``pdcid`` to close it; repeated at
-        the RTO until its CLOSE arrives (see the module docstring)."""
+        the RTO until its CLOSE arrives (see the module docstring). False when it was
+        asked already (nothing changes)."""
         t = self._target(pdcid)
-        if pdcid not in self.close_reqs:
-            self.close_reqs[pdcid] = [t, now, 0]
-            self._send_cp(t, D.CP_CLOSE_REQ, 0, None)
+        if pdcid in self.close_reqs:
+            return False
+        self.close_reqs[pdcid] = [t, now, 0]
+        self._send_cp(t, D.CP_CLOSE_REQ, 0, None)
+        return True
 
     def _target(self, pdcid: int) -> TargetPdc:
         t = self.h.target.pdcs.get(pdcid)
@@ -258,8 +261,7 @@ class Control:
         if idle is None:
             return
         for pid, t in list(self.h.target.pdcs.items()):
-            if now - t.last_rx >= idle and pid not in self.close_reqs:
+            if now - t.last_rx >= idle and self.request_close(pid, now):
                 self.h.stats["pdc_target_idle"] += 1
-                self.request_close(pid, now)
         if self.h.target.pdcs:
             self._reap_at = now + idle / 2

@@ -202,7 +202,7 @@ class Initiator:
                 h.stats["tx_window_full"] += 1
                 return
             msg = pdc.queue[0]
-            if msg.opcode == S.OP_READ and not read_room(pdc, msg, h.flowctl.line_rate):
+            if not read_room(pdc, msg, h.flowctl.line_rate):
                 h.stats["tx_read_window_full"] += 1
                 return
             k, n, run = self._plan(pdc, msg, now, win)

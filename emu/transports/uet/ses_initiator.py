@@ -46,7 +46,7 @@ READ_INFLIGHT_S = 3e-3
 
 
 def read_room(pdc: InitiatorPdc, msg: TxMessage, line_rate: float) -> bool:
-    """May READ piece ``msg`` be asked for now?
+    """May ``msg`` go now, as far as READ data is concerned? (Anything but a READ may.)
 
     Why: the target answers a READ request with its whole piece at once, and its
     port sends those answers one after another. Asked for without a limit — a
@@ -59,6 +59,8 @@ def read_room(pdc: InitiatorPdc, msg: TxMessage, line_rate: float) -> bool:
     ``READ_INFLIGHT_S`` — the initiator's line rate stands in for the target's,
     as NICs of one fabric share it — so a piece's data waits at most about that
     long behind the others, well inside the RTO (>= 1 ms; 5 ms by default)."""
+    if msg.opcode != SH.OP_READ:
+        return True
     budget = line_rate * READ_INFLIGHT_S / 8
     out = 0
     for m in pdc.msgs.values():

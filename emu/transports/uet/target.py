@@ -53,17 +53,15 @@ class Target:
         self.due: dict[int, tuple[int, int | None, int]] = {}
         #: a PDC silent this long, named by a SYN with another Start_PSN, is asked to
         #: close (_syn_conflict); a live initiator resends within its RTO
-        self.half_open_stale = 2 * max(getattr(host, "rto_max", 0.0), 5e-3)
+        self.conflict_quiet = 2 * max(getattr(host, "rto_max", 0.0), 5e-3)
 
     # -- PDC management ------------------------------------------------------------
 
     def _create(self, host: str, addr: Any, ini: int, start: int,
                 mode: D.Mode = D.Mode.RUD) -> TargetPdc | None:
         """A target PDC on SYN, at the initiator's Start_PSN (uet.md: Behaviour, PDC);
-        None (counted) when every PDCID is taken."""
-        old = self.by_key.get((host, ini))
-        if old is not None:
-            self.drop(old)  # a new incarnation (different Start_PSN) replaces the old one
+        None (counted) when every PDCID is taken. Only for a {host, SPDCID} that has
+        none: a SYN never replaces a PDC (:meth:`_syn_pdc`)."""
         try:
             pid = self.ids.alloc()
         except RuntimeError:
@@ -370,16 +368,16 @@ class Target:
         """A SYN from ``t``'s initiator host and SPDCID with another Start_PSN or mode:
         dropped. It is a stray, a forgery — or a new incarnation of the initiator's
         PDC (its daemon restarted and reuses the PDCID). Only the initiator can tell,
-        so once ``t`` has been silent for ``half_open_stale`` (a live initiator
+        so once ``t`` has been silent for ``conflict_quiet`` (a live initiator
         resends within its RTO) we ask it: CLOSE_REQ. If it still holds the PDC it
         closes it gracefully — everything queued completes, later posts open a new
         PDC — so a forger costs a reconnect, never data. If it does not know the PDC
         it answers INV_DPDCID and the PDC goes (``Control.nack_at_target``); the new
         incarnation's next SYN then creates its PDC."""
         self.h.stats["rx_drop_syn_conflict"] += 1
-        if now - t.last_rx >= self.half_open_stale and t.pdcid not in self.h.control.close_reqs:
+        if now - t.last_rx >= self.conflict_quiet and self.h.control.request_close(t.pdcid,
+                                                                                   now):
             self.h.stats["pdc_target_syn_conflict_close_req"] += 1
-            self.h.control.request_close(t.pdcid, now)
 
     # -- control packets ------------------------------------------------------------
 
