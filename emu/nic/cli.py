@@ -41,8 +41,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gso", dest="gso", action="store_const", const=False)
     p.add_argument("--no-gro", dest="gro", action="store_false")
     p.add_argument("--no-frame-ring", dest="frame_ring", action="store_false",
-                   help="send sprayed datagrams through one UDP socket per source port "
-                        "instead of a packet TX ring (emu.nic.frames)")
+                   help="send datagrams from a flow's own source port (UET's entropies, a "
+                        "RoCEv2 QP's) through one UDP socket per source port instead of a "
+                        "packet TX ring (emu.nic.frames)")
     p.add_argument("--seed", type=int, help="RNG seed (QPNs, keys): reproducible runs")
     p.add_argument("--engine-opt", action="append", default=[], metavar="NAME.KEY=JSON",
                    help="engine option, e.g. roce.mtu=4096")

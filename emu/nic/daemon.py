@@ -194,13 +194,14 @@ class NicDaemon:
                             seal=framer.seal if framer else None,
                             seal_many=getattr(framer, "seal_many", None))
                 # a spraying engine's entropy set (UET): its sockets now, not mid-burst
-                ents = getattr(engine, "entropies", ())
-                tx.preopen(ents)
-                if self.cfg.frame_ring and len(ents) > 1:
+                tx.preopen(getattr(engine, "entropies", ()))
+                # every transport sends from source ports of its own (UET's entropies, a
+                # RoCEv2 QP's port): through the frame ring, not a socket each
+                if self.cfg.frame_ring:
                     n = tx.use_rings(_frame_ring)
                     if n < len(socks):
                         self.warnings.append(f"{name}: {len(socks) - n} of {len(socks)} ports "
-                                             "send sprayed datagrams by socket (no frame ring)")
+                                             "send by socket only (no frame ring)")
                 self.slots[name] = EngineSlot(name, engine, port, tx, c,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),

@@ -1,15 +1,23 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Sprayed datagrams as whole Ethernet frames, many per syscall, through a packet TX ring.
+"""Datagrams from a flow's own source port as whole Ethernet frames, many per syscall,
+through a packet TX ring.
 
 Why: a sprayed transport (UET) gives every packet its own UDP source port —
-its entropy, which picks the ECMP path. A UDP socket's source port is the
-port it is bound to, so through sockets every sprayed packet is its own
-``sendmsg`` on its own socket, and GSO cannot batch them. That syscall and
-the kernel's UDP/IP output path were ~40 % of a sending daemon (py-spy,
-``scripts/bench-uet``). A NIC writes frames into a descriptor ring and rings
-a doorbell; so does :class:`FrameTx`: an ``AF_PACKET`` socket with a
-``PACKET_TX_RING`` (TPACKET_V2) mapped into the daemon, frames written with
-slice assignment, one ``send()`` (the doorbell) for all that are ready.
+its entropy, which picks the ECMP path — and a RoCEv2 QP sends from its own
+source port too. A UDP socket's source port is the port it is bound to, so
+through sockets every such packet is its own ``sendmsg`` on its own socket,
+and (UET's sprays always; RoCEv2 over IPv4, where GSO would break the ICRC)
+GSO cannot batch them. That syscall and the kernel's UDP/IP output path were
+~40 % of a sending UET daemon (py-spy, ``scripts/bench-uet``). A NIC writes
+frames into a descriptor ring and rings a doorbell; so does
+:class:`FrameTx`: an ``AF_PACKET`` socket with a ``PACKET_TX_RING``
+(TPACKET_V2) mapped into the daemon, frames written with slice assignment,
+one ``send()`` (the doorbell) for all that are ready.
+
+A transport with framing over the IP and UDP headers (the RoCEv2 ICRC) hands
+:meth:`FrameTx.drain` its ``seal``; each datagram is sealed for the headers
+the frame will carry (source address and port, destination) just before it is
+written, as the socket path seals it for the headers the kernel will write.
 
 What stays the kernel's, so the frames are what a socket would have sent:
 
@@ -30,7 +38,8 @@ What stays the kernel's, so the frames are what a socket would have sent:
   ``PACKET_QDISC_BYPASS``), so rate limits and shaping on the host's link
   apply as they do to socket traffic.
 
-IPv4 frames carry DF and IP ID 0, like the daemon's unconnected UDP sockets;
+IPv4 frames carry DF and IP ID 0, like the daemon's unconnected UDP sockets (the
+RoCEv2 ICRC covers the IP ID: the framer assumes 0, as for those sockets);
 IPv6 frames a flow label hashed from the ports, like the kernel's automatic
 flow labels. Headers are cached per (destination, ports, length, TOS).
 """
@@ -222,10 +231,13 @@ class FrameTx:
 
     # -- the ring ---------------------------------------------------------------------
 
-    def drain(self, q: Any, main: Any, main_for: Any, budget: float = math.inf
-              ) -> tuple[int, int, bool]:
+    def drain(self, q: Any, main: Any, main_for: Any, budget: float = math.inf,
+              seal: Any = None) -> tuple[int, int, bool]:
         """Place datagrams from the head of ``q`` (a TX queue of ``(data, addr, meta)``)
-        while each is sprayed out of port ``main`` and the ring has room.
+        while each leaves port ``main`` from a source port of its own and the ring has
+        room; ``seal(buf, src, sport, dst, dport)``, if given, finishes each one first
+        (the transport's framing, :mod:`emu.nic.framing`) — a :class:`Run` is then not
+        taken (the socket path opens it into datagrams and seals each).
 
         Stops at the first that is not a :class:`TxMeta` with an entropy other than
         ``main.port``, whose destination ``main_for`` routes to another port, that is
@@ -246,6 +258,8 @@ class FrameTx:
             while q and nbytes < budget:
                 data, addr, meta = q[0]
                 if type(data) is Run:
+                    if seal is not None:
+                        break  # the socket path opens it and seals each datagram
                     k, nb, full = self._place_run(data, addr, main, main_for, head,
                                                   budget - nbytes)
                     head = (head + k) % nf
@@ -274,6 +288,10 @@ class FrameTx:
                     pre = self._prefix_for(addr, n, meta)
                     if pre is None:
                         break
+                if seal is not None:
+                    if not g and type(data) is not bytearray:
+                        data = bytearray(data)
+                    seal(data, main.address, meta.entropy, addr[0], addr[1])
                 o = off + base
                 e = o + len(pre)
                 mv[o:e] = pre

@@ -616,9 +616,9 @@ class TxPath:
 
     def use_rings(self, make: Any) -> int:
         """Give each main socket a frame ring, ``make(main)`` (None or OSError: that port
-        goes without); sprayed datagrams then leave through it. Returns how many."""
-        if self.seal is not None:
-            return 0  # frames carry no transport framing (the RoCE ICRC covers IP/UDP)
+        goes without); datagrams from a source port other than the port's own (a
+        sprayed entropy, a RoCEv2 QP's port) then leave through it, sealed there by
+        the transport's framing. Returns how many."""
         for m in self.mains:
             try:
                 with in_netns(self.netns_fd):
@@ -647,7 +647,7 @@ class TxPath:
                     self.c["tx_last_errno"] = e.errno or 0
 
     def _drain_ring(self) -> bool:
-        """Sprayed datagrams at the head of the queue into their port's frame ring; True
+        """Datagrams at the head of the queue into their port's frame ring; True
         if any went or the head waits for the port (:attr:`paced_until`). Raises
         BlockingIOError (:attr:`blocked` = the ring) when it stays full."""
         q = self.queue
@@ -662,10 +662,10 @@ class TxPath:
         now, budget = self._budget(pacer)
         if budget <= 0:
             return True
-        k, nb, full = fx.drain(q, main, self._main_for, budget)
+        k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal)
         if not k and full:
             self._kick()
-            k, nb, full = fx.drain(q, main, self._main_for, budget)
+            k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal)
             if not k and full:
                 self.blocked = fx
                 raise BlockingIOError
