@@ -68,7 +68,7 @@ from emu.transports.base import (
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import PMTU_VALUES, TRANSITIONS, QpAttr, QpState, QueuePair
 from emu.transports.roce.requester import Requester, SendWqe
-from emu.transports.roce.responder import RecvWqe, Responder
+from emu.transports.roce.responder import MIDDLES, RecvWqe, Responder
 
 _RESPONSES = frozenset(range(P.READ_RESP_FIRST, P.ATOMIC_ACK + 1))
 #: opcodes that carry a payload a switch can cut (their trimmed copies are discarded)
@@ -110,7 +110,7 @@ class RoceEngine(Engine):
             raise ValueError("gather=True is for daemons, which seal ICRCs themselves (icrc=None)")
         #: emit bulk packets as :class:`~emu.core.datagram.Gather` pieces (no payload copy)
         self.gather = gather
-        #: WRITE middles take Responder.write_middle (no ICRC here to check, no tracing)
+        #: SEND and WRITE middles take Responder.middle (no ICRC here to check, no tracing)
         self._fast_rx = icrc is None and not trace.enabled
         self.memory = memory
         self.rng = rng
@@ -340,12 +340,13 @@ class RoceEngine(Engine):
         st["rx_packets"] += 1
         n = len(data)
         st["rx_bytes"] += n
-        if (n > 16 and data[0] == P.WRITE_MIDDLE and ecn != ECN_CE and self._fast_rx
+        if (n > 16 and data[0] in MIDDLES and ecn != ECN_CE and self._fast_rx
                 and not trimmed):
-            # the bulk of a WRITE: placed without building a Pkt (falls back on anything odd)
+            # the bulk of a SEND or WRITE: placed without building a Pkt (falls back on
+            # anything odd)
             qp = self._qps.get(_DQPN.unpack_from(data, 4)[0] & 0xFFFFFF)
             if (qp is not None and qp.receiving_allowed and self._from_peer(qp, addr)
-                    and qp.responder.write_middle(data, n)):
+                    and qp.responder.middle(data, n)):
                 self._active[qp.qpn] = None
                 return
         try:

@@ -2,8 +2,9 @@
 """The RC responder: in-order acceptance, placement, ACK/NAK generation, READ and atomics.
 
 Go-back-N (IBTA 9.7.5, ``specs/rocev2.md``): :meth:`Responder.classify` gives
-every request its verdict (:class:`Rx`) — the general path and the WRITE-middle
-fast path both act on it, so each rule below is written once. Only the expected
+every request its verdict (:class:`Rx`) — the general path and the middle-packet
+fast path (:meth:`Responder.middle`, SEND and WRITE) both act on it, so each rule
+below is written once. Only the expected
 PSN is executed. A later PSN draws *one* PSN-sequence-error NAK per episode (the
 episode ends when the expected PSN arrives), an earlier one is a duplicate:
 SEND/WRITE duplicates are re-ACKed, a duplicate READ is executed again from
@@ -68,8 +69,8 @@ _CONT = {**dict.fromkeys(_SEND_CONT, True), **dict.fromkeys(_WRITE_CONT, False)}
 
 class Rx(enum.Enum):
     """A request as this responder sees it (:meth:`Responder.classify`): the one receive
-    verdict the general path (:meth:`Responder.on_request`) and the WRITE-middle fast
-    path (:meth:`Responder.write_middle`) both act on (IBTA 9.7.5, rocev2.md: Behaviour)."""
+    verdict the general path (:meth:`Responder.on_request`) and the middle-packet fast
+    path (:meth:`Responder.middle`) both act on (IBTA 9.7.5, rocev2.md: Behaviour)."""
 
     EXPECTED = "expected"  # the expected PSN, valid in the message sequence: execute it
     INVALID = "invalid"  # the expected PSN, but an invalid request: NAK it, QP to ERR
@@ -82,7 +83,8 @@ class Rx(enum.Enum):
 # the verdicts as globals: ``Rx.EXPECTED`` costs ~140 ns a lookup on Python 3.11, a global ~8
 _EXPECTED, _INVALID, _DUPLICATE = Rx.EXPECTED, Rx.INVALID, Rx.DUPLICATE
 _SEQ_ERROR, _AHEAD, _STRAY = Rx.SEQ_ERROR, Rx.AHEAD, Rx.STRAY
-_WRITE_MIDDLE = P.WRITE_MIDDLE
+#: the opcodes :meth:`Responder.middle` places (the bulk of a SEND or WRITE)
+MIDDLES = frozenset({P.SEND_MIDDLE, P.WRITE_MIDDLE})
 
 
 class RecvWqe:
@@ -119,7 +121,9 @@ class ReadJob:
 
 
 class _Msg:
-    """The multi-packet SEND or WRITE in progress."""
+    """The multi-packet SEND or WRITE in progress: where its bytes go (a WRITE's
+    region ``view``, or a SEND's receive ``wqe``) and how many it may take
+    (``total``: the DMA length, or the receive buffer's length)."""
 
     __slots__ = ("send", "wqe", "view", "off", "total")
 
@@ -132,9 +136,22 @@ class _Msg:
         self.total = total
 
     def fits(self, n: int, last: bool) -> bool:
-        """``n`` more bytes stay within the DMA length (and end it exactly if ``last``)."""
+        """``n`` more bytes stay within ``total`` (and end it exactly if ``last``: a
+        WRITE's last packet; a SEND may end short of its buffer)."""
         end = self.off + n
         return end <= self.total and (not last or end == self.total)
+
+    def place(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at the message's offset and move past it (the caller checked
+        :meth:`fits`): into the WRITE's region, or across the receive WQE's SGEs."""
+        off = self.off
+        end = off + len(data)
+        if self.view is not None:
+            self.view[off:end] = data
+        else:
+            assert self.wqe is not None
+            scatter(self.wqe.views, off, data)
+        self.off = end
 
 
 class _Reject(Exception):
@@ -231,11 +248,15 @@ class Responder:
         else:
             self.eng.stats["rx_drop_psn_far"] += 1
 
-    def write_middle(self, data: bytes | bytearray | memoryview, n: int) -> bool:
-        """A WRITE_MIDDLE that :meth:`classify` finds EXPECTED and that fits the WRITE in
-        progress, placed without building a :class:`~.packets.Pkt` — what
-        :meth:`on_request` would do for it, in a fraction of the time. False (nothing
-        changed): take the general path, which acts on any other verdict."""
+    def middle(self, data: bytes | bytearray | memoryview, n: int) -> bool:
+        """A SEND_MIDDLE or WRITE_MIDDLE (:data:`MIDDLES`) that :meth:`classify` finds
+        EXPECTED and that fits the message in progress, placed without building a
+        :class:`~.packets.Pkt` — what :meth:`on_request` would do for it, in a fraction
+        of the time. False (nothing changed): take the general path, which acts on any
+        other verdict."""
+        op = data[0]
+        if op not in MIDDLES:
+            return False
         w3 = _U32.unpack_from(data, 8)[0]
         epsn = self.epsn
         # the wire PSN is the expected one's (the unwrap without the call) and no pad or
@@ -243,15 +264,13 @@ class Responder:
         if (w3 & _MASK) != (epsn & _MASK) or data[1] & 0x3F:
             return False
         pl = n - 16  # BTH 12 + ICRC 4
-        if self.classify(epsn, _WRITE_MIDDLE, pl) is not _EXPECTED:
+        if self.classify(epsn, op, pl) is not _EXPECTED:
             return False
         cur = self.cur
-        assert cur is not None and cur.view is not None  # EXPECTED: a WRITE is in progress
+        assert cur is not None  # EXPECTED: a message of this kind is in progress
         if not cur.fits(pl, False):
             return False  # the general path rejects it
-        off = cur.off
-        cur.view[off:off + pl] = memoryview(data)[12:12 + pl]
-        cur.off = off + pl
+        cur.place(memoryview(data)[12:12 + pl])
         self._accepted(epsn, w3 >> 31)
         return True
 
@@ -259,7 +278,7 @@ class Responder:
         """The request at the expected ``psn`` was executed: expect the one after its
         ``npkts`` PSNs (a READ takes one per response), end a NAK episode, and ACK when
         it asks (AckReq) or every ``ack_every`` packets — the one ACK rule of the general
-        path and the WRITE-middle fast path. A READ or atomic is ``answered``: its
+        path and the middle-packet fast path. A READ or atomic is ``answered``: its
         response acknowledges it and everything before it, so no ACK is owed."""
         self.epsn = psn + npkts
         self.nak_episode = False
@@ -314,17 +333,17 @@ class Responder:
         if cur is None:
             if not self.rq:
                 return self._rnr(psn)
-            cur = self.cur = _Msg(True, self.rq.popleft(), None, 0)
+            wqe = self.rq.popleft()
+            cur = self.cur = _Msg(True, wqe, None, wqe.length)
         wqe = cur.wqe
         assert wqe is not None
         data = p.payload
         n = len(data)
-        if cur.off + n > wqe.length:
+        if not cur.fits(n, False):
             raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.LOC_LEN_ERR,
                           f"SEND of more than the {wqe.length}-byte receive buffer")
         if n:
-            scatter(wqe.views, cur.off, data)
-            cur.off += n
+            cur.place(data)
         if op in _SEND_END:
             self.cur = None
             self.msn = (self.msn + 1) & _MASK
@@ -366,9 +385,7 @@ class Responder:
             raise _Reject(P.NAK_INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR,
                           f"WRITE payload does not match DMA length {cur.total}")
         if n:
-            end = cur.off + n
-            cur.view[cur.off:end] = data  # type: ignore[index]
-            cur.off = end
+            cur.place(data)
         if last:
             self.cur = None
             self.msn = (self.msn + 1) & _MASK

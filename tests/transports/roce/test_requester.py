@@ -66,7 +66,7 @@ class Wire:
     """Requester engine A, responder engine B, and the packets between them.
 
     ``daemon`` builds the engines as the NIC daemon does (no ICRC inside,
-    Gather output, so ``Requester.middles`` and ``Responder.write_middle``
+    Gather output, so ``Requester.middles`` and ``Responder.middle``
     carry the bulk); otherwise ICRCs are sealed and checked with the pseudo
     header. ``compact_after`` lowers the requester's send-queue compaction
     threshold so that short examples reach it.

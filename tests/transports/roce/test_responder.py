@@ -2,22 +2,25 @@
 """The RoCEv2 receive verdicts: ``Responder.classify`` and ``Requester.classify``.
 
 Issue #15: receiving is one classify step whose verdict both the general path
-and the WRITE-middle fast path act on. These tests pin each verdict to its IBTA
-rule (rocev2.md: Behaviour) and check that the fast path, given any WRITE
-middle — in order, duplicate, ahead, short, padded — leaves the responder, the
-memory and the output exactly as the general path does.
+and the middle-packet fast path (SEND and WRITE) act on. These tests pin each
+verdict to its IBTA rule (rocev2.md: Behaviour) and check that the fast path,
+given any SEND or WRITE middle — in order, duplicate, ahead, short, padded,
+beyond the receive buffer — leaves the responder, the memory and the output
+exactly as the general path does.
 """
 
 from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lossy_link import register
 
 from emu.core.memory import MemoryTable
 from emu.core.psn import PSN24
+from emu.core.verbs import RecvWR, Sge
 from emu.transports.roce import RoceEngine
 from emu.transports.roce import packets as P
 from emu.transports.roce.requester import Resp
@@ -83,22 +86,35 @@ def test_requester_verdicts():
 #: payload length, AckReq)
 _REQUEST = st.tuples(
     st.sampled_from([-2, -1, 0, 0, 0, 0, 1, 2, 70]),
-    st.sampled_from([P.WRITE_MIDDLE] * 6 + [P.WRITE_FIRST, P.WRITE_LAST, P.SEND_MIDDLE]),
+    st.sampled_from([P.WRITE_MIDDLE] * 4 + [P.SEND_MIDDLE] * 4
+                    + [P.WRITE_FIRST, P.WRITE_LAST, P.SEND_FIRST, P.SEND_LAST]),
     st.sampled_from([PMTU] * 6 + [PMTU - 4, PMTU - 3, 0]),
     st.integers(0, 1))
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(_REQUEST, min_size=1, max_size=14), st.booleans())
-def test_fast_path_acts_as_the_general_path(reqs, started):
-    """Fed the same requests, an engine whose WRITE middles take the fast path and one
-    that decodes every packet end in the same state with the same output."""
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_REQUEST, min_size=1, max_size=14), st.sampled_from([None, "write", "send"]),
+       st.integers(1, 3))
+def test_fast_path_acts_as_the_general_path(reqs, started, sges):
+    """Fed the same requests, an engine whose SEND and WRITE middles take the fast path
+    and one that decodes every packet end in the same state with the same output. The
+    SENDs land in receive buffers of ``sges`` pieces (the fast path scatters too) of
+    1.5 packets, so a SEND of two or more full ones overruns its buffer."""
     engines = [responder(fast=True), responder(fast=False)]
     outs: list[list[bytes]] = [[], []]
     for (eng, qp, mr), out in zip(engines, outs, strict=True):
         rng = random.Random(7)
-        if started:
+        buf = 3 * PMTU // 2  # two receive buffers in the region
+        piece = buf // sges
+        for k in range(2):
+            base = mr.va + k * buf
+            eng.post_recv(qp.qpn, RecvWR(k, [Sge(base + i * piece, piece, mr.lkey)
+                                             for i in range(sges)]))
+        if started == "write":
             eng.receive_datagram(write_first(qp, mr), PEER, 0.0)
+        elif started == "send":
+            eng.receive_datagram(P.build(P.SEND_FIRST, qp.qpn, EPSN, b"", rng.randbytes(PMTU)),
+                                 PEER, 0.0)
         for off, op, n, ackreq in reqs:
             psn = (qp.responder.epsn + off) & PSN24.mask
             ext = P.reth(mr.va, mr.rkey, MSG) if op == P.WRITE_FIRST else b""
@@ -116,14 +132,29 @@ def test_fast_path_acts_as_the_general_path(reqs, started):
     assert dict(fe.stats) == dict(ge.stats)
 
 
-def test_fast_path_carries_in_order_middles():
-    """The equivalence above is not vacuous: in-order full middles take the fast path."""
+@pytest.mark.parametrize("verb", ["write", "send"])
+def test_fast_path_carries_in_order_middles(verb):
+    """The equivalence above is not vacuous: in-order full middles take the fast path,
+    a SEND's across its receive buffer's SGEs."""
     eng, qp, mr = responder(fast=True)
-    eng.receive_datagram(write_first(qp, mr), PEER, 0.0)
+    if verb == "write":
+        first, mid = write_first(qp, mr), P.WRITE_MIDDLE
+    else:
+        half = MSG // 2
+        eng.post_recv(qp.qpn, RecvWR(1, [Sge(mr.va + half, half, mr.lkey),
+                                         Sge(mr.va, half, mr.lkey)]))
+        first, mid = P.build(P.SEND_FIRST, qp.qpn, EPSN, b"", bytes(PMTU)), P.SEND_MIDDLE
+    eng.receive_datagram(first, PEER, 0.0)
     r = qp.responder
+    sent = bytearray(PMTU)
     for k in range(1, 5):
-        data = P.build(P.WRITE_MIDDLE, qp.qpn, (EPSN + k) & PSN24.mask, b"", bytes(PMTU))
-        assert r.write_middle(data, len(data))
-    dup = P.build(P.WRITE_MIDDLE, qp.qpn, (EPSN + 1) & PSN24.mask, b"", bytes(PMTU))
-    assert not r.write_middle(dup, len(dup))  # a duplicate: the general path re-ACKs it
+        payload = bytes([k]) * PMTU
+        sent += payload
+        data = P.build(mid, qp.qpn, (EPSN + k) & PSN24.mask, b"", payload)
+        assert r.middle(data, len(data))
+    dup = P.build(mid, qp.qpn, (EPSN + 1) & PSN24.mask, b"", bytes(PMTU))
+    assert not r.middle(dup, len(dup))  # a duplicate: the general path re-ACKs it
     assert r.epsn == EPSN + 5 and r.cur is not None and r.cur.off == 5 * PMTU
+    mem = bytes(mr.view)
+    got = mem[:5 * PMTU] if verb == "write" else mem[MSG // 2:] + mem[:5 * PMTU - MSG // 2]
+    assert got == sent

@@ -90,24 +90,25 @@ def test_16_mib_write_mtu_4096_through_loss_reorder_dup():
     no_internal_errors(rp)
 
 
-@pytest.mark.parametrize("seed", [21, 22])
-def test_daemon_engines_fast_paths_exact_through_loss_reorder_dup(seed, monkeypatch):
+@pytest.mark.parametrize(("seed", "verb"), [(21, "write"), (22, "write"), (23, "send")])
+def test_daemon_engines_fast_paths_exact_through_loss_reorder_dup(seed, verb, monkeypatch):
     """Engines as a daemon builds them — no ICRC in the engine, bulk packets sent as
-    Gather pieces, WRITE middles placed by Responder.write_middle — stay byte-exact
+    Gather pieces, SEND and WRITE middles placed by Responder.middle — stay byte-exact
     through loss, reordering and duplication, and the fast path really carried the bulk
-    (while out-of-order and duplicate middles fell back to the general path)."""
+    (while out-of-order and duplicate middles fell back to the general path). The SEND
+    lands in a receive buffer of three SGEs out of order in the region."""
     from emu.core.datagram import Gather
     from emu.transports.roce.responder import Responder
 
     taken = {"fast": 0, "declined": 0}
-    real = Responder.write_middle
+    real = Responder.middle
 
     def spy(self, data, n):
         r = real(self, data, n)
         taken["fast" if r else "declined"] += 1
         return r
 
-    monkeypatch.setattr(Responder, "write_middle", spy)
+    monkeypatch.setattr(Responder, "middle", spy)
     size = 4 * MiB + 123
     rp = roce_pair(seed=seed, pmtu=4096, line_rate=100e9, engine_kw={"icrc": None,
                                                                       "gather": True},
@@ -123,10 +124,24 @@ def test_daemon_engines_fast_paths_exact_through_loss_reorder_dup(seed, monkeypa
     rp.ea.datagrams_to_send = unpack
     src, dst = register(rp.ma, size), register(rp.mb, size)
     data = fill(src, seed)
-    rp.ea.post_send(rp.qa, SendWR.write(1, [Sge(src.va, size, src.lkey)], dst.va, dst.rkey))
+    sg = [Sge(src.va, size, src.lkey)]
+    if verb == "write":
+        rp.ea.post_send(rp.qa, SendWR.write(1, sg, dst.va, dst.rkey))
+    else:
+        cut = [0, size // 3, 2 * size // 3 + 5, size]  # pieces placed 2, 0, 1 in dst
+        pieces = [(cut[i], cut[i + 1] - cut[i]) for i in range(3)]
+        at = {2: 0, 0: pieces[2][1], 1: pieces[2][1] + pieces[0][1]}
+        rp.eb.post_recv(rp.qb, RecvWR(9, [Sge(dst.va + at[i], n, dst.lkey)
+                                          for i, (_, n) in enumerate(pieces)]))
+        rp.ea.post_send(rp.qa, SendWR.send(1, sg))
     rp.link.run()
     ok(rp.link.completions("a"), 1)
-    assert bytes(dst.view) == data
+    if verb == "write":
+        assert bytes(dst.view) == data
+    else:
+        ok(rp.link.completions("b"), 9)
+        got = bytes(dst.view)
+        assert b"".join(got[at[i]:at[i] + n] for i, (_, n) in enumerate(pieces)) == data
     assert rp.link.dropped > 0 and rp.ea.counters()["tx_retransmits"] > 0
     assert sent.count(Gather) > 0.9 * (size // 4096)  # middles left as pieces
     assert taken["fast"] > 0.8 * (size // 4096) and taken["declined"] > 0, taken
