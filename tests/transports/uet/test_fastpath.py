@@ -5,7 +5,7 @@ field for field, and declines (→ the generic decoder) whatever it does not cov
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from uet_pair import uet_pair, write
 
@@ -15,7 +15,12 @@ from emu.transports.base import TxMeta
 from emu.transports.uet import fastpath as F
 from emu.wire.codec.uet import decode_packet, encode_packet
 from emu.wire.codec.uet_pds import PdsAckCcNscc, PdsRequest, PdsRequestSyn
-from emu.wire.codec.uet_ses import SesAtomic, SesStandardRequest, SesStandardRequestSom
+from emu.wire.codec.uet_ses import (
+    SesAtomic,
+    SesResponseData,
+    SesStandardRequest,
+    SesStandardRequestSom,
+)
 
 u = st.integers
 req_fields = st.fixed_dictionaries({
@@ -143,12 +148,36 @@ def test_decoded_ack_equals_the_generic_decoder(m, retx, req, off, cack, s, d, m
         (slow.pds, slow.ses, slow.ext, bytes(slow.payload))
 
 
+@settings(max_examples=200)
+@given(u(0, 1), u(0, 3), u(-(1 << 15), (1 << 15) - 1), u(0, (1 << 32) - 1), u(0, 0xFFFF),
+       u(0, 0xFFFF), u(0, 63), u(0, 63), u(0, 0xFFFF), u(0, (1 << 24) - 1), u(0, 0xFFFF),
+       u(0, 0x3FFF), u(0, (1 << 32) - 1), u(0, (1 << 32) - 1), st.binary(max_size=64))
+def test_decoded_read_data_equals_the_generic_decoder(retx, req, off, cack, s, d, opcode, rc,
+                                                      mid, job, rmid, pl, ml, mo, payload):
+    """An ACK_CC carrying READ data (SES response with data, RSP_DATA), any field values
+    and any payload length — the fast decoder reads what ``decode_packet`` reads."""
+    ses = SesResponseData(opcode=opcode, return_code=rc, message_id=mid, job_id=job,
+                          read_req_message_id=rmid, payload_length=pl, modified_length=ml,
+                          message_offset=mo)
+    data = bytes(F.ack_cc_nscc(5, 0, retx, req, off, cack, s, d, 1, 0, 0, 0, 0)) \
+        + bytes(encode_packet(None, ses)) + payload
+    fast, slow = F.decode_ack(data), decode_packet(data)
+    assert fast is not None and type(fast.ses) is SesResponseData
+    assert (fast.pds, fast.ses, fast.ext, bytes(fast.payload)) == \
+        (slow.pds, slow.ses, slow.ext, bytes(slow.payload))
+
+
 def test_the_ack_decoder_declines_what_it_does_not_cover():
     """Anything but a bare NSCC ACK_CC goes to the generic decoder, which knows it."""
     ack = F.ack_cc_nscc(0, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0)
     assert F.decode_ack(bytes(ack)) is not None
     with_rsp = F.ack_cc_nscc(4, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0)  # an SES response follows
     assert F.decode_ack(bytes(with_rsp) + bytes(12)) is None
+    rsp_data = bytes(F.ack_cc_nscc(5, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0))
+    assert F.decode_ack(rsp_data + bytes(20)) is not None  # READ data, none of it yet
+    assert F.decode_ack(rsp_data + bytes(19)) is None  # its SES header cut short
+    small = bytes(F.ack_cc_nscc(6, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 0, 0))  # small RSP_DATA
+    assert F.decode_ack(small + bytes(20)) is None
     assert F.decode_ack(bytes(ack) + b"x") is None  # more bytes than the header
     credit = bytearray(ack)
     credit[12] = 0x10  # cc_type 1: credit (RCCC)
