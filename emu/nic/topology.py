@@ -8,7 +8,7 @@
     paths = "reps"
     path_params = { penalty = 0.0005 }
     [nic.roce]
-    line_rate = 25e9              # bits/s of the emulated port
+    line_rate = "25gbit"          # the engine's own rate (bits/s, or spelled as a link's)
 
 or on the command line, ``emu up … --set nic.uet.paths=reps``. Why in the
 topology: comparing transports under congestion means running the same
@@ -31,6 +31,21 @@ from emu.topology.model import Topology
 
 #: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
 NIC_TRANSPORTS = ("roce", "uet")
+#: engine options that are rates: spelled as a link's rate ("500mbit") or in bits/s
+RATE_OPTIONS = frozenset({"line_rate"})
+
+
+def engine_value(key: str, value: Any) -> Any:
+    """An engine option's value as the engine takes it: a rate (:data:`RATE_OPTIONS`)
+    spelled as a link's is bits/s (``UnitError`` when it is not a rate)."""
+    if key in RATE_OPTIONS and isinstance(value, str):
+        from emu.topology.units import UnitError, parse_rate
+
+        bps = parse_rate(value)
+        if bps is None:
+            raise UnitError(f"an engine's {key} cannot be {value!r}")
+        return bps
+    return value
 
 
 @dataclass
@@ -85,12 +100,19 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
         if not isinstance(opts, dict):
             return where, f"expected a table ([{where}]), got {opts!r}"
         create, known = _factory(transport)
-        for key, value in opts.items():
+        from emu.topology.units import UnitError
+
+        given = opts
+        opts = {}
+        for key, value in given.items():
             if key not in known:
                 return f"{where}.{key}", (f"unknown {transport} engine option {key!r} "
                                           f"(known: {', '.join(known)})")
             try:
                 json.dumps(value)
+                opts[key] = engine_value(key, value)
+            except UnitError as e:
+                return f"{where}.{key}", str(e)
             except (TypeError, ValueError):
                 return f"{where}.{key}", f"{value!r} cannot be passed to a daemon (not JSON)"
         err = _refused(create, opts)
@@ -127,4 +149,4 @@ sections.register("nic", check_section)
 def daemon_args(nic: dict[str, dict[str, Any]]) -> tuple[str, ...]:
     """The ``emu nicd`` arguments that carry a checked ``[nic]`` section."""
     return tuple(a for t, opts in nic.items() if isinstance(opts, dict) for k, v in opts.items()
-                 for a in ("--engine-opt", f"{t}.{k}={json.dumps(v)}"))
+                 for a in ("--engine-opt", f"{t}.{k}={json.dumps(engine_value(k, v))}"))

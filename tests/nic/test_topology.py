@@ -34,7 +34,7 @@ rx_coalesce = "150us"
 cc = "rccc"
 paths = "reps"
 [nic.roce]
-line_rate = 2e9
+line_rate = "2gbit"  # an engine rate spelled as a link's: bits/s to the daemon
 """
 
 

@@ -122,6 +122,8 @@ CASES = {
                    ["nic.uet.colour", "unknown uet engine option"]),
     "nic value": (LS + '[nic.uet]\ncc = "tcp"\n', None, [":5:", "nic.uet.cc", "'tcp'"]),
     "nic range": (LS + "[nic.roce]\nline_rate = -1\n", None, ["nic.roce", "line_rate"]),
+    "nic rate": (LS + '[nic.roce]\nline_rate = "fast"\n', None,
+                 [":5:", "nic.roce.line_rate", "bad rate 'fast'"]),
     "nic not table": (LS + "[nic]\nuet = 3\n", None, ["nic.uet", "expected a table"]),
     "set nic option": (LS, ["nic.uet.paths=random"], ["--set nic.uet.paths=random", "random"]),
     "nic coalesce": (LS + '[nic]\nrx_coalesce = "soon"\n', None,
