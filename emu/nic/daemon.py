@@ -106,6 +106,8 @@ class EngineSlot:
     eng_timer: TimerFd | None = None
     #: the receive loops' coalescing sleeps (emu.nic.coalesce), one per port socket
     rx_timers: list[TimerFd] = field(default_factory=list)
+    #: the engine's ``port_held()`` (RoCEv2), or None: told when the port holds its output
+    port_held: Any = None
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
     check_buf: Any = None  # its in-place form over the receive buffer, or None
 
@@ -209,7 +211,8 @@ class NicDaemon:
                                               takes_trimmed=takes(engine, "trimmed"),
                                               times=deque() if takes(engine, "arrived")
                                               else None,
-                                              batch=getattr(engine, "receive_batch", None))
+                                              batch=getattr(engine, "receive_batch", None),
+                                              port_held=getattr(engine, "port_held", None))
                 if self.slots[name].times is not None:
                     for ps in tx.mains:
                         ps.enable_stamps()
@@ -577,6 +580,8 @@ class NicDaemon:
         eng = slot.engine
         tx = slot.tx
         held = tx.paced_until is not None or tx.blocked is not None
+        if held and slot.port_held is not None:
+            slot.port_held()  # what waits in the engine now waits for the port
         if not held:
             out = eng.datagrams_to_send(trio.current_time())
             if out:
@@ -691,11 +696,12 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
 
 #: the overload causes an engine counts itself (its counters, summed over the daemon's
 #: engines into its totals): UET's retransmission timeouts only a late daemon caused — the
-#: original had reached the target, whose ACK was late by the target's holding alone
-ENGINE_OVERLOAD = ("rto_held",)
+#: original had reached the target, whose ACK was late by the target's holding alone —
+#: and RoCEv2 QPs whose pacer the daemon served later than its saved credit covers
+ENGINE_OVERLOAD = ("rto_held", "pacer_late")
 #: … and the time an engine counts (µs, judged against a run's length, not in ``total``):
 #: UET's port idle while its controller waited for an ACK that a daemon held
-ENGINE_OVERLOAD_TIME = ("ack_late_us",)
+ENGINE_OVERLOAD_TIME = ("ack_late_us", "pacer_late_us")
 #: what the daemon counts as its own overload, by cause → the totals key behind it
 OVERLOAD_CAUSES = {
     "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
@@ -724,6 +730,7 @@ def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[s
     # each late send's times, so a stall of the whole machine can explain it
     out["late_events"] = sorted(e for p in ports.values() for e in p.get("late_events", ()))
     out["ack_late_s"] = round(int(totals.get("ack_late_us", 0)) / 1e6, 6)
+    out["pacer_late_s"] = round(int(totals.get("pacer_late_us", 0)) / 1e6, 6)
     out["cpu_wait_s"], out["cpu_runs"] = cpu_wait()
     t = os.times()
     out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread

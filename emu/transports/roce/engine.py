@@ -137,6 +137,8 @@ class RoceEngine(Engine):
         #: canonical host text of a peer address (cached)
         self._host = HostNames()
         self.stats: defaultdict[str, int] = defaultdict(int)
+        #: QPs whose pacer held data back since the port last held the engine (port_held)
+        self._pace_held: set[QueuePair] = set()
         self._qps: dict[int, QueuePair] = {}
         self._next_qpn = first_qpn
         self._events: deque[Event] = deque()
@@ -164,6 +166,7 @@ class RoceEngine(Engine):
         attr.update({**(attrs or {}), **kw})
         qp = QueuePair(qpn, pd, send_cq, recv_cq, max_send_wr, max_recv_wr, attr,
                        line_rate=self.line_rate, burst_s=self.burst_s)
+        qp.stats = self.stats
         qp.requester = Requester(qp, self)
         qp.responder = Responder(qp, self)
         qp.refresh_meta()
@@ -275,6 +278,7 @@ class RoceEngine(Engine):
         qp = self._qp(qpn)
         del self._qps[qpn]
         self._active.pop(qpn, None)
+        self._pace_held.discard(qp)
         qp.requester.reset(0)
         qp.responder.clear()
 
@@ -462,6 +466,8 @@ class RoceEngine(Engine):
             if not qp.may_send(now):
                 if resp.has_read() or req.has_work():
                     qp.timers.set("pace", qp.next_tx)
+                    qp.pace_held = True
+                    self._pace_held.add(qp)
                 return
             if resp.has_read():
                 b = resp.read_packet()
@@ -482,6 +488,14 @@ class RoceEngine(Engine):
             if trace.enabled:
                 trace.packet_sent(now, qp=qp.qpn, op=b[0], psn=int.from_bytes(b[9:12], "big"),
                                   len=len(b))
+
+    def port_held(self) -> None:
+        """The daemon's port holds this engine's output (its serializer, or socket
+        space, is the limit): a QP its pacer held meanwhile waited for the port, not for
+        a late daemon, so its lateness is not counted (:meth:`QueuePair.on_paced_send`)."""
+        for qp in self._pace_held:
+            qp.pace_held = False
+        self._pace_held.clear()
 
     def get_timer(self) -> float | None:
         t: float | None = None

@@ -8,6 +8,7 @@ import pathlib
 import random
 
 import pytest
+from lossy_link import register
 
 from emu.core.memory import MemoryTable
 from emu.transports.base import Engine, VerbsError
@@ -268,3 +269,45 @@ def test_a_destroyed_qp_lets_go_of_registered_memory_without_the_cyclic_collecto
         assert mm.closed, "a view of the region outlived the QPs that held it"
     finally:
         gc.enable()
+
+
+def _paced_writer(burst: int = 16384):
+    """An engine whose one QP has 1 MiB to WRITE at 1 Gb/s, cc off, as a daemon builds it
+    (Gather bursts); the first drain at t = 0 spends the burst, then the pacer holds."""
+    mem = MemoryTable(random.Random(1))
+    e = RoceEngine(mem, random.Random(2), line_rate=1e9, cc=None, icrc=None, gather=True,
+                   burst_bytes=burst)
+    mr = register(mem, 2 << 20)
+    q = e.create_qp(pmtu=4096)
+    e.connect(q, {"qpn": 0x99, "psn": 0, "address": "10.0.0.2"})
+    e.post_send(q, SendWR.write(1, [Sge(mr.va, 1 << 20, mr.lkey)], mr.va + (1 << 20),
+                                mr.rkey))
+    assert e.datagrams_to_send(0.0)
+    due = e.get_timer()
+    assert due is not None and 0 < due < 1e-3  # the pacer's timer: the QP waits for it
+    return e, due
+
+
+def test_a_pacer_served_later_than_its_credit_covers_is_overload():
+    """A hardware rate limiter is never late. The pacer's saved credit (burst_bytes, here
+    16 KiB = 131 µs at 1 Gb/s) absorbs a late daemon; beyond it the QP lost time, which
+    counts as emulator overload (pacer_late, pacer_late_us) — unless the port held the
+    engine's output meanwhile (port_held): then the QP waited for the port."""
+    e, due = _paced_writer()
+    e.handle_timer(due + 100e-6)  # late, but within the credit: nothing lost
+    assert e.datagrams_to_send(due + 100e-6)
+    assert e.counters().get("pacer_late", 0) == 0
+    due = e.get_timer()
+    e.handle_timer(due + 2e-3)  # 2 ms late: ~1.87 ms beyond the credit
+    assert e.datagrams_to_send(due + 2e-3)
+    c = e.counters()
+    assert c["pacer_late"] == 1 and 1800 <= c["pacer_late_us"] <= 1900, c
+    due = e.get_timer()
+    e.port_held()  # the port, not the daemon, held the output meanwhile
+    e.handle_timer(due + 2e-3)
+    assert e.datagrams_to_send(due + 2e-3)
+    assert e.counters()["pacer_late"] == 1
+    due = e.get_timer()
+    e.handle_timer(due)  # on time
+    e.datagrams_to_send(due)
+    assert e.counters()["pacer_late"] == 1
