@@ -580,8 +580,6 @@ class NicDaemon:
         eng = slot.engine
         tx = slot.tx
         held = tx.paced_until is not None or tx.blocked is not None
-        if held and slot.port_held is not None:
-            slot.port_held()  # what waits in the engine now waits for the port
         if not held:
             out = eng.datagrams_to_send(trio.current_time())
             if out:
@@ -592,6 +590,10 @@ class NicDaemon:
                     pass
                 if tx.blocked is not None or tx.paced_until is not None:
                     slot.tx_lot.unpark_all()
+                    if slot.port_held is not None:
+                        slot.port_held()  # what the engine holds back now waits for the port
+        elif slot.port_held is not None:
+            slot.port_held()
         ev = eng.next_event()
         while ev is not None:
             self.control.on_event(slot, ev)
