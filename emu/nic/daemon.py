@@ -581,6 +581,10 @@ class NicDaemon:
         tx = slot.tx
         held = tx.paced_until is not None or tx.blocked is not None
         if not held:
+            if slot.port_held is not None and tx.ports_busy():
+                # the ports still have frames to serialize: a pacer served late now lost
+                # no link time (several QPs on a saturated port, or a FIFO that covered it)
+                slot.port_held()
             out = eng.datagrams_to_send(trio.current_time())
             if out:
                 tx.put(out)

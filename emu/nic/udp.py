@@ -773,6 +773,12 @@ class TxPath:
             for _ in range(k):
                 q.popleft()
 
+    def ports_busy(self) -> bool:
+        """Every paced port still has frames to serialize (its FIFO is not empty): what an
+        engine holds back now costs no link time yet."""
+        now = time.monotonic()
+        return all(ps.pacer is not None and ps.pacer.t_free > now for ps in self.mains)
+
     def _budget(self, pacer: Any) -> tuple[float, float]:
         """``(now, bytes the port may take now)``; when that is none, the head of the queue
         waits for the port (:attr:`paced_until`: the daemon sleeps, then flushes again)."""

@@ -443,3 +443,24 @@ def test_reads_after_a_kernel_drop_stay_on_the_quick_path_and_count_the_drops():
     finally:
         tx.close()
         ps.close()
+
+
+def test_ports_are_busy_while_every_paced_port_still_has_frames_to_serialize():
+    """What decides whether a RoCEv2 pacer served late cost link time (pacer_late): while
+    every port's serializer still has frames, it did not."""
+    import time
+    from types import SimpleNamespace
+
+    from emu.nic.pacer import PortPacer
+    from emu.nic.udp import TxPath
+
+    a, b = PortPacer("eth0", 1e9), PortPacer("eth1", 1e9)
+    tx = TxPath([SimpleNamespace(pacer=a), SimpleNamespace(pacer=b)], {}, max_queue=8)
+    now = time.monotonic()
+    a.charge(now, 10**6, 100, waited=False)  # 8 ms of frames on eth0
+    assert not tx.ports_busy()  # eth1 has none
+    b.charge(now, 10**6, 100, waited=False)
+    assert tx.ports_busy()
+    a.t_free = b.t_free = now  # both have run dry
+    assert not tx.ports_busy()
+    assert not TxPath([SimpleNamespace(pacer=None)], {}, max_queue=8).ports_busy()  # unpaced
