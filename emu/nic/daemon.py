@@ -580,11 +580,12 @@ class NicDaemon:
         eng = slot.engine
         tx = slot.tx
         held = tx.paced_until is not None or tx.blocked is not None
+        if slot.port_held is not None and (held or tx.ports_busy()):
+            # the port holds the queue or still has frames to serialize: a QP pacer served
+            # late meanwhile lost no link time (several QPs on a saturated port, or a FIFO
+            # that covered the lateness)
+            slot.port_held()
         if not held:
-            if slot.port_held is not None and tx.ports_busy():
-                # the ports still have frames to serialize: a pacer served late now lost
-                # no link time (several QPs on a saturated port, or a FIFO that covered it)
-                slot.port_held()
             out = eng.datagrams_to_send(trio.current_time())
             if out:
                 tx.put(out)
@@ -594,10 +595,6 @@ class NicDaemon:
                     pass
                 if tx.blocked is not None or tx.paced_until is not None:
                     slot.tx_lot.unpark_all()
-                    if slot.port_held is not None:
-                        slot.port_held()  # what the engine holds back now waits for the port
-        elif slot.port_held is not None:
-            slot.port_held()
         ev = eng.next_event()
         while ev is not None:
             self.control.on_event(slot, ev)

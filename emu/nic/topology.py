@@ -28,6 +28,7 @@ from typing import Any
 
 from emu.topology import sections
 from emu.topology.model import Topology
+from emu.topology.units import UnitError, parse_rate
 
 #: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
 NIC_TRANSPORTS = ("roce", "uet")
@@ -39,8 +40,6 @@ def engine_value(key: str, value: Any) -> Any:
     """An engine option's value as the engine takes it: a rate (:data:`RATE_OPTIONS`)
     spelled as a link's is bits/s (``UnitError`` when it is not a rate)."""
     if key in RATE_OPTIONS and isinstance(value, str):
-        from emu.topology.units import UnitError, parse_rate
-
         bps = parse_rate(value)
         if bps is None:
             raise UnitError(f"an engine's {key} cannot be {value!r}")
@@ -75,8 +74,6 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
     for transport, opts in raw.items():
         where = f"nic.{transport}"
         if transport == "line_rate":  # every NIC port's rate unless its link/switch says
-            from emu.topology.units import UnitError, parse_rate
-
             try:
                 parse_rate(opts)
             except UnitError as e:
@@ -100,26 +97,23 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
         if not isinstance(opts, dict):
             return where, f"expected a table ([{where}]), got {opts!r}"
         create, known = _factory(transport)
-        from emu.topology.units import UnitError
-
-        given = opts
-        opts = {}
-        for key, value in given.items():
+        taken: dict[str, Any] = {}  # the values as the engine takes them (engine_value)
+        for key, value in opts.items():
             if key not in known:
                 return f"{where}.{key}", (f"unknown {transport} engine option {key!r} "
                                           f"(known: {', '.join(known)})")
             try:
                 json.dumps(value)
-                opts[key] = engine_value(key, value)
+                taken[key] = engine_value(key, value)
             except UnitError as e:
                 return f"{where}.{key}", str(e)
             except (TypeError, ValueError):
                 return f"{where}.{key}", f"{value!r} cannot be passed to a daemon (not JSON)"
-        err = _refused(create, opts)
+        err = _refused(create, taken)
         if err is not None:
             # name the option when one alone is refused (its line, or its --set)
-            for key in opts:
-                one = _refused(create, {key: opts[key]})
+            for key in taken:
+                one = _refused(create, {key: taken[key]})
                 if one is not None:
                     return f"{where}.{key}", f"the {transport} engine refuses it: {one}"
             return where, f"the {transport} engine refuses these options together: {err}"
