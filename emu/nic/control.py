@@ -35,7 +35,7 @@ from emu.core import shm
 from emu.core.cq import CompletionQueue
 from emu.core.memory import Access, MemoryRegion, SharedBuffer
 from emu.nic import compact
-from emu.nic.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode
+from emu.nic.protocol import PROTOCOL_VERSION, RUN_DIR, ProtocolError, decode, encode
 from emu.nic.session import CqRec, OpError, QpRec, Session, make_send_wr, recv_wr, send_wr
 from emu.nic.udp import gid_of
 from emu.transports.base import Completion, StateChanged, VerbsError
@@ -63,6 +63,7 @@ class ControlServer:
         self._handles = itertools.count(1)
         self._listener: Any = None
         self._inode = 0
+        self._own_dir = False  # listen: the socket's directory is emu's own
         self._scope: trio.CancelScope | None = None
         self._unsent: dict[Session, None] = {}  # clients with completions for flush()
         self.c = dict.fromkeys(("clients_total", "refused", "protocol_errors", "requests",
@@ -73,11 +74,20 @@ class ControlServer:
     # -- socket ---------------------------------------------------------------------
 
     def listen(self) -> Any:
-        """Bind the control socket (dir 0700, socket 0600); refuse if a live daemon owns it."""
+        """Bind the control socket (socket 0600; its directory 0700 when it is emu's own,
+        under ``RUN_DIR``, or made here); refuse if a live daemon owns it.
+
+        Why not any directory: ``--sock /tmp/x.sock`` made ``/tmp`` itself 0700, and
+        every other user's files there unreachable. The socket alone is private (bound
+        under ``umask 0177``, then 0600), wherever it is."""
         path = self.d.cfg.sock_path
-        parent = os.path.dirname(path)
+        parent = os.path.dirname(os.path.abspath(path))
+        made = not os.path.isdir(parent)
         os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.chmod(parent, 0o700)
+        # the directory is emu's (made here, or its run tree): private, removed when empty
+        self._own_dir = made or _within(parent, RUN_DIR)
+        if self._own_dir:
+            os.chmod(parent, 0o700)
         if os.path.exists(path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -113,8 +123,9 @@ class ControlServer:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == self._inode:
                 os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(path))  # the last daemon of a cluster leaves no directory
+        if self._own_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))  # the last daemon of a cluster leaves none
 
     async def serve(self, listener: Any) -> None:
         async with trio.open_nursery() as n:
@@ -658,3 +669,9 @@ class ControlServer:
     def counters(self) -> dict[str, int]:
         return {**self.c, "clients": len(self.sessions), "qps": len(self.qps),
                 "cqs": len(self.cqs), "mrs": sum(len(s.mrs) for s in self.sessions.values())}
+
+
+def _within(path: str, root: str) -> bool:
+    """``path`` is ``root`` or lies below it (symbolic links resolved)."""
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return os.path.commonpath([p, r]) == r

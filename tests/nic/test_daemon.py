@@ -117,6 +117,26 @@ async def test_two_daemons_exchange_datagrams(fab, tmp_path):
 
 
 @pytest.mark.trio
+async def test_a_socket_in_someone_elses_directory_leaves_that_directory_alone(fab, tmp_path):
+    """``emu nicd run --sock /tmp/x.sock`` made /tmp itself 0700 (and would remove an empty
+    directory it found): only a directory the daemon made, or emu's own run tree, is made
+    private and removed; the socket is private wherever it is."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    mine = tmp_path / "made-here"
+    cfg1 = _cfg(fab, "h1", shared)
+    cfg2 = NicConfig(sock_path=str(mine / "h2.sock"), cluster=fab.cluster, host="h2",
+                     transports=["loopback"])
+    async with running(cfg1, fab.ns("h1")), running(cfg2, fab.ns("h2")):
+        assert shared.stat().st_mode & 0o777 == 0o755
+        assert os.stat(cfg1.sock_path).st_mode & 0o777 == 0o600
+        assert mine.stat().st_mode & 0o777 == 0o700
+    assert shared.is_dir() and shared.stat().st_mode & 0o777 == 0o755  # empty, still there
+    assert not mine.exists()  # the daemon's own directory goes with its last socket
+
+
+@pytest.mark.trio
 async def test_receive_backlog_overflow_drops_and_counts(fab, tmp_path):
     async with running(_cfg(fab, "h2", tmp_path, rx_backlog=8, rx_batch=64), fab.ns("h2")) as d:
         with inside(fab, "h1"):
