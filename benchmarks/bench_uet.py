@@ -35,7 +35,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_roce  # noqa: E402
-from bench_roce import RECV_CPU, SEND_CPU, blast, pin, pipelined_writes  # noqa: E402
+from bench_roce import (  # noqa: E402
+    RECV_CPU,
+    SEND_CPU,
+    blast,
+    measured,
+    overload_line,
+    overload_runs,
+    pin,
+    pipelined_writes,
+)
 
 from emu.api import Device  # noqa: E402
 from emu.fabric import Fabric, down, linkctl  # noqa: E402
@@ -141,9 +150,12 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
         pin(os.getpid(), RECV_CPU)
         uet, blasts, payload = [], [], 0
         cpu = {h: [0, 0] for h in ("h1", "h2")}
+        deltas = []
         for _ in range(a.runs):
             before = [cpu_ticks(pr.pid) for pr in procs]
-            r = uet_write(name, "h1", "h2", a.total * MiB, a.msg * MiB, a.depth)
+            r, d = measured(name, lambda: uet_write(name, "h1", "h2", a.total * MiB,
+                                                    a.msg * MiB, a.depth))
+            deltas.append(d)
             for h, pr, b in zip(("h1", "h2"), procs, before, strict=True):
                 after = cpu_ticks(pr.pid)
                 cpu[h][0] += after[0] - b[0]
@@ -167,6 +179,7 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
                 "blaster_gbps": bgbps, "uet_gbps_median": g, "blaster_gbps_median": bl,
                 "ratio": g / bl if bl else None,
                 "retransmits": eng.get("tx_retransmits", 0), "goal_ratio": 1.0,
+                "overload": overload_runs(deltas),
                 "cpu_per_packet": per_pkt, "blaster_cpu_per_packet": bcpu,
                 "daemons": {h: {"totals": st.get("totals", {}),
                                 "uet": st["transports"]["uet"]} for h, st in stats.items()}}
@@ -194,16 +207,18 @@ def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
         for label, opts in (("sprayed", []), ("pinned", [f"uet.entropies=[{PINNED}]"])):
             procs = start_daemons(name, addr, a.engine_opt + opts, _nicd_args(a))
             try:
-                runs, spread = [], {s: 0 for s in spines}
+                runs, spread, deltas = [], {s: 0 for s in spines}, []
                 for _ in range(a.runs):
                     c0 = spine_counts(f, spines, "leaf1")
-                    runs.append(uet_write(name, "h1", "h4", a.total * MiB, a.msg * MiB,
-                                          a.depth)["gbps"])
+                    r, d = measured(name, lambda: uet_write(name, "h1", "h4", a.total * MiB,
+                                                            a.msg * MiB, a.depth))
+                    runs.append(r["gbps"])
+                    deltas.append(d)
                     c1 = spine_counts(f, spines, "leaf1")
                     for s in spines:
                         spread[s] += c1[s] - c0[s]
                 out[label] = {"gbps": runs, "gbps_median": statistics.median(runs),
-                              "packets_per_spine": spread}
+                              "packets_per_spine": spread, "overload": overload_runs(deltas)}
             finally:
                 stop_daemons(procs)
         p = out["pinned"]["gbps_median"]
@@ -237,6 +252,7 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
         print(f"{'':23}the blaster's (per datagram): sender {b['tx_user_us']:.1f} + "
               f"{b['tx_kernel_us']:.1f}, receiver {b['rx_user_us']:.1f} + "
               f"{b['rx_kernel_us']:.1f}")
+        print(overload_line(r["overload"]))
     if "spray" in res:
         r = res["spray"]
         sp = r["spines"]
@@ -251,6 +267,8 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
         ratio = r["ratio"]
         print(f"{'ratio sprayed/pinned':20}{ratio if ratio is not None else float('nan'):>10.2f}x"
               f"  (goal >= {r['goal_ratio']}x)")
+        for label in ("sprayed", "pinned"):
+            print(f"{label}: {overload_line(r[label]['overload'])}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,8 @@ def test_bench_uet_script_prints_the_pair_table():
     out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
     assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
     for row in ("UET WRITE goodput", "Python UDP blaster", "ratio",
-                "CPU per data packet of 8704 B", "the blaster's (per datagram): sender"):
+                "CPU per data packet of 8704 B", "the blaster's (per datagram): sender",
+                "emulator losses"):
         assert row in out, out
     assert "leaf-spine" not in out  # --part pair only
 
@@ -54,11 +55,17 @@ def test_bench_uet_json_has_both_parts():
     # and the blaster's, from its own rusage: a sender busy for seconds used CPU
     bc = pair["blaster_cpu_per_packet"]
     assert bc["tx_user_us"] + bc["tx_kernel_us"] > 0 and bc["rx_kernel_us"] >= 0
+    # the emulator's own overload per run, read from the daemons that ran it: a run
+    # that moved 1 MiB counted its packets (an empty snapshot would count none)
+    ov = pair["overload"]
+    assert len(ov["runs"]) == 1 and ov["runs"][0]["tx_packets"] >= (1 << 20) // 8704
+    assert ov["clean"] == (not ov["runs"][0]["causes"] and not ov["runs"][0]["unreachable"])
     spray = res["spray"]
     assert len(spray["spines"]) == 2 and spray["goal_ratio"] == 0.9 and "ratio" in spray
     for label in ("sprayed", "pinned"):
         x = spray[label]
         assert x["gbps_median"] > 0 and set(x["packets_per_spine"]) == set(spray["spines"])
+        assert x["overload"]["runs"][0]["tx_packets"] > 0
     # pinned to one entropy: the flow's data crossed one spine only (ACKs may take either
     # way back, but they are not counted on leaf1 → spine links)
     pinned = spray["pinned"]["packets_per_spine"]
