@@ -53,7 +53,8 @@ from emu.nic.framing import framer_for
 from emu.nic.pacer import PortPacer
 from emu.nic.pause import PortPause
 from emu.nic.timerfd import TimerFd
-from emu.nic.udp import Iface, PortSocket, TxPath, family_of, gid_of, interfaces
+from emu.nic.txpath import TxPath
+from emu.nic.udp import Iface, PortSocket, family_of, gid_of, interfaces
 from emu.proc import cpu_wait, process_age, rss_kib
 
 

@@ -18,7 +18,8 @@ from emu.credible.overload import delta, warning
 from emu.nic.daemon import overload
 from emu.nic.pacer import PortPacer
 from emu.nic.timerfd import TimerFd
-from emu.nic.udp import PortSocket, TxPath
+from emu.nic.txpath import TxPath
+from emu.nic.udp import PortSocket
 from emu.switch import kernel
 from emu.topology.loader import load
 from emu.transports.base import TxMeta

@@ -23,7 +23,8 @@ from emu.core.datagram import Gather, Run
 from emu.fabric.capture import in_netns
 from emu.nic.frames import FrameTx
 from emu.nic.framing import RoceIcrc
-from emu.nic.udp import PortSocket, TxPath
+from emu.nic.txpath import TxPath
+from emu.nic.udp import PortSocket
 from emu.transports.base import TxMeta
 from emu.wire.icrc import verify_icrc
 

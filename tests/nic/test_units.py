@@ -21,7 +21,8 @@ from emu.nic.config import NicConfig
 from emu.nic.daemon import NicDaemon
 from emu.nic.loopback import LoopbackEngine
 from emu.nic.protocol import LineBuffer, ProtocolError
-from emu.nic.udp import PortSocket, TxPath
+from emu.nic.txpath import TxPath
+from emu.nic.udp import PortSocket
 from emu.transports.base import Completion, StateChanged, TxMeta
 
 
@@ -452,7 +453,7 @@ def test_ports_are_busy_while_every_paced_port_still_has_frames_to_serialize():
     from types import SimpleNamespace
 
     from emu.nic.pacer import PortPacer
-    from emu.nic.udp import TxPath
+    from emu.nic.txpath import TxPath
 
     a, b = PortPacer("eth0", 1e9), PortPacer("eth1", 1e9)
     tx = TxPath([SimpleNamespace(pacer=a), SimpleNamespace(pacer=b)], {}, max_queue=8)
