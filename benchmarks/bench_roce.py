@@ -160,6 +160,13 @@ def pipelined_writes(post: Any, wait: Any, n: int, msg: int, depth: int) -> floa
     return time.monotonic() - t0
 
 
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """(user, kernel) CPU time of a process so far, in clock ticks (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
 #: the causes a top-speed benchmark expects: nothing paces the daemons below their CPU's
 #: speed, so they run flat out (cpu_bound), their pacers and ports fall behind a line rate
 #: they cannot reach (pacer_late, tx_late, ack_late), and on a small machine they wait
@@ -279,15 +286,26 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.3)
         rss = {h: call_once(sock_path(name, h), "stats")["rss_kib"] / 1024 for h in ready}
         gput, blast, deltas = [], [], []
+        cpu = {h: [0, 0] for h in ("h1", "h2")}
         for _ in range(a.runs):
+            before = [cpu_ticks(pr.pid) for pr in procs]
             r, d = measured(name, lambda: roce(name, not a.ipv4, a.total * MiB, a.msg * MiB,
                                                a.depth))
+            for h, pr, b in zip(("h1", "h2"), procs, before, strict=True):
+                after = cpu_ticks(pr.pid)
+                cpu[h][0] += after[0] - b[0]
+                cpu[h][1] += after[1] - b[1]
             gput.append(r["gbps"])
             deltas.append(d)
             blast.append(blaster(f, addr["h2"], a.blast_seconds, 4096))
         s1 = call_once(sock_path(name, "h1"), "stats")
         eng = s1["transports"]["roce"]["engine"]
         g, bl = statistics.median(gput), statistics.median(blast)
+        # CPU per data packet of each daemon while RoCEv2 ran (h1 sends only the WRITEs)
+        npk = max(1, eng.get("tx_packets", 0))
+        hz = os.sysconf("SC_CLK_TCK")
+        per_pkt = {h: {"user_us": u / hz / npk * 1e6, "kernel_us": k / hz / npk * 1e6}
+                   for h, (u, k) in cpu.items()}
         res = {"family": f"IPv{fam}", "msg_bytes": a.msg * MiB, "pmtu": 4096,
                "link_mtu": 9000, "line_rate": a.line_rate, "runs": a.runs,
                "roce_gbps": gput, "blaster_gbps": blast, "roce_gbps_median": g,
@@ -295,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                "start_s": ready, "idle_rss_mib": rss,
                "tx_gso_sends": s1["totals"].get("tx_gso_sends", 0),
                "retransmits": eng.get("tx_retransmits", 0),
-               "overload": overload_runs(deltas),
+               "overload": overload_runs(deltas), "cpu_per_packet": per_pkt,
                "goals": {"ratio": 1.0, "stretch": 3.0, "start_s": 0.5, "rss_mib": 40}}
     finally:
         for pr in procs:
@@ -317,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nicd {h}: start {ready[h]:.2f} s (goal <= 0.5), idle RSS {rss[h]:.1f} MiB "
               f"(goal <= 40)")
     print(f"sender: {res['tx_gso_sends']} GSO sends, {res['retransmits']} retransmitted packets")
+    c = res["cpu_per_packet"]
+    print(f"CPU per data packet of 4096 B (µs, user + kernel): sender h1 "
+          f"{c['h1']['user_us']:.1f} + {c['h1']['kernel_us']:.1f}, receiver h2 "
+          f"{c['h2']['user_us']:.1f} + {c['h2']['kernel_us']:.1f}")
     print(overload_line(res["overload"]))
     return 0
 

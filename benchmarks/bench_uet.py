@@ -39,6 +39,7 @@ from bench_roce import (  # noqa: E402
     RECV_CPU,
     SEND_CPU,
     blast,
+    cpu_ticks,
     measured,
     overload_line,
     overload_runs,
@@ -114,13 +115,6 @@ def uet_write(cluster: str, src: str, dst: str, total: int, msg: int, depth: int
     finally:
         for x in (a, b, ba, bb):
             x.close()
-
-
-def cpu_ticks(pid: int) -> tuple[int, int]:
-    """(user, kernel) CPU time of a process so far, in clock ticks (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])
 
 
 def _addr(topo: Any, host: str, fam: int) -> str:
