@@ -92,33 +92,37 @@ class Run:
     slices straight into its frames — as a NIC is handed one descriptor for a burst.
 
     Datagram ``i`` is ``heads[i * hlen:(i + 1) * hlen]`` + ``payload[i * seg:(i + 1) * seg]``
-    and leaves with ``metas[i]``. Only engines asked for runs (UET ``runs=True``, the
-    daemon's) emit them; :func:`expand` turns them back into single datagrams, byte
-    for byte what the engine would otherwise have sent. ``done`` is the consumer's
-    cursor: datagrams before it have left.
+    + ``tlen`` zero bytes, and leaves with ``metas[i]``. The zero tail is a trailer the
+    daemon's framing fills in (the RoCEv2 ICRC: RoCEv2 middles are runs too, differing
+    only in PSN and AckReq). Only engines asked for runs (``runs=True``, the daemon's)
+    emit them; :func:`expand` turns them back into single datagrams, byte for byte
+    what the engine would otherwise have sent. ``done`` is the consumer's cursor:
+    datagrams before it have left.
     """
 
-    __slots__ = ("heads", "hlen", "payload", "seg", "metas", "count", "size", "done")
+    __slots__ = ("heads", "hlen", "payload", "seg", "metas", "count", "size", "done", "tlen")
 
     def __init__(self, heads: bytes | bytearray, hlen: int, payload: memoryview, seg: int,
-                 metas: list[TxMeta]) -> None:
+                 metas: list[TxMeta], tlen: int = 0) -> None:
         self.heads = heads
         self.hlen = hlen
         self.payload = payload
         self.seg = seg
         self.metas = metas
+        self.tlen = tlen
         self.count = len(metas)
-        self.size = self.count * (hlen + seg)
+        self.size = self.count * (hlen + seg + tlen)
         self.done = 0
 
     def __len__(self) -> int:
         return self.size
 
     def datagram(self, i: int) -> Gather:
-        """Datagram ``i`` as a :class:`Gather` (header copied, payload a view)."""
-        h, s = self.hlen, self.seg
+        """Datagram ``i`` as a :class:`Gather` (header copied, payload a view, a zero
+        tail of ``tlen`` bytes for the framing)."""
+        h, s, t = self.hlen, self.seg, self.tlen
         return Gather(bytearray(self.heads[i * h:(i + 1) * h]),
-                      self.payload[i * s:(i + 1) * s], bytearray(), h + s)
+                      self.payload[i * s:(i + 1) * s], bytearray(t), h + s + t)
 
     def rest(self, addr: Addr) -> list[tuple[Gather, Addr, TxMeta]]:
         """The datagrams not sent yet (from ``done``), as ``(Gather, addr, meta)``."""

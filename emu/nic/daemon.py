@@ -195,7 +195,8 @@ class NicDaemon:
                 framer = framer_for(name)
                 tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,
                             seal=framer.seal if framer else None,
-                            seal_many=getattr(framer, "seal_many", None))
+                            seal_many=getattr(framer, "seal_many", None),
+                            seal_at=getattr(framer, "seal_at", None))
                 # a spraying engine's entropy set (UET): its sockets now, not mid-burst
                 tx.preopen(getattr(engine, "entropies", ()))
                 # every transport sends from source ports of its own (UET's entropies, a

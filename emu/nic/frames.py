@@ -232,12 +232,14 @@ class FrameTx:
     # -- the ring ---------------------------------------------------------------------
 
     def drain(self, q: Any, main: Any, main_for: Any, budget: float = math.inf,
-              seal: Any = None) -> tuple[int, int, bool]:
+              seal: Any = None, seal_at: Any = None) -> tuple[int, int, bool]:
         """Place datagrams from the head of ``q`` (a TX queue of ``(data, addr, meta)``)
         while each leaves port ``main`` from a source port of its own and the ring has
-        room; ``seal(buf, src, sport, dst, dport)``, if given, finishes each one first
-        (the transport's framing, :mod:`emu.nic.framing`) — a :class:`Run` is then not
-        taken (the socket path opens it into datagrams and seals each).
+        room. The transport's framing (:mod:`emu.nic.framing`), if it has one, finishes
+        each: ``seal_at(buf, off, end, src, sport, dst, dport)`` in the frame once it is
+        written (one pass over contiguous memory), else ``seal(buf, src, sport, dst,
+        dport)`` before — then a :class:`Run` is not taken (the socket path opens it
+        into datagrams and seals each).
 
         Stops at the first that is not a :class:`TxMeta` with an entropy other than
         ``main.port``, whose destination ``main_for`` routes to another port, that is
@@ -258,10 +260,10 @@ class FrameTx:
             while q and nbytes < budget:
                 data, addr, meta = q[0]
                 if type(data) is Run:
-                    if seal is not None:
+                    if seal is not None and seal_at is None:
                         break  # the socket path opens it and seals each datagram
                     k, nb, full = self._place_run(data, addr, main, main_for, head,
-                                                  budget - nbytes)
+                                                  budget - nbytes, seal_at)
                     head = (head + k) % nf
                     placed += k
                     nbytes += nb
@@ -288,13 +290,14 @@ class FrameTx:
                     pre = self._prefix_for(addr, n, meta)
                     if pre is None:
                         break
-                if seal is not None:
+                if seal is not None and seal_at is None:
                     if not g and type(data) is not bytearray:
                         data = bytearray(data)
                     seal(data, main.address, meta.entropy, addr[0], addr[1])
                 o = off + base
                 e = o + len(pre)
                 mv[o:e] = pre
+                d0 = e
                 if g:
                     k = len(data.head)
                     mv[e:e + k] = data.head
@@ -309,6 +312,8 @@ class FrameTx:
                 else:
                     mv[e:e + n] = data
                     e += n
+                if seal_at is not None:
+                    seal_at(mv, d0, e, main.address, meta.entropy, addr[0], addr[1])
                 _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, e - off - DATA)
                 head = head + 1 if head + 1 < nf else 0
                 q.popleft()
@@ -358,9 +363,10 @@ class FrameTx:
         return ok
 
     def _place_run(self, run: Run, addr: Any, main: Any, main_for: Any, head: int,
-                   budget: float = math.inf) -> tuple[int, int, bool]:
+                   budget: float = math.inf, seal_at: Any = None) -> tuple[int, int, bool]:
         """Write the frames of ``run`` from its cursor on, starting at slot ``head``: the
-        prefix for the packet's entropy, its header, its payload slice. Stops when the
+        prefix for the packet's entropy, its header, its payload slice, its zero tail
+        sealed by ``seal_at`` (see :meth:`drain`). Stops when the
         ring is full, or for good (the rest goes by socket) at an entropy that is the
         port's own or has no next hop, or when the socket could send the whole run as
         one GSO batch (one entropy), or (for now) once ``budget`` bytes are placed.
@@ -371,8 +377,11 @@ class FrameTx:
                 main.gso and count - i > 1 and metas[i] is metas[-1]
                 and all(m is metas[i] for m in metas[i:])):
             return 0, 0, False
-        hl, seg = run.hlen, run.seg
-        n = hl + seg
+        hl, seg, tl = run.hlen, run.seg, run.tlen
+        n = hl + seg + tl
+        zeros = bytes(tl)
+        src = main.address
+        dst, dport = addr[0], addr[1]
         if n > self.mtu - 8 - self.iphdr:
             return 0, 0, False  # the socket path reports EMSGSIZE
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
@@ -405,8 +414,14 @@ class FrameTx:
             h = e + hl
             mv[e:h] = heads[i * hl:i * hl + hl]
             p = i * seg
-            mv[h:h + seg] = pay[p:p + seg]
-            _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, h + seg - off - DATA)
+            t = h + seg
+            mv[h:t] = pay[p:p + seg]
+            if tl:
+                mv[t:t + tl] = zeros
+                t += tl
+            if seal_at is not None:
+                seal_at(mv, e, t, src, meta.entropy, dst, dport)
+            _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, t - off - DATA)
             head = head + 1 if head + 1 < nf else 0
             i += 1
         heads.release()

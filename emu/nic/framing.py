@@ -156,21 +156,36 @@ class RoceIcrc:
             buf[4] = b4
             pack(buf, n - 4, v)
 
-    def check_buf(self, buf: bytearray, off: int, end: int, src: str, sport: int, dst: str,
-                  dport: int) -> bool:
-        """:meth:`check` of ``buf[off:end]`` in place (a receive buffer; no copy)."""
-        n = end - off
-        if n < 16:
-            return False
-        key = (src, sport, dst, dport, n)
+    def _icrc_at(self, buf: Any, off: int, end: int, src: str, sport: int, dst: str,
+                 dport: int) -> int:
+        """The ICRC of the datagram lying in ``buf[off:end]`` (16 bytes or more), computed
+        in place: BTH byte 4 is masked for the CRC and put back."""
+        key = (src, sport, dst, dport, end - off)
         crc = self._prefix.get(key)
         if crc is None:
             crc = self._prefix_crc(key)
         b4 = buf[off + 4]
         buf[off + 4] = 0xFF
-        crc = crc32(memoryview(buf)[off:end - 4], crc)
+        crc = crc32(buf[off:end - 4] if type(buf) is memoryview
+                    else memoryview(buf)[off:end - 4], crc)
         buf[off + 4] = b4
-        return _LE32.unpack_from(buf, end - 4)[0] == crc
+        return crc
+
+    def check_buf(self, buf: bytearray, off: int, end: int, src: str, sport: int, dst: str,
+                  dport: int) -> bool:
+        """:meth:`check` of ``buf[off:end]`` in place (a receive buffer; no copy)."""
+        if end - off < 16:
+            return False
+        return _LE32.unpack_from(buf, end - 4)[0] == self._icrc_at(buf, off, end, src, sport,
+                                                                    dst, dport)
+
+    def seal_at(self, buf: Any, off: int, end: int, src: str, sport: int, dst: str,
+                dport: int) -> None:
+        """:meth:`seal` of the datagram already written to ``buf[off:end]`` (a frame in a
+        packet ring, :mod:`emu.nic.frames`): one CRC over contiguous memory instead of
+        one per piece, and nothing copied afterwards."""
+        if end - off >= 16:
+            _LE32.pack_into(buf, end - 4, self._icrc_at(buf, off, end, src, sport, dst, dport))
 
     def check(self, data: Any, src: str, sport: int, dst: str, dport: int) -> bool:
         v = self._icrc(data, src, sport, dst, dport)

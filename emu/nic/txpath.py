@@ -53,11 +53,14 @@ class TxPath:
 
     def __init__(self, mains: list[PortSocket], c: dict[str, int], *, max_queue: int,
                  max_entropy: int = 512, netns_fd: int | None = None, seal: Any = None,
-                 seal_many: Any = None) -> None:
+                 seal_many: Any = None, seal_at: Any = None) -> None:
         self.mains = mains
         self.seal = seal  # the transport's framing: seal(buf, src, sport, dst, dport)
         # optional batch form for one flow: seal_many(bufs, src, sport, dst, dport)
         self.seal_many = seal_many if seal is not None else None
+        # optional in-place form for frame rings: seal_at(buf, off, end, src, sport, dst,
+        # dport) seals the datagram already written to buf[off:end]
+        self.seal_at = seal_at if seal is not None else None
         self.netns_fd = netns_fd
         self.c = c
         self.queue: deque[tuple[bytes, Any, Any]] = deque()
@@ -205,10 +208,10 @@ class TxPath:
         now, budget = self._budget(pacer)
         if budget <= 0:
             return True
-        k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal)
+        k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal, self.seal_at)
         if not k and full:
             self._kick()
-            k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal)
+            k, nb, full = fx.drain(q, main, self._main_for, budget, self.seal, self.seal_at)
             if not k and full:
                 self.blocked = fx
                 raise BlockingIOError

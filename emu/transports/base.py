@@ -142,7 +142,7 @@ class Engine(ABC):
 
         Payloads are fresh buffers the daemon owns (or, from engines built for a
         daemon, ``Gather`` pieces over registered memory). An engine asked for
-        runs (UET ``runs=True``) may also return ``(Run, addr, None)``: several
+        runs (``runs=True``: UET, RoCEv2 middles) may also return ``(Run, addr, None)``: several
         datagrams in one entry, each with its own meta; ``expand`` opens them
         (all three in :mod:`emu.core.datagram`).
         Call after every input (datagram, timer, verbs call); an empty list with a

@@ -26,6 +26,7 @@ from emu.nic.framing import RoceIcrc
 from emu.nic.txpath import TxPath
 from emu.nic.udp import PortSocket
 from emu.transports.base import TxMeta
+from emu.transports.roce.packets import middle_heads
 from emu.wire.icrc import verify_icrc
 
 PORT = 5561
@@ -193,16 +194,20 @@ def test_txpath_interleaves_frames_and_socket_sends_in_order(net):
 
 
 def _txpath_with_ring(net: RoutedTriple, src: str, c: dict[str, int],
-                      framer: RoceIcrc | None = None) -> tuple[PortSocket, TxPath]:
+                      framer: RoceIcrc | None = None, *, in_place: bool = True,
+                      gso: bool | None = None) -> tuple[PortSocket, TxPath]:
     """A TxPath on a's port with its frame ring, counters mirrored into ``c``; its entropy
     sockets are made in a's namespace too (close ``tx.netns_fd`` after). ``framer``:
-    the transport's framing (the RoCEv2 ICRC), as the daemon gives it."""
+    the transport's framing (the RoCEv2 ICRC), as the daemon gives it (``in_place``:
+    with its ``seal_at``)."""
 
     def make():
-        main = PortSocket(src, PORT, ifname="a0", mtu=1500)
+        main = PortSocket(src, PORT, ifname="a0", mtu=1500,
+                          **({} if gso is None else {"gso": gso}))
         tx = TxPath([main], _Counts(c), max_queue=1000,
                     seal=framer.seal if framer else None,
-                    seal_many=framer.seal_many if framer else None)
+                    seal_many=framer.seal_many if framer else None,
+                    seal_at=framer.seal_at if framer and in_place else None)
         assert tx.use_rings(lambda m: FrameTx(m.ifname, m.address, m.mtu)) == 1
         return main, tx
 
@@ -323,18 +328,24 @@ def test_txpath_sends_what_a_run_cannot_put_in_the_ring_by_socket_in_order(net):
         os.close(tx.netns_fd)
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["seal_at", "seal"])
 @pytest.mark.parametrize("fam", [socket.AF_INET6, socket.AF_INET], ids=["v6", "v4"])
-def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent(net, fam):
+def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent(net, fam,
+                                                                                 in_place):
     """A RoCEv2 QP sends from its own source port, so its datagrams take the ring; the
     ICRC covers the IP and UDP headers (IPv4: the IP ID too), which the ring writes, not
     the kernel. Every frame captured at b — whole IP packets as they arrived, IP ID,
     TOS and TTL included — passes the ICRC check of ``emu.wire.icrc``, and the
-    receiving daemon's own check (``RoceIcrc.check``) accepts its payload. Bytes
-    and Gather pieces alike, several QPs (source ports) interleaved, ECN bits set."""
+    receiving daemon's own check (``RoceIcrc.check``) accepts its payload. Bytes,
+    Gather pieces and a Run of middles (its ICRC slots a zero tail) alike, several QPs
+    (source ports) interleaved, ECN bits set; sealed in the frame (``seal_at``, the
+    daemon's way) or before it is written (``seal``: a Run then leaves by socket)."""
     src, dst = _addrs(fam)
     c: dict[str, int] = {}
     framer = RoceIcrc()
-    main, tx = _txpath_with_ring(net, src, c, framer)
+    # no GSO: over IPv6 the socket path would send a Run of one QP as one GSO batch, and
+    # this test is about the ring
+    main, tx = _txpath_with_ring(net, src, c, framer, in_place=in_place, gso=False)
     cap = in_netns(net.b, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM,
                                                 socket.htons(0x0003)))
     cap.bind(("b0", 0))
@@ -350,23 +361,40 @@ def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent
                                      len(p)), (dst, PORT), qps[i % 3]))
             else:
                 items.append((bytes(p), (dst, PORT), qps[i % 3]))
-        got: list[bytes] = []
-        for _ in range(100):  # until r's MAC is known the ring refuses; the socket resolves
-            tx.put(list(items))
-            tx.flush()
-            got = []
-            while len(got) < len(items):
+        seg = 256
+        run = Run(middle_heads(0x07, 0x11, 0xFFFFFE, [0, 1, 0, 0, 1]), 12,
+                  memoryview(os.urandom(5 * seg)), seg, [qps[0]] * 5, 4)
+        items.insert(7, (run, (dst, PORT), None))
+        metas = [m for d, _, m in items if type(d) is not Run]
+        metas[7:7] = run.metas
+        def take(n: int) -> list[bytes]:
+            out: list[bytes] = []
+            while len(out) < n:
                 pkt = cap.recv(65536)
                 ver = pkt[0] >> 4
                 ihl = 40 if ver == 6 else (pkt[0] & 15) * 4
                 nh = pkt[6] if ver == 6 else pkt[9]
                 if nh == socket.IPPROTO_UDP and pkt[ihl + 2:ihl + 4] == PORT.to_bytes(2, "big"):
-                    got.append(pkt)
-            if c.get("tx_frames"):
+                    out.append(pkt)
+            return out
+
+        # until r's MAC is known the ring refuses and the socket resolves it (where GSO
+        # would join a Run's datagrams into one capture): one datagram per QP first
+        for _ in range(100):
+            tx.put([items[q] for q in range(3)])
+            tx.flush()
+            take(3)
+            if c.get("tx_frames", 0) >= 3:
                 break
             time.sleep(0.02)
-        assert c["tx_frames"] == len(items)  # all of the last round by the ring
-        for pkt, (_, _, meta) in zip(got, items, strict=True):
+        f0 = c["tx_frames"]
+        tx.put(list(items))
+        tx.flush()
+        got = take(len(metas))
+        # all of the last round by the ring (without seal_at a Run is opened into Gathers
+        # first, which the ring then takes)
+        assert c["tx_frames"] - f0 == len(metas)
+        for pkt, meta in zip(got, metas, strict=True):
             assert verify_icrc(pkt), pkt.hex()
             ver = pkt[0] >> 4
             ihl = 40 if ver == 6 else 20
@@ -375,6 +403,14 @@ def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent
             if ver == 4:
                 assert pkt[4:6] == b"\0\0" and pkt[6] & 0x40  # IP ID 0, DF
             assert framer.check(pkt[ihl + 8:], src, sport, dst, PORT)
+        # the Run's datagrams arrived whole: its BTHs (PSNs wrapping at 2^24), payload
+        # slices and a sealed tail
+        ihl = 40 if fam == socket.AF_INET6 else 20
+        for i, pkt in enumerate(got[7:7 + run.count]):
+            body = pkt[ihl + 8:]
+            assert body[:12] == run.heads[12 * i:12 * i + 12]
+            assert int.from_bytes(body[9:12], "big") == (0xFFFFFE + i) & 0xFFFFFF
+            assert body[12:-4] == run.payload[i * seg:(i + 1) * seg] and len(body) == 272
     finally:
         cap.close()
         tx.close()

@@ -43,3 +43,12 @@ def test_bench_roce_prints_its_table_and_reads_the_daemons_overload():
     assert res["overload"]["clean"] == (not run["causes"] and not run["unreachable"])
     cpu = res["cpu_per_packet"]
     assert all(cpu[h][k] >= 0 for h in ("h1", "h2") for k in ("user_us", "kernel_us"))
+
+
+def test_frame_ring_micro_benchmark_runs_every_way_through_the_ring():
+    res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/frame_ring.py"), "--json",
+                           "--rounds", "1"]).stdout)
+    assert set(res) == {"gathers+seal", "gathers+seal_at", "runs+seal_at"}
+    for v in res.values():  # every packet of every way left through the ring, CPU counted
+        assert v["ring_frames"] == v["packets"] == 1400 and v["cpu_us_per_packet"] > 0
+    assert res["gathers+seal"]["ratio"] == 1.0

@@ -121,12 +121,13 @@ def roce_icrc() -> list[Record]:
 
 def roce_daemon() -> list[Record]:
     """RoCEv2 as the daemons run it: Gather output, no ICRC, the WRITE-middle fast path."""
-    return _roce(22, {"icrc": None, "gather": True})
+    return _roce(22, {"icrc": None, "gather": True, "runs": True})
 
 
 def roce_bulk() -> list[Record]:
     """RoCEv2 daemon engines, bulk transfers at PMTU 4096 with light loss (fast paths)."""
-    return _roce(23, {"icrc": None, "gather": True}, ROCE_BULK, LIGHT, 0.004, 4096)
+    return _roce(23, {"icrc": None, "gather": True, "runs": True}, ROCE_BULK, LIGHT, 0.004,
+                 4096)
 
 
 # -- UET ------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from typing import Any
 
 from emu import cc as cc_registry
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.datagram import Run
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
@@ -101,7 +102,8 @@ class RoceEngine(Engine):
                  class_of: Callable[[int], int] = lambda dscp: dscp >> 3,
                  trace: Trace = NULL_TRACE, first_qpn: int = 0x11,
                  local_addr: Addr | None = None, default_pmtu: int = 4096,
-                 gather: bool = False, max_psn_ahead: int = 1 << 15) -> None:
+                 gather: bool = False, runs: bool = False,
+                 max_psn_ahead: int = 1 << 15) -> None:
         if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0:
             raise ValueError("line_rate, ack_every, ack_req_every must be > 0, burst >= 0")
         if cc is not None:
@@ -110,6 +112,8 @@ class RoceEngine(Engine):
             raise ValueError("gather=True is for daemons, which seal ICRCs themselves (icrc=None)")
         #: emit bulk packets as :class:`~emu.core.datagram.Gather` pieces (no payload copy)
         self.gather = gather
+        #: … and a burst of middles as one :class:`~emu.core.datagram.Run` (with gather)
+        self.runs = runs and gather
         #: SEND and WRITE middles take Responder.middle (no ICRC here to check, no tracing)
         self._fast_rx = icrc is None and not trace.enabled
         self.memory = memory
@@ -429,7 +433,12 @@ class RoceEngine(Engine):
             for buf, _, _ in out:
                 P.seal(buf, icrc)  # type: ignore[arg-type]
         st = self.stats
-        st["tx_packets"] += len(out)
+        n = len(out)
+        if self.runs:
+            for b, _, _ in out:
+                if type(b) is Run:
+                    n += b.count - 1
+        st["tx_packets"] += n
         st["tx_bytes"] += sum(len(b) for b, _, _ in out)
         return out
 

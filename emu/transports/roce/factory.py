@@ -18,7 +18,7 @@ from emu.transports.roce.qp import PMTU_VALUES
 
 #: RoceEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
-                  "cnp_interval", "cnp_dscp", "default_pmtu", "gather")
+                  "cnp_interval", "cnp_dscp", "default_pmtu", "gather", "runs")
 #: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
 DEFAULT_DAEMON_LINE_RATE = 10e9
 #: bytes a daemon's pacer may send ahead of its rate per wake-up. Each wake-up costs a
@@ -70,6 +70,7 @@ def create_engine(ctx: Any) -> RoceEngine:
                                        min(DEFAULT_DAEMON_BURST, int(BURST_SHARE_OF_FIFO * fifo))
                                        if fifo != math.inf else DEFAULT_DAEMON_BURST))
     opts.setdefault("gather", True)  # the daemon sends Gather pieces by scatter-gather
+    opts.setdefault("runs", True)  # … and a burst of middles as one Run (emu.nic.frames)
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
     trace = getattr(ctx, "trace", None)  # the daemon's --trace (disabled: not passed)

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 
 from emu.core.datagram import Gather
+from emu.core.psn import PSN24
 from emu.wire.codec.roce import (
     AETH,
     AETH_ACK,
@@ -182,6 +183,20 @@ def build_gather(opcode: int, dqpn: int, psn: int, payload: memoryview, *, ackre
     pad = -n & 3
     hdr = bytearray(_BTH.pack(opcode, (se << 7) | (pad << 4), pkey, dqpn, (ackreq << 31) | psn))
     return Gather(hdr, payload, bytearray(pad + ICRC_SIZE), BTH_SIZE + n + pad + ICRC_SIZE)
+
+
+def middle_heads(opcode: int, dqpn: int, psn0: int, ackreqs: list[int], *,
+                 pkey: int = 0xFFFF) -> bytearray:
+    """The BTHs of ``len(ackreqs)`` consecutive full-size packets from ``psn0`` (PSNs
+    wrap at 2^24), packet ``i`` with AckReq ``ackreqs[i]`` — the headers of a
+    :class:`~emu.core.datagram.Run` of SEND/WRITE middles, laid out as
+    :func:`build_gather` lays one out (SE clear, no pad: middles are full)."""
+    out = bytearray(BTH_SIZE * len(ackreqs))
+    pack = _BTH.pack_into
+    mask = PSN24.mask
+    for i, ar in enumerate(ackreqs):
+        pack(out, i * BTH_SIZE, opcode, 0, pkey, dqpn, (ar << 31) | ((psn0 + i) & mask))
+    return out
 
 
 def reth(va: int, rkey: int, length: int) -> bytes:

@@ -46,6 +46,7 @@ import struct
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.datagram import Run
 from emu.core.memory import gather, scatter
 from emu.core.psn import PSN24
 from emu.core.verbs import WrOpcode
@@ -164,7 +165,8 @@ class Requester:
 
     def middles(self, now: float, out: list, dst: Any, meta: Any) -> int:
         """Append as many full-size middle packets of the current SEND/WRITE as the pacer
-        allows now, as :class:`~emu.core.datagram.Gather` pieces; returns how many.
+        allows now — one :class:`~emu.core.datagram.Run` when the engine emits runs, else
+        :class:`~emu.core.datagram.Gather` pieces each; returns how many.
 
         The daemon's bulk path: what :meth:`next_packet` and
         :meth:`QueuePair.on_paced_send` do per packet, done once per burst (the
@@ -192,13 +194,19 @@ class Requester:
         dqpn, pkey = a.dest_qp_num, a.pkey
         psn0 = w.psn + k  # type: ignore[operator]
         ackreq = self._ackreq
-        build = P.build_gather
-        append = out.append
         off = k * pmtu
-        for psn in range(psn0, psn0 + cnt):
-            append((build(mid, dqpn, psn & _MASK, v[off:off + pmtu], ackreq=ackreq(False),
-                          pkey=pkey), dst, meta))
-            off += pmtu
+        if self.eng.runs:  # one Run: the headers in one buffer, the payload one view
+            heads = P.middle_heads(mid, dqpn, psn0, [ackreq(False) for _ in range(cnt)],
+                                   pkey=pkey)
+            out.append((Run(heads, P.BTH_SIZE, v[off:off + cnt * pmtu], pmtu, [meta] * cnt,
+                            P.ICRC_SIZE), dst, None))
+        else:
+            build = P.build_gather
+            append = out.append
+            for psn in range(psn0, psn0 + cnt):
+                append((build(mid, dqpn, psn & _MASK, v[off:off + pmtu], ackreq=ackreq(False),
+                              pkey=pkey), dst, meta))
+                off += pmtu
         self.tx_pkt = k + cnt
         self._sent(psn0, psn0 + cnt, now)
         qp.on_paced_send(size, now, cnt)
