@@ -48,10 +48,8 @@ IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
 IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
 SIOCGIFADDR = 0x8915
 GSO_MAX_SEGS = 64
-#: a GRO read at least this big is handed on as views of its buffer (see recv_batch)
-LEND_MIN = 32768
-#: reads without a framing check land in chunks this big and are lent out (_next_chunk);
-#: at most RX_SPARE chunks wait to be reused
+#: reads land in chunks this big and are lent out (_next_chunk); at most RX_SPARE chunks
+#: wait to be reused
 RX_CHUNK = 256 * 1024
 RX_SPARE = 8
 GSO_MAX_BYTES = 65000
@@ -221,7 +219,7 @@ class PortSocket:
         self._tos_other: dict[int, int] = {}  # TOS → datagrams sent at it by cmsg (see tos_anc)
         self._tos_anc: dict[int, list[tuple[int, int, bytes]]] = {}
         self.sndbuf = sndbuf
-        self._buf = bytearray(65536 if self.gro else 16384)
+        self._read_size = 65536 if self.gro else 16384  # room a read is given in a chunk
         self._chunk: bytearray | None = None  # made on the first read (entropy sockets get none)
         self._cmv: Any = None
         self._coff = RX_CHUNK
@@ -264,28 +262,26 @@ class PortSocket:
         traffic-class byte (DSCP << 2 | ECN) the read arrived with: the engine loop
         splits it (ECN for congestion notification, DSCP for trimming) only when
         it hands the datagram over, so the read loop does no extra work per packet.
-        A datagram is ``bytes``, or a ``memoryview`` of a buffer no later read
-        reuses while the view lives: without a framing check every read is lent
-        from a receive chunk (:meth:`_next_chunk`); with one, large GRO reads are
-        lent and the rest copied.
+        A datagram is a ``memoryview`` of a receive chunk that no later read reuses
+        while the view lives (:meth:`_next_chunk`): never copied, checked in place.
 
         ``times``: each item's kernel receive time is appended to it, always in step
         with ``out`` (0.0 for a read without one: :meth:`enable_stamps` not on, or
         refused) — when the NIC got the packet, which a daemon that reads late must
         not pass off as later.
         """
-        if check is not None or check_buf is not None:
-            return self._recv_checked(out, limit, maxlen, c, check, check_buf, times)
-        # no framing to check (UET): each read lands in a receive chunk and is lent out
-        # as a view of it, never copied; the common read — one datagram, only its TOS in
-        # the ancillary data — takes a short path, its counts added up once at the end
+        # each read lands in a receive chunk and is lent out as a view of it, never
+        # copied (a framing check runs in the chunk first); the common read — one
+        # datagram, only its TOS in the ancillary data — takes a short path, its counts
+        # added up once at the end
         sock = self.sock
         n_reads = 0
         tos_level, tos_type = self._tos_cmsg
         stamped = times is not None and self.stamps
         want = 2 if stamped else 1  # the common read's control messages (a stamp first)
-        quick = quick_bytes = quick_dropped = 0
-        size = len(self._buf)
+        quick = quick_bytes = quick_dropped = bad = 0
+        me, sport = self.address, self.sport
+        size = self._read_size
         cmv, off = self._cmv, self._coff
         try:
             while n_reads < limit:
@@ -306,6 +302,14 @@ class PortSocket:
                             self.kernel_drops = _U32.unpack_from(anc[-2][2])[0]
                         quick += 1
                         quick_bytes += n
+                        if check_buf is not None:
+                            if not check_buf(cmv, off, off + n, addr[0], addr[1], me, sport):
+                                bad += 1
+                                continue  # its place in the chunk is taken by the next
+                        elif check is not None and not check(cmv[off:off + n], addr[0],
+                                                             addr[1], me, sport):
+                            bad += 1
+                            continue
                         if len(out) < maxlen:
                             out.append((cmv[off:off + n], addr,
                                         data[_TOS_BYTE] if len(data) == 4 else data[0]))
@@ -315,8 +319,8 @@ class PortSocket:
                         else:
                             quick_dropped += 1
                         continue
-                self._read_general(None, cmv[off:off + n], n, anc, flags, addr, out, maxlen,
-                                   c, None, None, lent=True, times=times)
+                self._read_general(cmv[off:off + n], n, anc, flags, addr, out, maxlen, c,
+                                   check, check_buf, times=times)
                 off += (n + 63) & ~63
         finally:
             self._coff = off
@@ -325,6 +329,8 @@ class PortSocket:
                 c["rx_bytes"] += quick_bytes
             if quick_dropped:
                 c["rx_backlog_drops"] += quick_dropped
+            if bad:
+                c["rx_bad_icrc"] += bad
         return n_reads
 
     def enable_stamps(self) -> bool:
@@ -366,27 +372,12 @@ class PortSocket:
         self._cmv = memoryview(ch)
         return self._cmv
 
-    def _recv_checked(self, out: deque[tuple[bytes | memoryview, Any, int]], limit: int,
-                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any,
-                      times: deque[float] | None = None) -> int:
-        """Reads whose datagrams a framing check must pass (RoCE: the ICRC), into one
-        reused buffer; large GRO reads are lent, the rest copied (see recv_batch)."""
-        n_reads = 0
-        sock = self.sock
-        while n_reads < limit:
-            buf = self._buf
-            n, anc, flags, addr = sock.recvmsg_into([buf], _ANC)  # BlockingIOError ends it
-            n_reads += 1
-            self._read_general(buf, memoryview(buf), n, anc, flags, addr, out, maxlen, c,
-                               check, check_buf, times=times)
-        return n_reads
-
-    def _read_general(self, buf: bytearray | None, mv: memoryview, n: int, anc: Any,
-                      flags: int, addr: Any, out: deque[tuple[bytes | memoryview, Any, int]],
-                      maxlen: int, c: dict[str, int], check: Any, check_buf: Any,
-                      lent: bool = False, times: deque[float] | None = None) -> None:
-        """One read of any kind: GRO super-packets, framing checks, truncation, drops.
-        ``lent``: ``mv`` is the read's own slice of a receive chunk, lent out as is;
+    def _read_general(self, mv: memoryview, n: int, anc: Any, flags: int, addr: Any,
+                      out: deque[tuple[bytes | memoryview, Any, int]], maxlen: int,
+                      c: dict[str, int], check: Any, check_buf: Any,
+                      times: deque[float] | None = None) -> None:
+        """One read of any kind — GRO super-packets, framing checks, truncation, drops —
+        in ``mv``, the read's own slice of a receive chunk, lent out as views of it;
         ``times``: the read's receive time for each item it appends (see recv_batch)."""
         seg = n
         tos = 0
@@ -411,28 +402,17 @@ class PortSocket:
         npk = nbytes = bad = dropped = 0
         room = maxlen - len(out)
         append = out.append
-        # a big GRO super-packet is lent out as views and the buffer replaced, instead
-        # of copying each datagram (the copy was ~12 % of a receiving daemon); small
-        # reads are copied so a retained view never pins a mostly empty 64 KiB buffer
-        lend = lent or (n >= LEND_MIN and seg < n)
         for off in range(0, max(n, 1), seg):
             end = min(off + seg, n)
             npk += 1
             nbytes += end - off
             if check_buf is not None:
-                if not check_buf(buf, off, end, src, sport, self.address, self.sport):
+                if not check_buf(mv, off, end, src, sport, self.address, self.sport):
                     bad += 1
                     continue
-                # one copy (a bytearray slice is two), or none when lending
-                chunk = mv[off:end] if lend else bytes(mv[off:end])
-            elif lend:
                 chunk = mv[off:end]
-                if check is not None and not check(chunk, src, sport, self.address,
-                                                   self.sport):
-                    bad += 1
-                    continue
             else:
-                chunk = bytes(mv[off:end])
+                chunk = mv[off:end]
                 if check is not None and not check(chunk, src, sport, self.address,
                                                    self.sport):
                     bad += 1
@@ -444,8 +424,6 @@ class PortSocket:
                 append((chunk, addr, tos))
                 if times is not None:
                     times.append(stamp)
-        if lend and not lent:  # views into it are out there: the next read gets a fresh one
-            self._buf = bytearray(len(self._buf))
         c["rx_packets"] += npk
         c["rx_bytes"] += nbytes
         if bad:
