@@ -32,8 +32,13 @@ DEFAULT_DAEMON_BURST = 256 << 10
 #: port paces; the QP's own burst only sets how much one pump builds at once. 256 KiB
 #: at 1 Gb/s is 2 ms of wire — one pump built ~64 packets in ~1 ms of Python, and that
 #: step plus a collector pause or a preemption outlasted the 2 ms FIFO: the port went
-#: idle with frames queued (``tx_late`` in 4 of 5 IPv6 write-bw runs; 1 of 6 at 64 KiB)
-BURST_SHARE_OF_FIFO = 0.25
+#: idle with frames queued (``tx_late`` in 4 of 5 IPv6 write-bw runs; 1 of 6 at 64 KiB).
+#: A quarter (0.5 ms at 1 Gb/s) was too little the other way: the burst is also the credit
+#: a QP's pacer saves, and a daemon late by more loses rate (``pacer_late``). Half, in
+#: alternating pair write-bw runs against a quarter: 1 MiB pacer_late 49-272 -> 2-30 a run
+#: over IPv4, 14-41 -> 2-13 over IPv6 (one tx_late in ten runs); 64 KiB 0.82-0.87 ->
+#: 0.90-0.92 Gb/s (docs/measurements.md)
+BURST_SHARE_OF_FIFO = 0.5
 #: the smallest burst whatever the rate: a few full packets
 MIN_DAEMON_BURST = 16 << 10
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
