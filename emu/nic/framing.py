@@ -166,8 +166,7 @@ class RoceIcrc:
             crc = self._prefix_crc(key)
         b4 = buf[off + 4]
         buf[off + 4] = 0xFF
-        crc = crc32(buf[off:end - 4] if type(buf) is memoryview
-                    else memoryview(buf)[off:end - 4], crc)
+        crc = crc32(memoryview(buf)[off:end - 4], crc)
         buf[off + 4] = b4
         return crc
 

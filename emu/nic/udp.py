@@ -406,17 +406,13 @@ class PortSocket:
             end = min(off + seg, n)
             npk += 1
             nbytes += end - off
-            if check_buf is not None:
-                if not check_buf(mv, off, end, src, sport, self.address, self.sport):
-                    bad += 1
-                    continue
-                chunk = mv[off:end]
-            else:
-                chunk = mv[off:end]
-                if check is not None and not check(chunk, src, sport, self.address,
-                                                   self.sport):
-                    bad += 1
-                    continue
+            chunk = mv[off:end]
+            if (not check_buf(mv, off, end, src, sport, self.address, self.sport)
+                    if check_buf is not None else
+                    check is not None and not check(chunk, src, sport, self.address,
+                                                    self.sport)):
+                bad += 1
+                continue
             if room <= 0:
                 dropped += 1
             else:
