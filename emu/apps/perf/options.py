@@ -166,11 +166,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "average round trip is printed beside the result with what emu adds "
                         "to it (default 50; 0 = none)")
     c = p.add_argument_group("one command across a running cluster")
-    c.add_argument("--from", dest="src", metavar="NODE", help="the client's host (e.g. h1)")
+    c.add_argument("--from", dest="src", metavar="NODE", help="the client's host (h1, or CLUSTER:h1 as emu exec takes it)")
     c.add_argument("--to", dest="dst", metavar="NODE", help="the server's host (e.g. h2)")
-    c.add_argument("--cluster", "-c", metavar="C", help="cluster (default: the only one up)")
+    c.add_argument("--cluster", "-c", metavar="C", help="cluster (default: the only one up; or name it as --from C:h1)")
     c.add_argument("-v", "--verbose", action="store_true",
                    help="also show the server's report (on stderr)")
+
+
+def _split_cluster(o: Options) -> None:
+    """``--from C:h1 --to C:h2`` as ``emu exec C:h1`` takes a node: the cluster moves
+    to ``o.cluster``; both ends and ``--cluster`` must name the same one."""
+    named = {o.cluster} if o.cluster else set()
+    ends = []
+    for spec in (o.src, o.dst):
+        assert spec is not None
+        c, sep, node = spec.rpartition(":")
+        if sep:
+            if not (c and node):
+                raise UsageError(f"{spec!r}: give NODE or CLUSTER:NODE")
+            named.add(c)
+        ends.append(node)
+    if len(named) > 1:
+        raise UsageError(f"--from/--to/--cluster name different clusters: "
+                         f"{', '.join(sorted(named))}")
+    o.src, o.dst = ends
+    o.cluster = named.pop() if named else None
 
 
 def from_args(a: argparse.Namespace) -> Options:
@@ -231,6 +251,7 @@ def validate(o: Options) -> None:
          "--mtu sets a RoCE path MTU; UET's payload per packet is the NIC's (from the link MTU)")
     if o.orchestrated:
         need(o.src is not None and o.dst is not None, "give both --from and --to")
+        _split_cluster(o)
         need(o.server is None, "--from/--to find the server's address themselves: drop ADDR")
         need(o.src != o.dst, "--from and --to must be different hosts")
     else:

@@ -72,12 +72,25 @@ def test_all_sizes_are_perftests_2_to_8mib():
     (["write-bw", "10.0.0.1", "--from", "h1", "--to", "h2"], "ADDR"),
     (["write-bw", "--from", "h1", "--to", "h1"], "different"),
     (["write-bw", "x", "--cluster", "c"], "--from/--to"),
+    (["write-bw", "--from", "a:h1", "--to", "b:h2"], "different clusters"),
+    (["write-bw", "--from", "a:h1", "--to", "h2", "-c", "b"], "different clusters"),
+    (["write-bw", "--from", ":h1", "--to", "h2"], "CLUSTER:NODE"),
+    (["write-bw", "--from", "a:h1", "--to", "a:h1"], "different"),
     (["write-lat", "x", "--min-bw", "1"], "BW tests"),
     (["read-lat", "x", "--plot", "a.svg"], "BW tests"),
 ])
 def test_bad_combinations_are_usage_errors(argv, words):
     with pytest.raises(UsageError, match=words):
         parse(*argv)
+
+
+def test_from_to_take_cluster_colon_node_like_emu_exec():
+    o = parse("write-bw", "--from", "big:h1", "--to", "big:h4")
+    assert (o.cluster, o.src, o.dst) == ("big", "h1", "h4")
+    o = parse("write-bw", "--from", "big:h1", "--to", "h4", "-c", "big")
+    assert (o.cluster, o.src, o.dst) == ("big", "h1", "h4")
+    o = parse("write-bw", "--from", "h1", "--to", "h2")
+    assert (o.cluster, o.src, o.dst) == (None, "h1", "h2")
 
 
 def test_usage_errors_exit_2(capsys):
