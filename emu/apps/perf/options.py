@@ -166,9 +166,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "average round trip is printed beside the result with what emu adds "
                         "to it (default 50; 0 = none)")
     c = p.add_argument_group("one command across a running cluster")
-    c.add_argument("--from", dest="src", metavar="NODE", help="the client's host (h1, or CLUSTER:h1 as emu exec takes it)")
+    c.add_argument("--from", dest="src", metavar="NODE",
+                   help="the client's host (h1, or CLUSTER:h1 as emu exec takes it)")
     c.add_argument("--to", dest="dst", metavar="NODE", help="the server's host (e.g. h2)")
-    c.add_argument("--cluster", "-c", metavar="C", help="cluster (default: the only one up; or name it as --from C:h1)")
+    c.add_argument("--cluster", "-c", metavar="C",
+                   help="cluster (default: the only one up; or name it as --from C:h1)")
     c.add_argument("-v", "--verbose", action="store_true",
                    help="also show the server's report (on stderr)")
 
