@@ -50,7 +50,7 @@ from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.frames import FrameTx
 from emu.nic.framing import framer_for
-from emu.nic.pacer import PortPacer
+from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
@@ -179,6 +179,10 @@ class NicDaemon:
                         opts.setdefault("line_rate", min(rates))
                         # and its timeouts cover the time a datagram may wait in the port
                         opts.setdefault("tx_hold", self.cfg.tx_lead)
+                        # and what the port serializes on top of each datagram (its pacer
+                        # then keeps the port's schedule: QueuePair.frame_overhead)
+                        fam = 6 if ":" in str(addrs[0][0]) else 4
+                        opts.setdefault("frame_overhead", FRAME_OVERHEAD[fam])
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
                                                 port, mtu, opts,
                                                 self.trace.child(f"{self.cfg.host}/{name}"))

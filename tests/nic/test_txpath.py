@@ -176,3 +176,22 @@ def test_ports_are_busy_while_every_paced_port_still_has_frames_to_serialize():
     a.t_free = b.t_free = now  # both have run dry
     assert not tx.ports_busy()
     assert not TxPath([SimpleNamespace(pacer=None)], {}, max_queue=8).ports_busy()  # unpaced
+
+
+def test_a_full_port_is_topped_up_once_half_its_fifo_has_drained():
+    """Not as soon as one frame fits: a daemon woken per frame spent its CPU on wake-ups.
+    Half a FIFO still on its way to the wire covers the daemon's turn."""
+    from emu.nic.pacer import PortPacer
+
+    p = PortPacer("eth0", 1e9, burst_s=2e-3)
+    p.charge(0.0, 250_000, 60, waited=False)  # 2 ms of frames: full
+    assert p.room(0.0) <= 0
+    # woken with a batch's room (≥ a quarter of the FIFO, ~15 frames), not one frame's …
+    assert p.room(p.due()) >= 250_000 / 4
+    # … and with frames left for the wire meanwhile (≥ a quarter of the FIFO)
+    assert p.t_free - p.due() >= 2e-3 / 4
+    # … and lateness is still judged against the wire: only a port that ran dry lost time
+    p.charge(p.due() + 0.9e-3, 8000, 1, waited=True)
+    assert p.c["late"] == 0
+    p.charge(p.t_free + 0.5e-3, 8000, 1, waited=True)
+    assert p.c["late"] == 1

@@ -17,7 +17,8 @@ itself be marked).
 Output order per QP on each :meth:`datagrams_to_send`: the owed CNP, then
 responder control packets (ACK/NAK/atomic ACK) in PSN order, then paced data
 (READ responses, then requests) while the QP's pacer allows — at most
-``burst_bytes`` ahead of its rate. QPs take turns in the order they became
+``burst_bytes`` ahead of its rate (and a QP at the line rate ``lead_bytes`` ahead
+of its schedule: ``QueuePair.lead``). QPs take turns in the order they became
 active.
 
 Trimmed packets (a switch cut the payload, kept BTH + extension headers,
@@ -98,14 +99,17 @@ class RoceEngine(Engine):
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, line_rate: float = 100e9,
                  cc: str | None = "dcqcn", cc_params: dict[str, Any] | None = None,
                  icrc: P.IcrcFn | None = None, ack_every: int = 16, ack_req_every: int = 32,
-                 burst_bytes: int = 65536, cnp_interval: float = 50e-6, cnp_dscp: int = 48,
+                 burst_bytes: int = 65536, lead_bytes: int = 0, frame_overhead: int = 0,
+                 cnp_interval: float = 50e-6, cnp_dscp: int = 48,
                  class_of: Callable[[int], int] = lambda dscp: dscp >> 3,
                  trace: Trace = NULL_TRACE, first_qpn: int = 0x11,
                  local_addr: Addr | None = None, default_pmtu: int = 4096,
                  gather: bool = False, runs: bool = False,
                  max_psn_ahead: int = 1 << 15) -> None:
-        if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0:
-            raise ValueError("line_rate, ack_every, ack_req_every must be > 0, burst >= 0")
+        if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0 \
+                or lead_bytes < 0 or frame_overhead < 0:
+            raise ValueError("line_rate, ack_every, ack_req_every must be > 0, "
+                             "burst, lead and frame_overhead >= 0")
         if cc is not None:
             cc_registry.create(cc, line_rate, 0.0, **(cc_params or {}))  # validate now
         if gather and icrc is not None:
@@ -130,6 +134,9 @@ class RoceEngine(Engine):
         #: sequence-error NAK (responder.Responder.on_request)
         self.max_psn_ahead = max_psn_ahead
         self.burst_s = burst_bytes * 8.0 / self.line_rate
+        #: how far a QP at the line rate may run ahead of its pacer (QueuePair.lead)
+        self.lead_s = lead_bytes * 8.0 / self.line_rate
+        self.frame_overhead = frame_overhead  # the port's bytes per packet (QueuePair)
         self.cnp_interval = cnp_interval
         self.cnp_dscp = cnp_dscp
         self.class_of = class_of
@@ -169,7 +176,8 @@ class RoceEngine(Engine):
         attr.udp_sport = 49152 + self.rng.getrandbits(14)
         attr.update({**(attrs or {}), **kw})
         qp = QueuePair(qpn, pd, send_cq, recv_cq, max_send_wr, max_recv_wr, attr,
-                       line_rate=self.line_rate, burst_s=self.burst_s)
+                       line_rate=self.line_rate, burst_s=self.burst_s, lead_s=self.lead_s,
+                       frame_overhead=self.frame_overhead)
         qp.stats = self.stats
         qp.requester = Requester(qp, self)
         qp.responder = Responder(qp, self)
@@ -474,7 +482,7 @@ class RoceEngine(Engine):
                 out.append((b, dst, ctrl))
             if not qp.may_send(now):
                 if resp.has_read() or req.has_work():
-                    qp.timers.set("pace", qp.next_tx)
+                    qp.timers.set("pace", qp.pace_due())
                     qp.pace_held = True
                     self._pace_held.add(qp)
                 return

@@ -18,7 +18,8 @@ from emu.transports.roce.qp import PMTU_VALUES
 
 #: RoceEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
-                  "cnp_interval", "cnp_dscp", "default_pmtu", "gather", "runs")
+                  "lead_bytes", "frame_overhead", "cnp_interval", "cnp_dscp", "default_pmtu",
+                  "gather", "runs")
 #: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
 DEFAULT_DAEMON_LINE_RATE = 10e9
 #: bytes a daemon's pacer may send ahead of its rate per wake-up. Each wake-up costs a
@@ -39,6 +40,10 @@ DEFAULT_DAEMON_BURST = 256 << 10
 #: over IPv4, 14-41 -> 2-13 over IPv6 (one tx_late in ten runs); 64 KiB 0.82-0.87 ->
 #: 0.90-0.92 Gb/s (docs/measurements.md)
 BURST_SHARE_OF_FIFO = 0.5
+#: … and a QP at the line rate behind a paced port may fill that FIFO ahead of its
+#: schedule (``QueuePair.lead``): served once per half of it, not once per packet, with
+#: the other half still on its way to the wire
+LEAD_SHARE_OF_FIFO = 1.0
 #: the smallest burst whatever the rate: a few full packets
 MIN_DAEMON_BURST = 16 << 10
 #: bytes around a PMTU-sized payload: IPv6 40 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4
@@ -74,6 +79,8 @@ def create_engine(ctx: Any) -> RoceEngine:
     opts.setdefault("burst_bytes", max(MIN_DAEMON_BURST,
                                        min(DEFAULT_DAEMON_BURST, int(BURST_SHARE_OF_FIFO * fifo))
                                        if fifo != math.inf else DEFAULT_DAEMON_BURST))
+    if fifo != math.inf:
+        opts.setdefault("lead_bytes", max(MIN_DAEMON_BURST, int(LEAD_SHARE_OF_FIFO * fifo)))
     opts.setdefault("gather", True)  # the daemon sends Gather pieces by scatter-gather
     opts.setdefault("runs", True)  # … and a burst of middles as one Run (emu.nic.frames)
     addrs = list(getattr(ctx, "addresses", []) or [])

@@ -142,6 +142,14 @@ class QueuePair:
     cc: CongestionControl | None = None
     line_rate: float = 100e9
     burst_s: float = 0.0
+    #: how far ahead of its schedule the pacer may let data go while the QP runs at the
+    #: line rate (:meth:`lead`); 0: never ahead
+    lead_s: float = 0.0
+    #: bytes the port adds to each packet on the wire (IP, UDP, Ethernet), which the pacer
+    #: charges too: at the line rate its schedule is then the port's own, not ~1 % ahead
+    #: of it (a pacer running ahead filled the port's FIFO, and the daemon then woke for
+    #: the port instead)
+    frame_overhead: int = 0
     next_tx: float = float("-inf")  # pacer: earliest time the next paced packet may go
     data_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
     ctrl_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
@@ -166,8 +174,31 @@ class QueuePair:
         """Bits/s the pacer enforces: the controller's rate, else the line rate."""
         return self.cc.rate if self.cc is not None else self.line_rate
 
+    def lead(self) -> float:
+        """Seconds the pacer may run ahead of its schedule now: ``lead_s`` at the line
+        rate, else 0.
+
+        Why: at the line rate the pacer's schedule is the port's — the port's
+        serializer (and the kernel's shaper behind it) puts each frame on the wire at
+        the same instant whether the QP handed it over on time or earlier — so running
+        ahead into the port's FIFO changes nothing on the wire, and it lets the daemon
+        serve the QP once per ``lead_s / 2`` instead of once per packet: a RoCEv2
+        sender at 500 Mb/s woke for every ~4 packets and spent ~0.8 of a core on it
+        (``docs/measurements.md``). Below the line rate (a DCQCN cut) the pacer spaces
+        each packet itself: frames handed over early would reach the wire back to
+        back, a burst the rate limiter exists to prevent."""
+        return self.lead_s if self.lead_s and self.rate >= self.line_rate else 0.0
+
     def may_send(self, now: float) -> bool:
-        return self.next_tx <= now
+        return self.next_tx <= now + (self.lead() if self.lead_s else 0.0)
+
+    def pace_due(self) -> float:
+        """When a QP its pacer holds may send again: its next packet's time, or — when
+        running ahead (:meth:`lead`) — once half the lead has drained, so that each
+        turn hands the port half a lead of packets while the other half still feeds
+        the wire."""
+        lead = self.lead() if self.lead_s else 0.0
+        return self.next_tx - lead / 2
 
     def _pace_start(self, now: float) -> float:
         """When the pacer's next packet is due: credit saved while idle is capped at
@@ -179,9 +210,11 @@ class QueuePair:
     def paced_count(self, nbytes: int, now: float, most: int) -> int:
         """How many packets of ``nbytes`` the pacer lets out now, at most ``most``."""
         start = self._pace_start(now)
-        if start > now:
+        ahead = now + self.lead() if self.lead_s else now
+        if start > ahead:
             return 0
-        return min(most, int((now - start) / (nbytes * 8.0 / self.rate)) + 1)
+        pkt = (nbytes + self.frame_overhead) * 8.0 / self.rate
+        return min(most, int((ahead - start) / pkt) + 1)
 
     def on_paced_send(self, nbytes: int, now: float, count: int = 1) -> None:
         """Charge ``count`` packets of ``nbytes`` to the pacer and the controller — the
@@ -192,12 +225,18 @@ class QueuePair:
         a rate limiter in hardware is never late, so that is the daemon's lateness — a
         CPU-starved timer — and counts as emulator overload (``pacer_late``, with the
         time in ``pacer_late_us``) beyond a packet's time. Without it, a late daemon
-        cost a RoCEv2 write-bw ~9 % of its rate with nothing said (pair, 1 Gb/s)."""
+        cost a RoCEv2 write-bw ~9 % of its rate with nothing said (pair, 1 Gb/s).
+        A QP running ahead at the line rate (:meth:`lead`) has no credit to spend: the
+        port serializes no faster than the line rate, so its schedule passing with
+        nothing handed over is link time lost, all of it."""
         start = self._pace_start(now)
-        pkt = nbytes * 8.0 / self.rate
+        pkt = (nbytes + self.frame_overhead) * 8.0 / self.rate
         if self.pace_held:
             self.pace_held = False
-            lost = start - self.next_tx  # > 0: the credit cap clipped it
+            if self.lead_s and self.lead():
+                lost = now - self.next_tx  # > 0: the port's FIFO ran dry before now
+            else:
+                lost = start - self.next_tx  # > 0: the credit cap clipped it
             if lost > pkt and self.stats is not None:
                 self.stats["pacer_late"] += 1
                 self.stats["pacer_late_us"] += int(lost * 1e6)

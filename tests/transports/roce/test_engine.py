@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import random
+from typing import Any
 
 import pytest
 from lossy_link import register
@@ -311,3 +312,89 @@ def test_a_pacer_served_later_than_its_credit_covers_is_overload():
     e.handle_timer(due)  # on time
     e.datagrams_to_send(due)
     assert e.counters()["pacer_late"] == 1
+
+
+def _writer_at_line_rate(lead: int, overhead: int = 42, **cc: Any):
+    """An engine as a daemon behind a paced 1 Gb/s port builds it (burst and lead of its
+    2 ms FIFO, the port's IPv4 bytes per frame), DCQCN on; one QP with 4 MiB to WRITE."""
+    mem = MemoryTable(random.Random(1))
+    e = RoceEngine(mem, random.Random(2), line_rate=1e9, icrc=None, gather=True, runs=True,
+                   burst_bytes=125_000, lead_bytes=lead, frame_overhead=overhead,
+                   cc_params=cc or None)
+    mr = register(mem, 8 << 20)
+    q = e.create_qp(pmtu=4096)
+    e.connect(q, {"qpn": 0x99, "psn": 0, "address": "10.0.0.2"})
+    e.post_send(q, SendWR.write(1, [Sge(mr.va, 4 << 20, mr.lkey)], mr.va + (4 << 20),
+                                mr.rkey))
+    return e
+
+
+def _frames(out) -> int:
+    from emu.core.datagram import Run
+
+    return sum(b.count if isinstance(b, Run) else 1 for b, _, _ in out)
+
+
+def test_a_qp_at_line_rate_runs_ahead_into_the_port_and_is_served_per_half_lead():
+    """At the line rate the QP's schedule is the port's: it may hand over ``lead`` ahead
+    of it, and its timer comes when half of that has drained — one turn per ~15 packets
+    at 1 Gb/s, not one per packet — while the bytes per second stay the line rate's,
+    counted as the port counts them (frame bytes)."""
+    frame = 4096 + 12 + 4 + 42  # BTH + ICRC + IPv4/UDP/Ethernet
+    pkt_s = frame * 8 / 1e9
+    e = _writer_at_line_rate(lead=250_000)  # 2 ms
+    now, turns, sent = 0.0, 0, 0
+    sent += _frames(e.datagrams_to_send(now))
+    assert sent * pkt_s >= 2e-3  # the first turn fills the lead (and the idle credit)
+    while now < 0.02:
+        t = e.get_timer()
+        assert t is not None and t - now >= 0.9e-3 - pkt_s, (now, t)  # ~ half the lead
+        now = t
+        e.handle_timer(now)
+        n = _frames(e.datagrams_to_send(now))
+        assert n >= 25  # ~1 ms of packets a turn
+        sent += n
+        turns += 1
+    qp = next(iter(e._qps.values()))
+    # never further ahead of the wire than its lead (+ the credit of the first turn)
+    assert qp.next_tx - now <= 2e-3 + 1e-3 + pkt_s
+    # the long-run rate is the line rate, in the port's frame bytes
+    assert abs((qp.next_tx + 1e-3) - sent * pkt_s) <= pkt_s  # from t = -1 ms: the credit
+    assert e.counters().get("pacer_late", 0) == 0 and turns <= 25
+
+
+def test_below_the_line_rate_the_qp_spaces_every_packet_itself():
+    """A DCQCN cut takes the lead away: frames handed over early would reach the wire
+    back to back, the burst a rate limiter exists to prevent."""
+    # DCQCN's recovery slowed down, so that the rate stays cut through the test
+    e = _writer_at_line_rate(lead=250_000, increase_period=1.0, byte_counter=1 << 40)
+    e.datagrams_to_send(0.0)
+    qp = next(iter(e._qps.values()))
+    qp.cc.on_cnp(0.0)  # halve the rate
+    assert qp.rate < qp.line_rate and qp.lead() == 0.0
+    for _ in range(3):
+        t = qp.next_tx  # the pacer's time for the next packet: no earlier
+        assert not _frames(e.datagrams_to_send(t - 1e-6))
+        e.handle_timer(t)
+        assert _frames(e.datagrams_to_send(t)) == 1  # on schedule: one packet per turn
+        assert qp.timers.get("pace") == qp.next_tx
+
+
+def test_a_qp_running_ahead_has_no_credit_to_spend_when_served_late():
+    """At the line rate a pacer served after its schedule has passed left the port
+    without frames for the whole time: all of it is lost link time (pacer_late), not
+    only what exceeds the idle credit (the rule below the line rate)."""
+    e = _writer_at_line_rate(lead=250_000)
+    e.datagrams_to_send(0.0)
+    qp = next(iter(e._qps.values()))
+    due = e.get_timer()
+    e.handle_timer(due + 0.5e-3)  # late, but the FIFO still had ~0.5 ms: nothing lost
+    e.datagrams_to_send(due + 0.5e-3)
+    assert e.counters().get("pacer_late", 0) == 0
+    due = e.get_timer()
+    dry = qp.next_tx
+    late = dry + 0.3e-3  # 0.3 ms after the port ran out: within the 1 ms idle credit
+    e.handle_timer(late)
+    e.datagrams_to_send(late)
+    c = e.counters()
+    assert c["pacer_late"] == 1 and 290 <= c["pacer_late_us"] <= 300, c
