@@ -12,6 +12,22 @@ EEVDF then gives it an earlier virtual deadline, so it preempts on wake-up —
 without a larger share of the CPU (unlike a nice value) and without the
 starvation risk of a real-time policy. Older kernels ignore the field; the
 call then reports that no slice is in force.
+
+A NIC daemon goes further by default (:func:`schedule_daemon`, ``emu nicd run
+--sched rt``): ``SCHED_FIFO`` priority :data:`DAEMON_RT_PRIORITY`. Why: with
+the slice, a sending daemon at ~0.75 of a core that shared a CPU with the
+receiving one was still preempted and left waiting 0.5–2 ms a few times a
+second (bpftrace on ``sched_switch``: ~20 such waits in 5 s, behind the other
+daemon or ``ksoftirqd``) — its port's FIFO ran dry, a ``tx_late`` in nearly
+every pair write-bw at 1 Gb/s. A real-time task is never queued behind an
+ordinary one, and the kernel places runnable real-time tasks on CPUs that run
+none, so the two daemons spread over the two CPUs. The risk of a real-time
+policy is starving everything else; it is taken only where the kernel throttles
+real-time tasks (``sched_rt_runtime_us`` below its period: 95 % by default, the
+rest kept for ordinary tasks), and ``SCHED_RESET_ON_FORK`` keeps it from the
+daemon's children and threads. The stall watcher's probes run one priority
+above (:data:`PROBE_RT_PRIORITY`), so a busy daemon cannot pass for a stall of
+the machine.
 """
 
 from __future__ import annotations
@@ -28,6 +44,14 @@ _ATTR = struct.Struct("IIQiIQQQII")
 SCHED_OTHER = 0
 #: the slice NIC and switch daemons ask for: a tenth of a millisecond, EEVDF's minimum
 DAEMON_SLICE_S = 100e-6
+#: ``SCHED_FIFO`` priority of NIC daemons under ``--sched rt`` …
+DAEMON_RT_PRIORITY = 1
+#: … and of the stall watcher's probes, above them (emu.credible.stallwatch)
+PROBE_RT_PRIORITY = DAEMON_RT_PRIORITY + 1
+#: ``emu nicd run --sched``: real-time (falls back to the slice), the slice, the kernel's
+SCHED_POLICIES = ("rt", "slice", "default")
+RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
+RT_PERIOD = "/proc/sys/kernel/sched_rt_period_us"
 
 
 def _syscalls() -> tuple[ctypes.CDLL, int, int] | None:
@@ -74,3 +98,61 @@ def request_slice(seconds: float = DAEMON_SLICE_S) -> float | None:
     if libc.syscall(set_, 0, attr, 0) != 0:
         return None
     return slice_in_force()
+
+
+def rt_throttled(runtime: str = RT_RUNTIME, period: str = RT_PERIOD) -> bool:
+    """The kernel keeps a share of every period for ordinary tasks, however busy the
+    real-time ones (``sched_rt_runtime_us`` ≥ 0 and below ``sched_rt_period_us``)."""
+    try:
+        with open(runtime) as f:
+            rt = int(f.read())
+        with open(period) as f:
+            per = int(f.read())
+    except (OSError, ValueError):
+        return False
+    return 0 <= rt < per
+
+
+def request_realtime(priority: int = DAEMON_RT_PRIORITY, *, throttled: bool | None = None
+                     ) -> bool:
+    """``SCHED_FIFO`` at ``priority`` (reset on fork) for the calling process; False —
+    nothing changed — where the kernel would not throttle it (:func:`rt_throttled`),
+    where it is refused (no ``CAP_SYS_NICE``, a container's limits) or where a policy
+    other than ``SCHED_OTHER`` is already set (someone ran us under ``chrt``)."""
+    if not (rt_throttled() if throttled is None else throttled):
+        return False
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            return False
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(priority))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def schedule_daemon(policy: str = "rt") -> str:
+    """Apply ``policy`` (:data:`SCHED_POLICIES`) to the calling daemon; returns what is in
+    force (:func:`policy_in_force`). ``rt`` falls back to the slice where real-time
+    scheduling is not to be had; neither ever raises."""
+    if policy not in SCHED_POLICIES:
+        raise ValueError(f"scheduling policy must be one of {', '.join(SCHED_POLICIES)}")
+    if policy == "rt" and request_realtime():
+        return policy_in_force()
+    if policy in ("rt", "slice"):
+        request_slice()
+    return policy_in_force()
+
+
+def policy_in_force() -> str:
+    """What the calling thread runs under: ``fifo N``, ``slice N us`` or ``default``."""
+    try:
+        pol = os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+        if pol == os.SCHED_FIFO:
+            return f"fifo {os.sched_getparam(0).sched_priority}"
+        if pol == os.SCHED_RR:
+            return f"rr {os.sched_getparam(0).sched_priority}"
+    except (OSError, AttributeError):
+        return "default"
+    sl = slice_in_force()
+    return f"slice {sl * 1e6:.0f} us" if sl else "default"

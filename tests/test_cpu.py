@@ -50,3 +50,48 @@ def test_a_policy_someone_chose_is_left_alone():
                  "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
                  "print(cpu.request_slice(), os.sched_getscheduler(0) == os.SCHED_BATCH)")
     assert out == "None True"
+
+
+def test_real_time_is_taken_only_where_the_kernel_throttles_it(tmp_path):
+    from emu import cpu
+
+    runtime, period = tmp_path / "runtime", tmp_path / "period"
+    period.write_text("1000000\n")
+    for value, throttled in (("950000", True), ("-1", False), ("1000000", False)):
+        runtime.write_text(value + "\n")
+        assert cpu.rt_throttled(str(runtime), str(period)) is throttled, value
+    assert cpu.rt_throttled(str(tmp_path / "absent"), str(period)) is False
+    # never taken without the kernel's share kept for everything else: nothing changes
+    out = _child("from emu import cpu\n"
+                 "print(cpu.request_realtime(throttled=False), cpu.policy_in_force())")
+    assert out.split()[0] == "False" and "fifo" not in out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs CAP_SYS_NICE")
+def test_a_daemon_runs_real_time_and_its_threads_and_children_do_not():
+    from emu import cpu
+
+    if not cpu.rt_throttled():
+        pytest.skip("this kernel does not throttle real-time tasks")
+    out = _child("import os, threading; from emu import cpu\n"
+                 "got = cpu.schedule_daemon('rt')\n"
+                 "seen = []\n"
+                 "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))\n"
+                 "t.start(); t.join()\n"
+                 "pid = os.fork()\n"
+                 "if pid == 0:\n"
+                 "    os._exit(os.sched_getscheduler(0))\n"
+                 "child = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+                 "print(got, seen[0] == os.SCHED_OTHER, child == os.SCHED_OTHER)")
+    assert out == "fifo 1 True True"
+    # the stall watcher's probes sit above the daemons, so a busy daemon is never a stall
+    assert cpu.PROBE_RT_PRIORITY > cpu.DAEMON_RT_PRIORITY
+    with pytest.raises(ValueError):
+        cpu.schedule_daemon("fast")
+
+
+def test_slice_and_default_policies_never_take_real_time():
+    out = _child("from emu import cpu\n"
+                 "a = cpu.schedule_daemon('slice'); b = cpu.policy_in_force()\n"
+                 "print('fifo' in a, 'fifo' in b)")
+    assert out == "False False"

@@ -21,7 +21,11 @@ from typing import Any
 from emu.errors import UserError
 from emu.fabric import Fabric, state
 from emu.fabric import down as fabric_down
-from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg  # (the transports every daemon serves)
+from emu.nic.topology import (  # (the transports every daemon serves)
+    NIC_TRANSPORTS,
+    coalesce_arg,
+    sched_arg,
+)
 from emu.topology import Topology
 from emu.topology.serialize import from_dict, to_dict
 
@@ -448,7 +452,8 @@ def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str,
     per_host: dict[str, tuple[str, ...]] = {}
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
-    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}", *coalesce_arg(topology.nic))
+    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}", *coalesce_arg(topology.nic),
+                               *sched_arg(topology.nic))
     if topology.nic.get("family") in (4, 6):
         common += ("--family", str(topology.nic["family"]))
     if "base_rtt" not in uet:

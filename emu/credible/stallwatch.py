@@ -14,7 +14,8 @@ host or a rerun can. So such lateness is told apart and shown as ``machine_stall
 
 How: ``emu up`` starts one watcher per cluster (``python -m
 emu.credible.stallwatch OUT --watch PID…``): a probe process per CPU, pinned to
-it, ``SCHED_FIFO`` priority 1 where the kernel allows, timer slack 1 ns, that
+it, ``SCHED_FIFO`` one priority above the NIC daemons' (:data:`emu.cpu.PROBE_RT_PRIORITY`:
+a busy real-time daemon cannot delay it) where the kernel allows, timer slack 1 ns, that
 sleeps :data:`PERIOD` at a time and appends every wake-up later than
 :data:`STALL_MIN` to ``OUT`` as ``cpu due woke`` (``CLOCK_MONOTONIC``, shared by
 every process). Cost: ~1,000 short wake-ups a second per CPU. The watcher ends
@@ -36,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from emu import proc
+from emu.cpu import PROBE_RT_PRIORITY
 from emu.nic.protocol import RUN_DIR
 
 #: a probe sleeps this long at a time; a stall is measured up to this much short
@@ -82,7 +84,8 @@ def run(out: str, watch: Sequence[int] = (), period: float = PERIOD,
     ``watch`` is gone (then the probes die with it)."""
     rt = True
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # probes inherit it
+        # probes inherit it
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PROBE_RT_PRIORITY))
     except (OSError, AttributeError):
         rt = False  # then its lateness includes CPU contention: not used to explain
     _prctl(_PR_SET_TIMERSLACK, 1)

@@ -64,6 +64,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="how far ahead of the wire a paced port's frames may go to the kernel "
                         "(default 1ms; emu up gives 2ms, having put the line rate in a tbf "
                         "on each host port)")
+    p.add_argument("--sched", choices=("rt", "slice", "default"), default="rt",
+                   help="how the kernel schedules this daemon: rt = SCHED_FIFO where the "
+                        "kernel throttles real-time tasks, else as slice; slice = a 100 us "
+                        "EEVDF slice; default = the kernel's (emu.cpu)")
     p.add_argument("--rx-coalesce", type=_coalesce, default=None, metavar="adaptive|0|TIME",
                    help="receive interrupt coalescing: adaptive (default: only streams at a "
                         "quarter of the line rate or more, and while the port's own transmit "
@@ -185,10 +189,10 @@ def _run(a: argparse.Namespace) -> int:
         enter_netns(ns)
     import trio
 
-    from emu.cpu import request_slice
+    from emu.cpu import schedule_daemon
     from emu.nic.daemon import NicDaemon
 
-    request_slice()  # run soon after each wake-up, as the hardware it stands in for (emu.cpu)
+    schedule_daemon(a.sched)  # run as soon as it wakes, as the hardware it stands in for
 
     async def main() -> None:
         d = NicDaemon(cfg)
@@ -293,9 +297,11 @@ def render(s: dict[str, Any]) -> str:
         return f"{s['sock']}: {s['error']}"
     t, ctl = s["totals"], s["control"]
     sl = s.get("sched_slice_s")
+    pol = s.get("sched") or ""
     lines = [f"nicd {s['cluster']}:{s['host']} pid {s['pid']} up {s['uptime_s']:.1f} s, "
              f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s, "
-             + (f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
+             + (f"scheduler {pol.replace('fifo', 'SCHED_FIFO')}" if pol.startswith("fifo")
+                else f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
              f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B   "
              f"coalesced reads (rx_holds) {t.get('rx_holds', 0)}, rx_coalesce "

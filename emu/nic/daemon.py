@@ -43,7 +43,7 @@ import trio
 
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
-from emu.cpu import slice_in_force
+from emu.cpu import policy_in_force, slice_in_force
 from emu.nic import engines
 from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
@@ -675,6 +675,7 @@ class NicDaemon:
                 "uptime_s": round(time.monotonic() - self._t0, 3),
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
                 "sched_slice_s": slice_in_force(),
+                "sched": policy_in_force(),
                 "rx_coalesce": describe_coalesce(self.cfg.rx_coalesce),
                 "totals": totals, "ports": ports, "overload": overload(totals, ports),
                 "transports": transports, "control": self.control.counters(),

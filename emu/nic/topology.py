@@ -3,6 +3,7 @@
 
     [nic]
     rx_coalesce = "adaptive"      # or "off" (0), or "200us" (emu nicd run --rx-coalesce)
+    sched = "rt"                  # or "slice", "default" (emu nicd run --sched; emu.cpu)
     [nic.uet]                     # options of the UET engine (emu nicd --engine-opt uet.K=V)
     cc = "rccc"                   # nscc (the daemons' default), rccc, or "none"
     paths = "reps"
@@ -87,6 +88,12 @@ def check_section(raw: dict[str, Any], topology: Topology | None = None
             except ValueError as e:
                 return where, str(e)
             continue
+        if transport == "sched":  # emu nicd run --sched (emu.cpu.schedule_daemon)
+            from emu.cpu import SCHED_POLICIES
+
+            if opts not in SCHED_POLICIES:
+                return where, f"expected one of {', '.join(SCHED_POLICIES)}, got {opts!r}"
+            continue
         if transport == "family":  # 6: transfers run over the ports' IPv6 addresses
             if opts not in (4, 6):
                 return where, f"expected 4 or 6, got {opts!r}"
@@ -124,6 +131,12 @@ def coalesce_arg(nic: dict[str, Any]) -> tuple[str, ...]:
     """The ``emu nicd run --rx-coalesce`` argument a checked ``[nic]`` section asks for."""
     v = nic.get("rx_coalesce")
     return () if v is None else ("--rx-coalesce", str(v))
+
+
+def sched_arg(nic: dict[str, Any]) -> tuple[str, ...]:
+    """The ``emu nicd run --sched`` argument a checked ``[nic]`` section asks for."""
+    v = nic.get("sched")
+    return () if v is None else ("--sched", str(v))
 
 
 def _refused(create: Any, opts: dict[str, Any]) -> str | None:

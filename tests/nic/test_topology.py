@@ -30,6 +30,7 @@ kind = "pair"
 name = "{name}"
 [nic]
 rx_coalesce = "150us"
+sched = "slice"
 [nic.uet]
 cc = "rccc"
 paths = "reps"
@@ -66,8 +67,17 @@ def test_nic_section_configures_every_daemon(cluster):
         assert opts == {"cc": "rccc", "paths": "reps", "path_params": {"penalty": 0.0005}}
         assert t["roce"]["engine_options"] == {"line_rate": 2e9}
         assert uc.stats(h)["rx_coalesce"] == "150us"  # [nic] rx_coalesce → --rx-coalesce
+        assert uc.stats(h)["sched"].startswith("slice")  # [nic] sched → --sched
     uc.write("h1", "h2", 1 << 20, 5, timeout=60)  # asserts byte-exact delivery
     tx, rx = uc.engine("h1"), uc.engine("h2")
     # receiver credit really ran: the sender asked, the receiver granted
     assert tx.get("tx_credit_req", 0) > 0 and tx.get("rx_credit", 0) > 0, tx
     assert rx.get("rx_credit_req", 0) > 0, rx
+
+
+def test_nic_sched_is_checked_at_load_time():
+    from emu.nic.topology import check_section, sched_arg
+
+    assert sched_arg({"sched": "default"}) == ("--sched", "default") and sched_arg({}) == ()
+    where, why = check_section({"sched": "fast"}, None)
+    assert where == "nic.sched" and "rt, slice, default" in why

@@ -202,9 +202,10 @@ class QueuePair:
 
     def _pace_start(self, now: float) -> float:
         """When the pacer's next packet is due: credit saved while idle is capped at
-        ``burst_s``."""
+        ``burst_s`` — and none while running ahead (:meth:`lead`): the port serializes no
+        faster than the line rate, so credit would only overfill its FIFO."""
         start = self.next_tx
-        floor = now - self.burst_s
+        floor = now if self.lead_s and self.lead() else now - self.burst_s
         return floor if start < floor else start
 
     def paced_count(self, nbytes: int, now: float, most: int) -> int:
