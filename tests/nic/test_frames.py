@@ -328,6 +328,37 @@ def test_txpath_sends_what_a_run_cannot_put_in_the_ring_by_socket_in_order(net):
         os.close(tx.netns_fd)
 
 
+def test_a_long_batch_is_kicked_as_it_is_placed_not_once_at_the_end(net):
+    """The kernel starts on the first frames of a refill while the daemon places the
+    rest: one flush of a 200-frame run kicks the ring every KICK_BYTES, and every
+    datagram arrives whole and in order."""
+    from emu.nic.txpath import KICK_BYTES
+
+    rx = _receiver(net, socket.AF_INET6)
+    src, dst = _addrs(socket.AF_INET6)
+    c: dict[str, int] = {}
+    main, tx = _txpath_with_ring(net, src, c)
+    try:
+        ents = [53000 + i % 50 for i in range(200)]
+        for _ in range(100):  # until r's MAC is known the ring refuses; the socket resolves
+            before = sum(fx.c["kicks"] for fx in tx.rings.values())
+            run, want = _run(200, 1200, ents)
+            tx.put([(run, (dst, PORT), None)])
+            tx.flush()
+            got = _read(rx, 200)
+            if c.get("tx_frames", 0) >= 200:
+                break
+            time.sleep(0.02)
+        assert [g[0] for g in got] == want
+        kicks = sum(fx.c["kicks"] for fx in tx.rings.values()) - before
+        assert kicks >= 200 * 1212 // KICK_BYTES, kicks
+    finally:
+        rx.close()
+        tx.close()
+        main.close()
+        os.close(tx.netns_fd)
+
+
 @pytest.mark.parametrize("in_place", [True, False], ids=["seal_at", "seal"])
 @pytest.mark.parametrize("fam", [socket.AF_INET6, socket.AF_INET], ids=["v6", "v4"])
 def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent(net, fam,
