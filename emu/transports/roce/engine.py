@@ -482,8 +482,7 @@ class RoceEngine(Engine):
                 out.append((b, dst, ctrl))
             if not qp.may_send(now):
                 if resp.has_read() or req.has_work():
-                    qp.timers.set("pace", qp.pace_due())
-                    qp.pace_held = True
+                    qp.timers.set("pace", qp.hold())
                     self._pace_held.add(qp)
                 return
             if resp.has_read():

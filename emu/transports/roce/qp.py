@@ -158,6 +158,8 @@ class QueuePair:
     #: the pacer holds this QP's data back (its "pace" timer is armed), and nothing else
     #: does: :meth:`on_paced_send` then judges how late the daemon served it
     pace_held: bool = False
+    #: … and it was running ahead of its schedule then (:meth:`hold`)
+    held_ahead: bool = False
     #: the engine's counters (``pacer_late``, ``pacer_late_us``: see :meth:`on_paced_send`)
     stats: Any = None
     requester: Requester = field(init=False, repr=False)
@@ -192,12 +194,15 @@ class QueuePair:
     def may_send(self, now: float) -> bool:
         return self.next_tx <= now + (self.lead() if self.lead_s else 0.0)
 
-    def pace_due(self) -> float:
-        """When a QP its pacer holds may send again: its next packet's time, or — when
-        running ahead (:meth:`lead`) — once half the lead has drained, so that each
-        turn hands the port half a lead of packets while the other half still feeds
-        the wire."""
+    def hold(self) -> float:
+        """The pacer holds this QP's data back (``pace_held``); returns when it may send
+        again: its next packet's time, or — when running ahead (:meth:`lead`) — once
+        half the lead has drained, so that each turn hands the port half a lead of
+        packets while the other half still feeds the wire. Remembers which
+        (``held_ahead``): that decides how a late turn is judged (:meth:`on_paced_send`)."""
         lead = self.lead() if self.lead_s else 0.0
+        self.pace_held = True
+        self.held_ahead = lead > 0
         return self.next_tx - lead / 2
 
     def _pace_start(self, now: float) -> float:
@@ -227,17 +232,18 @@ class QueuePair:
         CPU-starved timer — and counts as emulator overload (``pacer_late``, with the
         time in ``pacer_late_us``) beyond a packet's time. Without it, a late daemon
         cost a RoCEv2 write-bw ~9 % of its rate with nothing said (pair, 1 Gb/s).
-        A QP running ahead at the line rate (:meth:`lead`) has no credit to spend: the
-        port serializes no faster than the line rate, so its schedule passing with
-        nothing handed over is link time lost, all of it."""
+        A QP held while running ahead at the line rate (:meth:`hold`) has no credit to
+        spend: the port serializes no faster than the line rate, so its schedule
+        passing with nothing handed over is link time lost, all of it. (One held below
+        the line rate, whose rate recovered before its turn, is judged as it was held:
+        it had left the port idle between packets by design.)"""
         start = self._pace_start(now)
         pkt = (nbytes + self.frame_overhead) * 8.0 / self.rate
         if self.pace_held:
             self.pace_held = False
-            if self.lead_s and self.lead():
-                lost = now - self.next_tx  # > 0: the port's FIFO ran dry before now
-            else:
-                lost = start - self.next_tx  # > 0: the credit cap clipped it
+            # > 0: the port's FIFO ran dry before now (held ahead), or the credit cap
+            # clipped the wait (held at its packet's time)
+            lost = (now if self.held_ahead else now - self.burst_s) - self.next_tx
             if lost > pkt and self.stats is not None:
                 self.stats["pacer_late"] += 1
                 self.stats["pacer_late_us"] += int(lost * 1e6)

@@ -399,3 +399,22 @@ def test_a_qp_running_ahead_has_no_credit_to_spend_when_served_late():
     e.datagrams_to_send(late)
     c = e.counters()
     assert c["pacer_late"] == 1 and 290 <= c["pacer_late_us"] <= 300, c
+
+
+def test_a_qp_held_below_the_line_rate_is_judged_as_held_when_its_rate_recovers():
+    """Held at a DCQCN rate (its next packet's own time, no lead), then the rate is back
+    at the line rate by its turn: a turn 0.2 ms late is within the idle credit it was
+    held with — the port stood idle between its packets by design — not pacer_late."""
+    e = _writer_at_line_rate(lead=250_000, increase_period=1.0, byte_counter=1 << 40)
+    e.datagrams_to_send(0.0)
+    qp = next(iter(e._qps.values()))
+    qp.cc.on_cnp(0.0)
+    t = qp.next_tx
+    e.handle_timer(t)
+    e.datagrams_to_send(t)  # one packet at the cut rate; held for the next
+    assert qp.pace_held and not qp.held_ahead
+    qp.cc._rate = qp.cc.target = qp.cc.line_rate  # DCQCN recovered meanwhile
+    late = qp.next_tx + 0.2e-3
+    e.handle_timer(late)
+    assert _frames(e.datagrams_to_send(late)) > 1  # back at the line rate: ahead again
+    assert e.counters().get("pacer_late", 0) == 0
