@@ -54,7 +54,7 @@ from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
-from emu.nic.udp import Iface, PortSocket, family_of, gid_of, interfaces
+from emu.nic.udp import ArrivalTimes, Iface, PortSocket, arrival, family_of, gid_of, interfaces
 from emu.proc import cpu_wait, process_age, rss_kib
 
 
@@ -92,9 +92,9 @@ class EngineSlot:
     trimmed_tos: bytes = bytes(256)
     #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
     takes_trimmed: bool = False
-    #: the backlog's kernel receive times (``time.time()`` seconds; 0.0: none), in step
-    #: with it — only for an engine whose receive_datagram takes ``arrived=``, else None
-    times: deque[float] | None = None
+    #: the backlog's raw kernel receive stamps (``udp.stamp_seconds``; None: none), in
+    #: step with it — only for an engine whose receive_datagram takes ``arrived=``
+    times: deque[bytes | None] | None = None
     #: the engine's ``receive_batch`` (UET), which takes the backlog's items as they are
     #: with ``trimmed_tos``, or None: one ``receive_datagram`` call per datagram
     batch: Any = None
@@ -419,8 +419,7 @@ class NicDaemon:
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
             if times is not None:
-                t = times.popleft()
-                kw["arrived"] = t - skew if t else None
+                kw["arrived"] = arrival(times.popleft(), skew)
             try:
                 if trimmed[tos]:  # a switch cut it to its headers (its DSCP says so)
                     c["rx_trimmed"] += 1
@@ -442,7 +441,7 @@ class NicDaemon:
         arrived = None
         if slot.times is not None:
             skew = time.time() - now  # the receive stamps' clock minus trio's
-            arrived = [t - skew if t else None for t in _take(slot.times, k)]
+            arrived = ArrivalTimes(_take(slot.times, k), skew)
         trim = slot.trimmed_tos if any(slot.trimmed_tos) else None
         if trim is not None:
             c["rx_trimmed"] += sum(trim[tos] for _, _, tos in items)
