@@ -616,9 +616,12 @@ class NicDaemon:
             # a due pacing timer would spin while held: the transmit task pumps instead
             t = max(t, trio.current_time() + HELD_RECHECK)
         scope = slot.timer_scope
+        deadline = math.inf if t is None else t
+        if deadline == scope.deadline:
+            return  # trio's setter is a generator context manager: ~3 µs for nothing
         if t is not None and t < scope.deadline and t < trio.current_time() + PRECISE_WITHIN:
             scope.cancel()  # the timer task re-arms its precise sleep for the earlier time
-        scope.deadline = math.inf if t is None else t
+        scope.deadline = deadline
 
     async def _drain(self) -> None:
         """SIGTERM: flush what is queued (bounded by ``drain_timeout``), then tell clients."""
