@@ -342,7 +342,7 @@ def _link(a: argparse.Namespace) -> int:
 
 def _impair(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
-    from emu.fabric import linkctl
+    from emu.fabric import linkctl, state
     from emu.topology import Event
     from emu.topology.model import Direction
     from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
@@ -357,11 +357,20 @@ def _impair(a: argparse.Namespace) -> int:
             direction = "b_to_a" if direction == "a_to_b" else "a_to_b"
         settings: dict[str, object] = {}
         if a.clear:
+            # back to the cable as `emu up` built it: a host port keeps its line rate
+            # (its serializer, not an impairment: emu.credible.rates.serializers)
+            base = (state.load(name) or {}).get("serializers") or {}
             for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
                 if direction in (label, "both"):
-                    setattr(lk, label, Direction())
-                    linkctl.clear_direction(linkctl.ns_name(name, end.node), end.ifname,
-                                            event_log=C.event_log(name))
+                    d = Direction(rate_bps=base.get(f"{lk.name} {label}"))
+                    setattr(lk, label, d)
+                    ns = linkctl.ns_name(name, end.node)
+                    if d.is_default():
+                        linkctl.clear_direction(ns, end.ifname, event_log=C.event_log(name))
+                    else:
+                        linkctl.apply_direction(ns, end.ifname, d, mtu=lk.mtu,
+                                                event_log=C.event_log(name), cluster=name,
+                                                link=lk.name, direction=label)
         for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
                                 ("ecn_ce", "ecn_ce", parse_prob),
                                 ("duplicate", "duplicate", parse_prob),

@@ -55,12 +55,14 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     steps = Progress(emit=progress)
     per_host: dict[str, tuple[str, ...]] = {}
     credible: dict[str, Any] = {}
+    serializers: dict[str, int] = {}
     if topology.hosts():
         from emu.credible import rates
 
         # each host port's line rate goes in a kernel tbf on its egress too (the port's
         # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
         per_host, credible, ports = nic_rates(topology)
+        serializers = rates.serializers(topology, ports)
         topology = rates.serialized(topology, ports)
     n_switchd = len(switch_topology.configs(topology)) if switch_topology.enabled(topology) else 0
     steps.add_total(n_switchd + (len(topology.hosts()) if daemons else 0))
@@ -76,6 +78,7 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             st = state.load(name)
             assert st is not None
             st["model"] = to_dict(topology)
+            st["serializers"] = serializers  # what `emu impair --clear` goes back to
             st["event_log"] = log
             st["step"] = "applying link settings"
             state.save(st)

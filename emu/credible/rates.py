@@ -89,17 +89,32 @@ def host_ports(topo: Topology, default: float) -> list[HostPort]:
     return out
 
 
+def serializers(topo: Topology, ports: list[HostPort]) -> dict[str, int]:
+    """The line rates :func:`serialized` puts on links, as ``{"LINK a_to_b": bits/s}``:
+    each host port's egress direction whose link has no rate of its own. ``emu up``
+    records them so that ``emu impair --clear`` takes a link back to its port's
+    serializer, not to an unlimited cable (the port is not an impairment)."""
+    rate = {(p.host, p.ifname): p.rate for p in ports if p.source != "link"}
+    out: dict[str, int] = {}
+    for lk in topo.links:
+        for label, end, d in (("a_to_b", lk.a, lk.a_to_b), ("b_to_a", lk.b, lk.b_to_a)):
+            r = rate.get((end.node, end.ifname))
+            if r and not d.rate_bps:
+                out[f"{lk.name} {label}"] = int(r)
+    return out
+
+
 def serialized(topo: Topology, ports: list[HostPort]) -> Topology:
     """``topo`` with each host port's line rate on its link's egress direction where the
-    link has no rate of its own (a copy: the caller's model is left alone)."""
-    rate = {(p.host, p.ifname): p.rate for p in ports if p.source != "link"}
+    link has no rate of its own (:func:`serializers`; a copy: the caller's model is left
+    alone)."""
+    rates = serializers(topo, ports)
     links = []
     for lk in topo.links:
-        a, b = rate.get((lk.a.node, lk.a.ifname)), rate.get((lk.b.node, lk.b.ifname))
-        if a and not lk.a_to_b.rate_bps:
-            lk = replace(lk, a_to_b=replace(lk.a_to_b, rate_bps=int(a)))
-        if b and not lk.b_to_a.rate_bps:
-            lk = replace(lk, b_to_a=replace(lk.b_to_a, rate_bps=int(b)))
+        for label in ("a_to_b", "b_to_a"):
+            r = rates.get(f"{lk.name} {label}")
+            if r:
+                lk = replace(lk, **{label: replace(getattr(lk, label), rate_bps=r)})
         links.append(lk)
     return replace(topo, links=links)
 

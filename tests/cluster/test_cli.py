@@ -72,6 +72,17 @@ def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
     assert lk["a_to_b"]["loss"] == pytest.approx(0.02) and "counters" in lk["a_to_b"]
     emu("impair", "-c", cluster, "leaf1:spine1", "--clear")
 
+    # clearing a host link's impairment keeps its port's line rate: the NIC's serializer
+    # (a tbf that `emu up` put there) is not an impairment
+    emu("impair", "-c", cluster, "h1:leaf1", "--loss", "1%")
+    emu("impair", "-c", cluster, "h1:leaf1", "--clear")
+    st = json.loads(emu("status", cluster, "--json").stdout)
+    lk = next(x for x in st["links"] if x["name"] == "h1-leaf1")
+    assert lk["a_to_b"]["rate_bps"] == 1_000_000_000 and lk["a_to_b"]["loss"] == 0
+    assert lk["b_to_a"]["rate_bps"] is None  # the leaf's side: no NIC, no serializer
+    qd = emu("exec", f"{cluster}:h1", "--", "tc", "qdisc", "show", "dev", "eth0").stdout
+    assert " tbf " in qd and "rate 1Gbit" in qd, qd
+
     # a spine link down: traffic still flows (via the other spine), and the change is logged
     emu("link", "-c", cluster, "leaf2-spine2", "down")
     emu("exec", f"{cluster}:h1", "--", "ping", "-c1", "-W2", "10.0.2.12")
