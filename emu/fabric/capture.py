@@ -58,6 +58,11 @@ from typing import Any, BinaryIO
 
 from emu.wire.pcapio import LINKTYPE_ETHERNET, PcapngWriter
 
+#: packets read from one socket per loop round (see ``drain`` in :func:`capture`)
+DRAIN_READS = 1024
+#: how long a stopped capture goes on reading what the kernel had queued
+FINAL_DRAIN_S = 0.5
+
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_AUXDATA = 8
@@ -111,6 +116,10 @@ class CaptureResult:
     def total(self) -> int:
         return sum(v.packets for v in self.stats.values())
 
+    @property
+    def kernel_drops(self) -> int:
+        return sum(v.kernel_drops for v in self.stats.values())
+
     def report(self) -> str:
         lines = [f"{self.path}: {self.total} packets in {self.elapsed_s:.2f}s"
                  f" (stopped by {self.stopped_by})"]
@@ -118,6 +127,11 @@ class CaptureResult:
             lines.append(f"  {name}: {s.packets} packets ({s.outgoing} out, "
                          f"{s.packets - s.outgoing} in), kernel drops {s.kernel_drops}, "
                          f"checksums completed {s.checksums_completed}")
+        if self.kernel_drops:
+            lines.append(f"warning: the capture is INCOMPLETE: the kernel dropped "
+                         f"{self.kernel_drops} packet(s) that it could not read in time "
+                         f"(these links carried more than one Python reader keeps up "
+                         f"with); capture fewer links, or use --filter")
         return "\n".join(lines)
 
 
@@ -337,20 +351,25 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
         bufsize = max(snaplen, 65536 + 256)
         remaining = count
 
-        def drain(s: socket.socket, t: Target, batch: list) -> None:
+        def drain(s: socket.socket, t: Target, batch: list) -> bool:
+            """Read what ``s`` holds; True if it may hold more (DRAIN_READS were read)."""
             nonlocal remaining
             st = result.stats[t.name]
-            while remaining is None or remaining > 0:
+            # at most DRAIN_READS a call: a link busier than this loop can read never
+            # runs dry, and the duration (and the other sockets) must still be served
+            for _ in range(DRAIN_READS):
+                if remaining is not None and remaining <= 0:
+                    return False
                 try:
                     data, anc, flags, addr = s.recvmsg(bufsize, 256)
                 except (BlockingIOError, InterruptedError):
-                    return
+                    return False
                 except OSError as e:
                     # A link taken down mid-capture (emu link … down) reports ENETDOWN
                     # once; the socket stays bound and resumes when the link is up.
                     if e.errno in (errno.ENETDOWN, errno.ENXIO):
                         st.link_down_events += 1
-                        return
+                        return False
                     raise
                 ts = None
                 status = 0
@@ -374,6 +393,7 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                 batch.append((ts, t.name, data, max(orig, len(data))))
                 if remaining is not None:
                     remaining -= 1
+            return True
 
         def flush_batch(batch: list) -> None:
             batch.sort(key=lambda r: r[0])
@@ -406,12 +426,17 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                 drain(key.fileobj, key.data, batch)  # type: ignore[arg-type]
             if batch:
                 flush_batch(batch)
-        # final drain: whatever the kernel queued before we stopped
-        batch = []
-        for s, t in socks:
-            drain(s, t, batch)
-        if batch:
-            flush_batch(batch)
+        # final drain: whatever the kernel queued before we stopped, for at most
+        # FINAL_DRAIN_S (a busy link keeps queueing, and a capture must end when told)
+        end = time.monotonic() + FINAL_DRAIN_S
+        more = True
+        while more and time.monotonic() < end:
+            batch = []
+            more = False
+            for s, t in socks:
+                more |= drain(s, t, batch)
+            if batch:
+                flush_batch(batch)
         result.elapsed_s = time.monotonic() - t0
         for s, t in socks:
             with contextlib.suppress(OSError):

@@ -180,3 +180,44 @@ def test_sigint_stops_cleanly(net, tmp_path):
         cp = subprocess.run(["tshark", "-r", str(out), "-T", "fields",
                              "-e", "frame.interface_name"], capture_output=True, text=True)
         assert cp.returncode == 0 and set(cp.stdout.split()) == {"a-r", "r-b"}
+
+
+def test_a_flood_the_reader_cannot_keep_up_with_ends_on_time_and_says_so(net, tmp_path):
+    """Links busier than the capture's Python reader: its sockets never run dry. The
+    capture still stops at its duration (before, it read on for as long as the flood
+    lasted), and a capture the kernel had to drop from is reported INCOMPLETE."""
+    from emu.fabric.capture import capture
+
+    flood = subprocess.Popen(
+        ["ip", "netns", "exec", net.a, sys.executable, "-c",
+         "import socket, time\n"
+         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+         "end = time.monotonic() + 60\n"
+         "while time.monotonic() < end:\n"
+         "    for _ in range(1000):\n"
+         f"        s.sendto(b'x' * 64, ('10.78.2.2', {PORT}))\n"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        box: dict = {}
+        t = threading.Thread(target=lambda: box.update(
+            res=capture(net.targets(), tmp_path / "f.pcapng", duration=1.0)))
+        t.start()
+        t.join(50)  # a deadline to fail fast, not a measurement
+        assert not t.is_alive(), "the capture read on past its duration"
+        assert flood.poll() is None  # the flood was still going: stopped by the duration
+    finally:
+        flood.kill()
+        flood.wait()
+    t.join(60)
+    res = box["res"]
+    assert res.stopped_by == "duration" and res.total > 0
+
+
+def test_report_warns_when_the_kernel_dropped():
+    from emu.fabric.capture import CaptureResult, IfaceStats
+
+    res = CaptureResult("x.pcapng", {"a-r": IfaceStats(packets=10), "r-b": IfaceStats(packets=4)})
+    assert "INCOMPLETE" not in res.report()
+    res.stats["r-b"].kernel_drops = 7
+    assert res.kernel_drops == 7
+    assert "warning: the capture is INCOMPLETE: the kernel dropped 7 packet(s)" in res.report()
