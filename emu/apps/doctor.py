@@ -297,6 +297,36 @@ def costs_lines(c: capacity.Costs) -> list[str]:
         if c.source == "measured" and (c.stalls_per_min or c.stall_longest) else [])
 
 
+#: the shipped topologies doctor proposes rates for when given none: (label, file, --set)
+SHIPPED = (("pair", "pair.toml", ()),
+           ("leaf-spine, switch pipeline (kernel datapath)", "leaf-spine.toml",
+            ("switch.pipeline=true",)),
+           ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
+            ("switch.pipeline=true", "switch.datapath=user")))
+_NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "namespaces")
+
+
+def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
+    """What :func:`capacity.fit` proposes for each :data:`SHIPPED` topology: the rate to
+    give every port, the ceiling it was rounded down from, the ``--set`` to use it."""
+    from emu.topology.loader import load
+    from emu.topology.units import format_rate
+
+    out = []
+    for label, name, sets in SHIPPED:
+        path = os.path.join(_NAMESPACES, name)
+        if not os.path.exists(path):
+            continue
+        res = capacity.fit(load(path, list(sets)), costs)
+        rate = format_rate(int(res["proposed"]))
+        knob = "nic.line_rate" if name == "pair.toml" else "switch.port.rate"
+        out.append({"topology": f"namespaces/{name}", "label": label, "sets": list(sets),
+                    "proposed": res["proposed"], "max_rate": res["max_rate"],
+                    "use": " ".join([f"--set {x}" for x in sets] + [f"--set {knob}={rate}"])})
+    return out
+
+
 def main(a: argparse.Namespace) -> int:
     from emu.topology.model import TopologyError
 
@@ -313,6 +343,13 @@ def main(a: argparse.Namespace) -> int:
     out["costs"] = costs.to_dict()
     for line in costs_lines(costs):
         say(line)
+    if not a.topology:
+        out["proposals"] = proposals(costs)
+        say("proposed per-port rates (emu up … --set as shown; keep to rates whose runs "
+            "show 0 overload):")
+        for p in out["proposals"]:
+            say(f"  {p['label']:50} {capacity.show_rate(p['proposed']):>10}  (ceiling "
+                f"{capacity.show_rate(p['max_rate'])}): emu up {p['topology']} {p['use']}")
     if a.topology:
         from emu.topology.loader import load
 
@@ -337,7 +374,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
                    help="override a topology setting, as emu up does")
     p.add_argument("--measure", action="store_true",
-                   help="measure this machine (a minute; brings up throw-away clusters)")
+                   help="measure this machine (~2 minutes; brings up throw-away clusters)")
     p.add_argument("--seconds", type=float, default=2.0, help="per measured transfer")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""``emu doctor --measure``'s kernel-hop figure, without clusters: how its windows are
-paired and summarised."""
+"""``emu doctor`` without clusters: how ``--measure``'s kernel-hop windows are paired and
+summarised, and the rates it proposes for the shipped topologies."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
 
 import pytest
 
 from emu.apps import doctor
+from emu.topology.units import format_rate
 
 
 def test_the_kernel_hop_is_the_median_of_paired_windows(monkeypatch):
@@ -41,3 +43,32 @@ def test_a_kernel_hop_cheaper_than_the_cable_is_no_negative_cost(monkeypatch):
     monkeypatch.setattr(doctor, "_busy_window",
                         lambda cl, t, dst, s: (0.1 if cl == "q" else 0.09, 1000))
     assert doctor._kernel_hop(nullcontext("q"), nullcontext("k"), 1.0, lambda _m: None) == 0.0
+
+
+def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
+    """What a user asks first — which rates are credible here? — answered for the pair and
+    both switch datapaths of the leaf-spine, each the model's ceiling rounded down and
+    with the --set that uses it; slower costs propose lower rates."""
+    import argparse
+
+    from emu.credible import capacity
+
+    fast = capacity.REFERENCE
+    slow = dataclasses.replace(fast, nic_tx=fast.nic_tx * 4, nic_rx=fast.nic_rx * 4,
+                               switch=fast.switch * 4, kernel_hop=fast.kernel_hop * 4)
+    props = doctor.proposals(fast)
+    assert [p["topology"] for p in props] == ["namespaces/pair.toml",
+                                              "namespaces/leaf-spine.toml",
+                                              "namespaces/leaf-spine.toml"]
+    for p, q in zip(props, doctor.proposals(slow), strict=True):
+        assert p["proposed"] == capacity.nice_floor(p["max_rate"]) <= p["max_rate"]
+        assert q["proposed"] < p["proposed"]
+    assert props[0]["use"].endswith(
+        "--set nic.line_rate=" + format_rate(int(props[0]["proposed"])))
+    assert "--set switch.datapath=user" in props[2]["use"]
+    assert props[2]["proposed"] < props[1]["proposed"]  # a Python switch hop costs more
+
+    doctor.main(argparse.Namespace(measure=False, topology=None, set=[], json=False,
+                                   seconds=2.0))
+    out = capsys.readouterr().out
+    assert "proposed per-port rates" in out and out.count("emu up namespaces/") == 3
