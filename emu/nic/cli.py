@@ -335,12 +335,24 @@ def render(s: dict[str, Any]) -> str:
     for name, tr in s["transports"].items():
         eng = " ".join(f"{k}={v}" for k, v in sorted(tr["engine"].items()) if v)
         lines.append(f"  {name} (udp {tr['udp_port']}): {eng or 'idle'}")
+        if tr.get("options_in_force"):  # configured and defaults: what the engine runs
+            lines.append("    options: " + " ".join(
+                f"{k}={_option(v)}" for k, v in sorted(tr["options_in_force"].items())))
         for port, fc in (tr.get("frame_rings") or {}).items():
             lines.append(f"    frame ring {port}: frames {fc['frames']} in {fc['kicks']} "
                          f"kicks, dropped on the way out {fc['dropped']}, by socket while "
                          f"unresolved {fc['unresolved']}, ring full {fc['ring_full']}, "
                          f"errors {fc['send_errors']}")
     return "\n".join(lines)
+
+
+def _option(v: Any) -> str:
+    """An engine option for the stats line: rates and times as people write them."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}={_option(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:

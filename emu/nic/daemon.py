@@ -111,6 +111,8 @@ class EngineSlot:
     port_held: Any = None
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
     check_buf: Any = None  # its in-place form over the receive buffer, or None
+    #: the options the engine was built with, its factory's defaults included (stats)
+    options_in_force: dict[str, Any] = field(default_factory=dict)
 
 
 class NicDaemon:
@@ -218,7 +220,9 @@ class NicDaemon:
                                               times=deque() if takes(engine, "arrived")
                                               else None,
                                               batch=getattr(engine, "receive_batch", None),
-                                              port_held=getattr(engine, "port_held", None))
+                                              port_held=getattr(engine, "port_held", None),
+                                              options_in_force=ctx.options_in_force
+                                              or dict(opts))
                 if self.slots[name].times is not None:
                     for ps in tx.mains:
                         ps.enable_stamps()
@@ -662,6 +666,7 @@ class NicDaemon:
                                      "engine": eng,
                                      "engine_options": dict(
                                          self.cfg.engine_options.get(slot.name, {})),
+                                     "options_in_force": slot.options_in_force,
                                      "sockets": [p.describe() for p in slot.tx.sockets()],
                                      "frame_rings": {f"{m.ifname} {m.address}": fx.counters()
                                                      for m, fx in slot.tx.rings.items()}}

@@ -62,7 +62,10 @@ class EngineContext:
     order; ``mtu`` the smallest of the ports' IP MTUs (what a segmenting
     transport may put in one datagram, IP and UDP headers included); ``trace`` the
     daemon's event trace for this engine (``--trace``; disabled by default), which a
-    factory passes to engines that take ``trace=``.
+    factory passes to engines that take ``trace=``. A factory tells the daemon the
+    options it built the engine with, its own defaults included, through
+    :meth:`in_force` (``emu nicd stats`` shows them: what the user did not set is
+    what most needs showing).
     """
 
     memory: MemoryTable
@@ -72,6 +75,23 @@ class EngineContext:
     mtu: int = 1500
     options: dict[str, Any] = field(default_factory=dict)
     trace: Trace = NULL_TRACE
+    #: the options the engine was built with (:meth:`in_force`); empty until then
+    options_in_force: dict[str, Any] = field(default_factory=dict)
+
+    def in_force(self, opts: dict[str, Any]) -> None:
+        """Record the engine's options, as plain data (the trace object left out)."""
+        self.options_in_force = {k: _plain(v) for k, v in opts.items() if k != "trace"}
+
+
+def _plain(v: Any) -> Any:
+    """``v`` if JSON can say it, else its ``repr``."""
+    if v is None or isinstance(v, str | int | float | bool):
+        return v
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return repr(v)
 
 
 class Verbs(Protocol):

@@ -66,6 +66,11 @@ def test_nic_section_configures_every_daemon(cluster):
         assert opts.pop("base_rtt") > 0
         assert opts == {"cc": "rccc", "paths": "reps", "path_params": {"penalty": 0.0005}}
         assert t["roce"]["engine_options"] == {"line_rate": 2e9}
+        # … and what the engines run with, their factories' defaults included
+        assert t["uet"]["options_in_force"]["cc"] == "rccc"
+        assert t["uet"]["options_in_force"]["rto_max"] > 0  # a default nobody set
+        assert t["roce"]["options_in_force"]["line_rate"] == 2e9
+        assert t["roce"]["options_in_force"]["burst_bytes"] > 0
         assert uc.stats(h)["rx_coalesce"] == "150us"  # [nic] rx_coalesce → --rx-coalesce
         assert uc.stats(h)["sched"].startswith("slice")  # [nic] sched → --sched
     uc.write("h1", "h2", 1 << 20, 5, timeout=60)  # asserts byte-exact delivery

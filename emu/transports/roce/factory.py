@@ -86,6 +86,8 @@ def create_engine(ctx: Any) -> RoceEngine:
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", P.UDP_PORT))) if addrs else None
     trace = getattr(ctx, "trace", None)  # the daemon's --trace (disabled: not passed)
+    if hasattr(ctx, "in_force"):  # the daemon's context: emu nicd stats shows them
+        ctx.in_force(opts)
     if trace is not None and trace.enabled:
         opts["trace"] = trace
     return RoceEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

@@ -98,6 +98,8 @@ def build_engine(ctx: Any) -> UetEngine:
     port = int(getattr(ctx, "port", UDP_PORT) or UDP_PORT)
     local = (addrs[0], port) if addrs else None
     trace = getattr(ctx, "trace", None)  # the daemon's --trace (disabled: not passed)
+    if hasattr(ctx, "in_force"):  # the daemon's context: emu nicd stats shows them
+        ctx.in_force(opts)
     if trace is not None and trace.enabled:
         opts["trace"] = trace
     return UetEngine(ctx.memory, ctx.rng, local_addr=local, port=port, **opts)
