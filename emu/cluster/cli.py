@@ -232,9 +232,9 @@ def _credible_lines(s: dict) -> str:
     if ov and not bad:
         lines.append(f"overload: none in {len(ov)} daemon(s) since up")
     for k, v in sorted(bad.items()):
-        lines.append(f"overload in {k}: " + ", ".join(f"{c} {n}" for c, n in
-                                                      overload_causes(v).items() if n)
-                     + " — results through it are NOT CREDIBLE")
+        lines.append(f"overload in {k} since up: " + ", ".join(
+            f"{c} {n}" for c, n in overload_causes(v).items() if n)
+            + " — runs it overlapped are NOT CREDIBLE (emu perf judges each run alone)")
     return ("\n" + "\n".join(lines)) if lines else ""
 
 
@@ -270,6 +270,9 @@ def _with_links(s: dict, name: str) -> dict:
         for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
             d = getattr(lk, label)
             rec[label] = dataclasses.asdict(d)
+            # the rate is a NIC port's line rate (its serializer), not an impairment
+            rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == (
+                st.get("serializers") or {}).get(f"{lk.name} {label}")
             if not d.is_default():
                 try:
                     rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
@@ -289,13 +292,15 @@ def _impairment_table(s: dict) -> str:
                 continue
             c = d.get("counters", {})
             rate = f"{d['rate_bps'] / 1e9:g}G" if d.get("rate_bps") else "-"
-            rows.append(f"{rec['name']:<18} {label:<7} {rate:>8} {d['loss']:>7.2%} "
+            if d.get("line_rate"):
+                rate += " (NIC)"
+            rows.append(f"{rec['name']:<18} {label:<7} {rate:>10} {d['loss']:>7.2%} "
                         f"{d['ecn_ce']:>7.2%} {d.get('duplicate', 0):>7.2%} "
                         f"{c.get('dropped', '-')!s:>8} {c.get('marked', '-')!s:>8} "
                         f"{c.get('duplicated', '-')!s:>8} {c.get('qdisc_dropped', '-')!s:>8}")
     if not rows:
         return ""
-    head = (f"\n\n{'IMPAIRED LINK':<18} {'DIR':<7} {'RATE':>8} {'LOSS':>7} {'CE':>7} "
+    head = (f"\n\n{'LINK SETTINGS':<18} {'DIR':<7} {'RATE':>10} {'LOSS':>7} {'CE':>7} "
             f"{'DUP':>7} {'DROPPED':>8} {'MARKED':>8} {'DUPED':>8} {'Q-DROPS':>8}")
     return head + "\n" + "\n".join(rows)
 

@@ -82,6 +82,10 @@ def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
     assert lk["b_to_a"]["rate_bps"] is None  # the leaf's side: no NIC, no serializer
     qd = emu("exec", f"{cluster}:h1", "--", "tc", "qdisc", "show", "dev", "eth0").stdout
     assert " tbf " in qd and "rate 1Gbit" in qd, qd
+    assert lk["a_to_b"]["line_rate"] is True  # status says it is the NIC's, not an impairment
+    row = next(x for x in emu("status", cluster).stdout.splitlines()
+               if x.startswith("h1-leaf1") and "a_to_b" in x)
+    assert "1G (NIC)" in row, row
 
     # a spine link down: traffic still flows (via the other spine), and the change is logged
     emu("link", "-c", cluster, "leaf2-spine2", "down")
