@@ -133,3 +133,40 @@ def test_framed_reads_are_checked_in_the_chunk_and_lent_and_bad_ones_counted():
     finally:
         rx.close()
         tx.close()
+
+
+def test_receive_stamps_stay_raw_until_an_engine_reads_one():
+    """With stamps on, each read carries its kernel receive time as the raw control
+    message (converting every datagram's cost more than the one per run a UET target
+    reads); ArrivalTimes converts on access, onto the engine's clock, and a read
+    without a stamp is None."""
+    import time
+
+    import pytest
+
+    from emu.nic.udp import ArrivalTimes, arrival, stamp_seconds
+
+    ps = PortSocket("127.0.0.1", 0)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        assert ps.enable_stamps()
+        dst = ("127.0.0.1", ps.sock.getsockname()[1])
+        t0 = time.time()
+        for _ in range(3):
+            tx.sendto(b"x" * 100, dst)
+        time.sleep(0.05)
+        out: deque = deque()
+        times: deque = deque()
+        c = dict.fromkeys(("rx_packets", "rx_bytes", "rx_backlog_drops", "rx_bad_icrc",
+                           "rx_truncated"), 0)
+        with contextlib.suppress(BlockingIOError):
+            ps.recv_batch(out, 100, 100, c, times=times)
+        assert len(out) == len(times) == 3
+        assert all(type(r) is bytes for r in times)
+        got = ArrivalTimes(list(times), skew=t0)  # seconds after t0
+        assert len(got) == 3 and all(0 <= got[i] < 0.05 for i in range(3))
+        assert got[0] == pytest.approx(stamp_seconds(times[0]) - t0)
+        assert arrival(None, 1.0) is None and ArrivalTimes([None], 0.0)[0] is None
+    finally:
+        tx.close()
+        ps.close()
