@@ -65,6 +65,7 @@ from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
 from emu.switch import trim as T
 from emu.switch.config import ConfigError, SwitchConfig, apply_settings
+from emu.switch.counterfiles import CounterFiles, write_atomic
 from emu.switch.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
@@ -77,7 +78,6 @@ from emu.switch.pfc import MAX_QUANTA, PfcSender
 from emu.switch.queue import RELEASE, Pipeline, Pkt
 from emu.wire.errors import DecodeError
 
-SERIES_MAX = 64 << 20
 MAX_CLIENTS = 16
 
 
@@ -143,12 +143,6 @@ def kernel_queue_drops(queue_num: int) -> dict[str, int]:
     return {"queue_dropped": 0, "user_dropped": 0}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class SwitchDaemon:
     """The I/O driver around :class:`~emu.switch.queue.Pipeline` (see the module docstring)."""
 
@@ -168,7 +162,7 @@ class SwitchDaemon:
         self.datapath_note = ""  # why the user-space path serves (or the kernel's error)
         self.nfq: NfQueue | None = None
         self.pfc: PfcSender | None = None
-        self.series_bytes = 0
+        self.files = CounterFiles(state_dir)  # counters.json, series.jsonl
 
     # ------------------------------------------------------------ packets
 
@@ -265,15 +259,14 @@ class SwitchDaemon:
                 "netlink_errors": {os.strerror(k): v for k, v in errors},
                 "overload": over, "ports": ports}
 
-    def write_counters(self, now: float, qdisc: bool = False) -> None:
+    def write_counters(self, now: float, qdisc: bool = False, wait: bool = True) -> None:
+        """The counter files from a snapshot taken now: written before returning, or
+        (``wait=False``, the packet loop's periods) by the writer thread."""
         c = self.counters(now, qdisc)
-        _write_atomic(self.state_dir / "counters.json", json.dumps(c, indent=1))
-        if self.series_bytes < SERIES_MAX:
-            lines = "".join(json.dumps({"t": round(c["t"], 6), "port": p, **v}) + "\n"
-                            for p, v in c["ports"].items())
-            with open(self.state_dir / "series.jsonl", "a") as f:
-                f.write(lines)
-            self.series_bytes += len(lines)
+        if wait:
+            self.files.write(c)
+        else:
+            self.files.post(c)
 
     # ------------------------------------------------------------ control
 
@@ -313,7 +306,7 @@ class SwitchDaemon:
             for p in targets:
                 if p in self.pipe.ports:
                     self.pipe.ports[p].cfg = self.cfg.port(p)
-            _write_atomic(self.state_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=1))
+            write_atomic(self.state_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=1))
             return {"ok": True, "port": port, "config": self.cfg.port(port).to_dict()}
         return {"ok": False, "error": f"unknown cmd {cmd!r} (set, counters, config, stop)"}
 
@@ -388,7 +381,7 @@ class SwitchDaemon:
         cfg = self.cfg
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "series.jsonl").unlink(missing_ok=True)
-        _write_atomic(self.state_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
+        write_atomic(self.state_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
         ctl_path = self.state_dir / "control.sock"
         ctl_path.unlink(missing_ok=True)
         ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -425,7 +418,7 @@ class SwitchDaemon:
                     self.release_due(now)
                     self.nfq.flush()
                 if now >= next_write:
-                    self.write_counters(now)
+                    self.write_counters(now, wait=False)
                     next_write = now + cfg.series_interval
                 t = self.pipe.next_timer() if self.nfq is not None else None
                 wait = min(next_write, t if t is not None else next_write) - time.monotonic()
@@ -480,6 +473,7 @@ class SwitchDaemon:
                 for q in pkts:
                     self.nfq.verdict(q.id, NF_ACCEPT)
             self.nfq.flush()
+        self.files.close()
         self.write_counters(time.monotonic(), qdisc=True)
         for kp in self.kports.values():
             kp.detach()
