@@ -91,7 +91,8 @@ def _switch(a: argparse.Namespace) -> int:
     ov = reply.get("overload") or {}
     if reply.get("datapath"):
         note = f" ({reply['datapath_note']})" if reply.get("datapath_note") else ""
-        print(f"datapath: {reply['datapath']}{note}")
+        sched = f"; scheduler {reply['sched']}" if reply.get("sched") else ""
+        print(f"datapath: {reply['datapath']}{note}{sched}")
     if ov:
         bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
         print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "

@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emu.cpu import request_slice
+from emu.cpu import SCHED_POLICIES, schedule_daemon
 from emu.fabric import netns
 from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
@@ -163,6 +163,7 @@ class SwitchDaemon:
         self.nfq: NfQueue | None = None
         self.pfc: PfcSender | None = None
         self.files = CounterFiles(state_dir)  # counters.json, series.jsonl
+        self.sched = "default"  # the scheduling policy in force (emu.cpu.policy_in_force)
 
     # ------------------------------------------------------------ packets
 
@@ -256,6 +257,7 @@ class SwitchDaemon:
         errors = self.nfq.errors.items() if self.nfq is not None else ()
         return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
                 "datapath": self.datapath, "datapath_note": self.datapath_note,
+                "sched": self.sched,
                 "netlink_errors": {os.strerror(k): v for k, v in errors},
                 "overload": over, "ports": ports}
 
@@ -502,6 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="SwitchConfig as JSON (emu.switch.config)")
     ap.add_argument("--cleanup", action="store_true",
                     help="remove rules left by a crashed daemon of this queue number, exit")
+    ap.add_argument("--sched", choices=SCHED_POLICIES, default="rt",
+                    help="how the kernel schedules this daemon: rt (SCHED_FIFO where the "
+                         "kernel throttles real-time tasks, as the NIC daemons), slice, "
+                         "default (default: rt)")
     a = ap.parse_args(argv)
     try:
         cfg = load_config(a.config)
@@ -519,8 +525,11 @@ def main(argv: list[str] | None = None) -> int:
             remove_rules(cfg.queue_num)
             K.remove_leftovers([n for _, n in socket.if_nameindex() if n != "lo"])
             return 0
-        request_slice()  # run soon after each wake-up, as the hardware it stands in for
-        return SwitchDaemon(cfg, Path(a.state_dir)).run()
+        # released at its departure times, as the hardware it stands in for: a daemon that
+        # waited for a CPU behind the real-time NIC daemons released ~1 ms late
+        d = SwitchDaemon(cfg, Path(a.state_dir))
+        d.sched = schedule_daemon(a.sched)
+        return d.run()
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)

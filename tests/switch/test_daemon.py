@@ -103,6 +103,10 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
         "trimmed_lasthop": TRIMMED_LASTHOP, "seed": 5}
     d = Daemon(f, "leaf1", cfg, tmp_path)
     assert d.ready == "ready datapath=user"   # trimming and PFC: the user-space path
+    from emu.cpu import rt_throttled
+
+    if rt_throttled():  # released at departure times: real-time, as the NIC daemons
+        assert d.request({"cmd": "counters"})["sched"] == "fifo 1"
     stop = threading.Event()
     ready = threading.Event()
     pcap = tmp_path / "rx.pcapng"
