@@ -60,8 +60,6 @@ from emu.wire.pcapio import LINKTYPE_ETHERNET, PcapngWriter
 
 #: packets read from one socket per loop round (see ``drain`` in :func:`capture`)
 DRAIN_READS = 1024
-#: how long a stopped capture goes on reading what the kernel had queued
-FINAL_DRAIN_S = 0.5
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -351,8 +349,11 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
         bufsize = max(snaplen, 65536 + 256)
         remaining = count
 
-        def drain(s: socket.socket, t: Target, batch: list) -> bool:
-            """Read what ``s`` holds; True if it may hold more (DRAIN_READS were read)."""
+        def drain(s: socket.socket, t: Target, batch: list,
+                  until: float | None = None) -> bool:
+            """Read what ``s`` holds; True if it may hold more (DRAIN_READS were read).
+            ``until``: stop after the first packet the kernel stamped later (the rest
+            arrived after the capture was told to stop)."""
             nonlocal remaining
             st = result.stats[t.name]
             # at most DRAIN_READS a call: a link busier than this loop can read never
@@ -393,6 +394,8 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                 batch.append((ts, t.name, data, max(orig, len(data))))
                 if remaining is not None:
                     remaining -= 1
+                if until is not None and ts > until:
+                    return False
             return True
 
         def flush_batch(batch: list) -> None:
@@ -426,15 +429,15 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                 drain(key.fileobj, key.data, batch)  # type: ignore[arg-type]
             if batch:
                 flush_batch(batch)
-        # final drain: whatever the kernel queued before we stopped, for at most
-        # FINAL_DRAIN_S (a busy link keeps queueing, and a capture must end when told)
-        end = time.monotonic() + FINAL_DRAIN_S
-        more = True
-        while more and time.monotonic() < end:
+        # final drain: every packet the kernel queued before we stopped — a socket is
+        # done at EAGAIN or at its first packet stamped after the stop (a busy link
+        # keeps queueing, and a capture must end when told; what it had queued is
+        # bounded by its buffer, so this ends even under a flood)
+        stop_at = time.time()
+        pending = list(socks)
+        while pending:
             batch = []
-            more = False
-            for s, t in socks:
-                more |= drain(s, t, batch)
+            pending = [(s, t) for s, t in pending if drain(s, t, batch, stop_at)]
             if batch:
                 flush_batch(batch)
         result.elapsed_s = time.monotonic() - t0

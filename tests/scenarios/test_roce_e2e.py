@@ -205,8 +205,12 @@ def test_write_64mib_exact_every_icrc_valid_psns_increase(cl, tmp_path):
     assert all(ip[6] & 0x40 and ip[4:6] == b"\0\0" for *_, ip in pkts)  # DF, IP ID 0
     assert {op for op, _ in req} <= WRITE_OPS and acks
     one, back, jump = psn_steps([p for _, p in req])
-    assert back == 0 and jump == 0, "request PSNs must go up by one per packet without loss"
+    assert back == 0, "request PSNs must never go back without a loss"
+    # a gap in the capture is the capture's own loss when the kernel dropped from it (a
+    # Python reader behind a 1 Gb/s stream on a busy machine; no retransmission above
+    # says the wire lost nothing): counted then, and the PSN walk is not judged by it
     if res["result"].stats["h1-h2"].kernel_drops == 0:  # the capture itself lost nothing
+        assert jump == 0, "request PSNs must go up by one per packet without loss"
         assert len(req) == 64 * MiB // 4096  # 4 KiB path MTU on the 9000-byte link
     assert psn_steps(acks)[1] == 0  # coalesced ACKs: never backwards
 
