@@ -14,12 +14,12 @@ def _snap(t: float) -> dict:
     return {"t": t, "ports": {"p1": {"released": int(t)}, "p2": {"released": 0}}}
 
 
-def test_posted_snapshots_are_written_by_the_thread_newest_kept(tmp_path):
+def test_posted_snapshots_are_written_by_the_thread_newest_kept_no_period_lost(tmp_path):
     files = CF.CounterFiles(tmp_path)
     gate = threading.Lock()
     gate.acquire()
-    real = files.write
-    files.write = lambda c: (gate.acquire(), gate.release(), real(c))  # hold the writer
+    real = files._write_texts
+    files._write_texts = lambda *t: (gate.acquire(), gate.release(), real(*t))  # hold it
     files.post(_snap(1.0))
     deadline = time.monotonic() + 10  # to fail fast, not a measurement
     while files._pending is not None and time.monotonic() < deadline:
@@ -33,6 +33,7 @@ def test_posted_snapshots_are_written_by_the_thread_newest_kept(tmp_path):
     assert json.loads((tmp_path / "counters.json").read_text())["t"] == 3.0
     lines = [json.loads(x) for x in (tmp_path / "series.jsonl").read_text().splitlines()]
     assert [(x["t"], x["port"]) for x in lines] == [(1.0, "p1"), (1.0, "p2"),
+                                                   (2.0, "p1"), (2.0, "p2"),
                                                    (3.0, "p1"), (3.0, "p2")]
 
 
