@@ -303,8 +303,14 @@ SHIPPED = (("pair", "pair.toml", ()),
             ("switch.pipeline=true",)),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
             ("switch.pipeline=true", "switch.datapath=user")))
-_NAMESPACES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "namespaces")
+
+
+def busy_with() -> list[str]:
+    """The clusters up besides doctor's own (``dr<pid>…``): their daemons' load is in
+    whatever --measure measures."""
+    from emu.fabric import state
+
+    return [c for c in state.clusters() if not c.startswith(f"dr{os.getpid()}")]
 
 
 def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
@@ -315,7 +321,7 @@ def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
 
     out = []
     for label, name, sets in SHIPPED:
-        path = os.path.join(_NAMESPACES, name)
+        path = os.path.join(NAMESPACES, name)
         if not os.path.exists(path):
             continue
         res = capacity.fit(load(path, list(sets)), costs)
@@ -336,8 +342,13 @@ def main(a: argparse.Namespace) -> int:
         if os.geteuid() != 0:
             print("emu doctor --measure: needs root (it brings up clusters)", file=sys.stderr)
             return 2
+        others = busy_with()
+        if others:
+            say(f"doctor: warning: {len(others)} other cluster(s) up ({', '.join(others)}): "
+                "their daemons share this machine's CPUs, so the costs come out higher and "
+                "noisier than on an idle machine — emu down them for a clean measurement")
         c = measure(a.seconds, say)
-        capacity.save(c, {"measured_with": "emu doctor --measure"})
+        capacity.save(c, {"measured_with": "emu doctor --measure", "other_clusters": others})
         say(f"saved to {capacity.COSTS_FILE}")
     costs = capacity.load()
     out["costs"] = costs.to_dict()

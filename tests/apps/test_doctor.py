@@ -72,3 +72,24 @@ def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
                                    seconds=2.0))
     out = capsys.readouterr().out
     assert "proposed per-port rates" in out and out.count("emu up namespaces/") == 3
+
+
+def test_measure_warns_when_other_clusters_share_the_machine(monkeypatch, capsys):
+    """Other clusters' daemons load the CPUs that --measure measures: doctor says so
+    before it starts, and records them beside the costs."""
+    import argparse
+
+    from emu.credible import capacity
+    from emu.fabric import state
+
+    saved = {}
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(state, "clusters", lambda: ["lab1", "lab2"])
+    monkeypatch.setattr(doctor, "measure", lambda seconds, say: capacity.REFERENCE)
+    monkeypatch.setattr(capacity, "save", lambda c, extra: saved.update(extra))
+    monkeypatch.setattr(capacity, "load", lambda: capacity.REFERENCE)
+    doctor.main(argparse.Namespace(measure=True, topology=None, set=[], json=False,
+                                   seconds=2.0))
+    out = capsys.readouterr().out
+    assert "warning: 2 other cluster(s) up (lab1, lab2)" in out
+    assert saved["other_clusters"] == ["lab1", "lab2"]
