@@ -28,7 +28,6 @@ Any failure rolls back everything recorded and raises :class:`FabricError`.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import socket
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from emu.fabric import naming, netns, nl, routes, state
 from emu.fabric.progress import Progress
 from emu.ifinfo import set_feature
+from emu.jsonable import jsonable
 from emu.topology.model import Topology
 
 #: veth ifindexes are unique across the cluster (link j: a = BASE+2j, b = BASE+2j+1) — see nl.veth
@@ -243,7 +243,7 @@ class Fabric:
     def _info(self) -> dict[str, Any]:
         t = self.topology
         return {
-            "topology": {"name": t.name, "source": t.source, "params": _jsonable(t.params),
+            "topology": {"name": t.name, "source": t.source, "params": jsonable(t.params),
                          "routing": t.routing, "hash_seed": t.hash_seed},
             "nodes": {n.name: {"kind": n.kind, "role": n.role, "plane": n.plane}
                       for n in t.nodes.values()},
@@ -326,18 +326,6 @@ class Fabric:
     def status(self) -> dict[str, Any]:
         from emu.fabric.status import status
         return status(self.cluster)
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        return str(v)
-    return repr(v)
 
 
 def build_and_destroy(topology: Topology, cluster: str | None = None) -> dict[str, float]:

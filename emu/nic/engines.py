@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import RecvWR, SendWR
+from emu.jsonable import jsonable
 from emu.transports.base import Engine, VerbsError
 
 __all__ = ["ENGINES", "Engine", "EngineContext", "Verbs", "VerbsError", "create", "register"]
@@ -80,18 +81,7 @@ class EngineContext:
 
     def in_force(self, opts: dict[str, Any]) -> None:
         """Record the engine's options, as plain data (the trace object left out)."""
-        self.options_in_force = {k: _plain(v) for k, v in opts.items() if k != "trace"}
-
-
-def _plain(v: Any) -> Any:
-    """``v`` if JSON can say it, else its ``repr``."""
-    if v is None or isinstance(v, str | int | float | bool):
-        return v
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_plain(x) for x in v]
-    return repr(v)
+        self.options_in_force = jsonable({k: v for k, v in opts.items() if k != "trace"})
 
 
 class Verbs(Protocol):
