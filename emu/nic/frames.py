@@ -250,7 +250,7 @@ class FrameTx:
         if now - self._stamp > self.refresh:
             self.invalidate()
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
-        prefix, c = self._prefix, self.c
+        c = self.c
         port, gso, room = main.port, main.gso, self.mtu - 8 - self.iphdr
         base = DATA + VNET_LEN
         head = self.head
@@ -283,13 +283,11 @@ class FrameTx:
                     break
                 g = type(data) is Gather
                 n = data.size if g else len(data)
-                pre = prefix.get((addr, n, meta.entropy, meta.dscp, meta.ecn))
+                if n > room:
+                    break  # the socket path reports EMSGSIZE
+                pre = self._prefix_for(addr, n, meta)
                 if pre is None:
-                    if n > room:
-                        break  # the socket path reports EMSGSIZE
-                    pre = self._prefix_for(addr, n, meta)
-                    if pre is None:
-                        break
+                    break
                 if seal is not None and seal_at is None:
                     if not g and type(data) is not bytearray:
                         data = bytearray(data)
