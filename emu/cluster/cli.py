@@ -365,17 +365,10 @@ def _impair(a: argparse.Namespace) -> int:
             # back to the cable as `emu up` built it: a host port keeps its line rate
             # (its serializer, not an impairment: emu.credible.rates.serializers)
             base = (state.load(name) or {}).get("serializers") or {}
-            for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
+            for label in ("a_to_b", "b_to_a"):
                 if direction in (label, "both"):
-                    d = Direction(rate_bps=base.get(f"{lk.name} {label}"))
-                    setattr(lk, label, d)
-                    ns = linkctl.ns_name(name, end.node)
-                    if d.is_default():
-                        linkctl.clear_direction(ns, end.ifname, event_log=C.event_log(name))
-                    else:
-                        linkctl.apply_direction(ns, end.ifname, d, mtu=lk.mtu,
-                                                event_log=C.event_log(name), cluster=name,
-                                                link=lk.name, direction=label)
+                    setattr(lk, label, Direction(rate_bps=base.get(f"{lk.name} {label}")))
+                    linkctl.apply_link_direction(name, lk, label, event_log=C.event_log(name))
         for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
                                 ("ecn_ce", "ecn_ce", parse_prob),
                                 ("duplicate", "duplicate", parse_prob),

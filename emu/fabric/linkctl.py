@@ -524,14 +524,24 @@ def clear_direction(ns: str, ifname: str, *, event_log: str | os.PathLike[str] |
 def apply_link(cluster: str, link: Link, *, event_log: str | os.PathLike[str] | None = None,
                **kw: object) -> None:
     """Apply both directions of a model link (``a_to_b`` on a's egress, ``b_to_a`` on b's)."""
-    for src, d, label in ((link.a, link.a_to_b, "a_to_b"), (link.b, link.b_to_a, "b_to_a")):
-        ns = ns_name(cluster, src.node)
-        if d.is_default():
-            clear_direction(ns, src.ifname, event_log=event_log, cluster=cluster,
-                            link=link.name, direction=label)
-        else:
-            apply_direction(ns, src.ifname, d, mtu=link.mtu, event_log=event_log,
-                            cluster=cluster, link=link.name, direction=label, **kw)
+    for label in ("a_to_b", "b_to_a"):
+        apply_link_direction(cluster, link, label, event_log=event_log, **kw)
+
+
+def apply_link_direction(cluster: str, link: Link, label: str, *,
+                         event_log: str | os.PathLike[str] | None = None,
+                         **kw: object) -> None:
+    """Make one direction of a model link (``a_to_b``: a's egress) what the model says:
+    our settings removed where it is the default, applied otherwise."""
+    src = link.a if label == "a_to_b" else link.b
+    d = getattr(link, label)
+    ns = ns_name(cluster, src.node)
+    if d.is_default():
+        clear_direction(ns, src.ifname, event_log=event_log, cluster=cluster,
+                        link=link.name, direction=label)
+    else:
+        apply_direction(ns, src.ifname, d, mtu=link.mtu, event_log=event_log,
+                        cluster=cluster, link=link.name, direction=label, **kw)
 
 
 # --------------------------------------------------------------------------- counters
