@@ -297,12 +297,13 @@ def costs_lines(c: capacity.Costs) -> list[str]:
         if c.source == "measured" and (c.stalls_per_min or c.stall_longest) else [])
 
 
-#: the shipped topologies doctor proposes rates for when given none: (label, file, --set)
-SHIPPED = (("pair", "pair.toml", ()),
+#: the shipped topologies doctor proposes rates for when given none: (label, file, --set,
+#: the setting that carries the rate)
+SHIPPED = (("pair", "pair.toml", (), "nic.line_rate"),
            ("leaf-spine, switch pipeline (kernel datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true",)),
+            ("switch.pipeline=true",), "switch.port.rate"),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true", "switch.datapath=user")))
+            ("switch.pipeline=true", "switch.datapath=user"), "switch.port.rate"))
 
 
 def busy_with() -> list[str]:
@@ -320,13 +321,12 @@ def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
     from emu.topology.units import format_rate
 
     out = []
-    for label, name, sets in SHIPPED:
+    for label, name, sets, knob in SHIPPED:
         path = os.path.join(NAMESPACES, name)
         if not os.path.exists(path):
             continue
         res = capacity.fit(load(path, list(sets)), costs)
         rate = format_rate(int(res["proposed"]))
-        knob = "nic.line_rate" if name == "pair.toml" else "switch.port.rate"
         out.append({"topology": f"namespaces/{name}", "label": label, "sets": list(sets),
                     "proposed": res["proposed"], "max_rate": res["max_rate"],
                     "use": " ".join([f"--set {x}" for x in sets] + [f"--set {knob}={rate}"])})

@@ -99,6 +99,10 @@ def _switch(a: argparse.Namespace) -> int:
               f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
               f"netlink drops {ov.get('user_dropped', 0)}, PFC frames refused "
               f"{ov.get('pfc_send_errors', 0)}, tbf drops {ov.get('qdisc_dropped', 0)}{bad}")
+    cf = reply.get("counter_files") or {}
+    if cf.get("errors"):
+        print(f"warning: {cf['errors']} counter snapshot(s) could not be written to "
+              f"{node}'s state folder (counters.json and series.jsonl are stale there)")
     return 0
 
 

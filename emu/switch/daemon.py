@@ -260,6 +260,9 @@ class SwitchDaemon:
         return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
                 "datapath": self.datapath, "datapath_note": self.datapath_note,
                 "sched": self.sched,
+                # the writer thread's count of snapshots it could not write (a full /run)
+                "counter_files": {"written": self.files.written, "skipped": self.files.skipped,
+                                  "errors": self.files.errors},
                 "netlink_errors": {os.strerror(k): v for k, v in errors},
                 "overload": over, "ports": ports}
 

@@ -105,8 +105,10 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
     assert d.ready == "ready datapath=user"   # trimming and PFC: the user-space path
     from emu.cpu import rt_throttled
 
+    c0 = d.request({"cmd": "counters"})
     if rt_throttled():  # released at departure times: real-time, as the NIC daemons
-        assert d.request({"cmd": "counters"})["sched"] == "fifo 1"
+        assert c0["sched"] == "fifo 1"
+    assert c0["counter_files"]["written"] >= 1 and c0["counter_files"]["errors"] == 0
     stop = threading.Event()
     ready = threading.Event()
     pcap = tmp_path / "rx.pcapng"
