@@ -299,7 +299,9 @@ def test_impair_duplicate_counted_in_a_capture(tmp_path):
         ip_twice = sum(n - 1 for f, n in h1_frames.items() if f[12:14] == b"\x08\x00")
         assert ip_twice <= c["duplicated"], (ip_twice, seen_twice, c)
         assert counted - seen_twice <= max(2, counted // 100), (counted, seen_twice, c)
-        assert max(h1_frames.values()) == 2
+        # a copy is never copied again — over IPv4 frames: h1's kernel sends its IPv6 MLD
+        # reports twice, byte for byte, so one the rule copied shows three times (CI)
+        assert max(n for f, n in h1_frames.items() if f[12:14] == b"\x08\x00") == 2
         assert "DUP" in emu("status", name).stdout
     finally:
         if state.load(name) is not None:
