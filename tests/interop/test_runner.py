@@ -219,7 +219,13 @@ exit 0
 CORRUPT = """#!/bin/sh
 if [ "$ROLE" = client ] && [ -f "$DATA_DIR/payload.bin" ]; then
   mkdir -p "$LOGDIR/d" && cp "$DATA_DIR/payload.bin" "$LOGDIR/d/"
-  printf 'X' | dd of="$LOGDIR/d/payload.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+  # flip byte 100 (writing a fixed byte left the payload, random, unchanged 1 time in 256)
+  python3 - "$LOGDIR/d/payload.bin" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[100] ^= 0xFF
+open(sys.argv[1], "wb").write(b)
+PY
   DATA_DIR="$LOGDIR/d"; export DATA_DIR
 fi
 exec python3 -m emu.interop.endpoint
