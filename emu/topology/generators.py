@@ -214,7 +214,7 @@ def _clos_size(spines: int, leaves: int, hosts_per_leaf: int, uplinks: int,
 
 _UPLINKS = Param(1, 1, 8, "parallel cables between each leaf/rail and each spine")
 _SPINES = Param(2, 1, 64, "spine switches (per plane)")
-_LEAVES = Param(2, 1, 250, "leaf switches (per plane)")
+_LEAVES = Param(2, 1, 255, "leaf switches (per plane): the address plan's 255 host subnets")
 _HPL = Param(2, 1, 240, "hosts under each leaf")
 
 GENERATORS: dict[str, Generator] = {
