@@ -46,6 +46,7 @@ _PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_rando
 
 def _switch(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
+    from emu.switch.config import ConfigError, is_pattern, select_ports
 
     need_root()
     try:
@@ -61,10 +62,13 @@ def _switch(a: argparse.Namespace) -> int:
                     raise UserError(f"{kv!r}: expected KEY=VALUE")
                 k, v = kv.split("=", 1)
                 settings[k.strip()] = v.strip()
+            # the daemon checks the port (emu.switch.config.select_ports) and says which it set
             reply = C.switch_request(name, node, {"cmd": "set", "port": a.port,
                                                   "settings": settings})
-            print(json.dumps(reply["config"], indent=1) if a.json else
-                  f"{name}:{node} port {a.port}: " + " ".join(a.settings))
+            changed = list(reply.get("ports") or [a.port])
+            print(json.dumps(reply.get("config", reply.get("ports")), indent=1) if a.json else
+                  f"{name}:{node} port{'s' if len(changed) > 1 else ''} {', '.join(changed)}: "
+                  + " ".join(a.settings))
             return 0
         reply = C.switch_request(name, node, {"cmd": "config" if a.config else "counters"})
     except user_errors() as e:
@@ -78,11 +82,15 @@ def _switch(a: argparse.Namespace) -> int:
     ports = dict(reply.get("ports", {}))
     try:  # ports that have seen no transport traffic yet have no queue: show them as zeros
         configured = C.switch_request(name, node, {"cmd": "config"})["config"]["ports"]
-        ports.update({p: {} for p in configured if p != "*" and p not in ports})
+        ports.update({p: {} for p in configured if not is_pattern(p) and p not in ports})
     except (C.ClusterError, OSError, KeyError):
         pass
     if a.port:
-        ports = {k: v for k, v in ports.items() if k == a.port}
+        try:  # the same check of a port name as the daemon's `set`
+            shown = select_ports(a.port, ports)
+        except ConfigError as e:
+            raise UserError(f"{node}: {e}") from None
+        ports = {k: ports[k] for k in shown}
     print(f"{'PORT':<10} " + " ".join(f"{c:>14}" for c in _PORT_COLUMNS))
     for port, c in sorted(ports.items()):
         cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"

@@ -61,7 +61,9 @@ datapath           auto        kernel (tc BPF + tbf), user (NFQUEUE + Python,
 from __future__ import annotations
 
 import copy
+import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -72,7 +74,7 @@ from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 DATAPATHS = ("auto", "kernel", "user")
 
 __all__ = ["ClassConfig", "ConfigError", "PortConfig", "SwitchConfig", "apply_settings",
-           "parse_size"]
+           "is_pattern", "parse_size", "select_ports"]
 
 NUM_DSCP = 64
 
@@ -269,6 +271,30 @@ def apply_settings(port: PortConfig, settings: dict[str, Any], where: str = "por
         for f in fields(PortConfig):
             setattr(port, f.name, getattr(trial, f.name))
     return port
+
+
+def is_pattern(spec: str) -> bool:
+    """Whether a port name given by a user is a shell wildcard (``*``, ``h?``, ``spine[12]``)."""
+    return any(c in spec for c in "*?[")
+
+
+def select_ports(spec: str, ports: Iterable[str]) -> list[str]:
+    """The ports of a switch that ``spec`` names: the one port of that name, or every port a
+    wildcard matches, in the order of ``ports``. Raises ConfigError, listing the switch's
+    ports, when it names none.
+
+    The one check of a port a user names (``emu switch NODE PORT …``): the daemon applies
+    ``set`` only through it, so a typo is refused instead of being stored as a port of its
+    own, and a wildcard is applied to real ports, never kept as a port named ``*``."""
+    names = list(ports)
+    if is_pattern(spec):
+        hit = [p for p in names if fnmatch.fnmatchcase(p, spec)]
+    else:
+        hit = [spec] if spec in names else []
+    if not hit:
+        what = f"{spec!r} matches no port" if is_pattern(spec) else f"no port {spec!r}"
+        raise ConfigError(f"{what} on this switch (its ports: {', '.join(names) or 'none'})")
+    return hit
 
 
 _MATCH_RE = re.compile(r"^(udp:\d{1,5}|proto:\d{1,3})$")

@@ -35,7 +35,9 @@ Files in ``--state-dir``: ``control.sock`` (JSON lines, below), ``counters.json`
 per port per period: ``t`` and the port counters; capped at 64 MiB),
 ``config.json`` (the live configuration). Control requests, one JSON object
 per line, one JSON reply per line: ``{"cmd":"set","port":P,"settings":{…}}``
-(P = ifname or ``"*"`` for every port), ``{"cmd":"counters"}``,
+(P = a port's ifname or a shell wildcard over them, ``"*"`` for every port; a P that
+names no port is refused with the switch's ports listed — nothing is stored under it),
+``{"cmd":"counters"}``,
 ``{"cmd":"config"}``, ``{"cmd":"stop"}``.
 
 Start-up prints ``ready`` on stdout once the queue is bound and the rules are
@@ -64,7 +66,13 @@ from emu.fabric import netns
 from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
 from emu.switch import trim as T
-from emu.switch.config import ConfigError, SwitchConfig, apply_settings
+from emu.switch.config import (
+    ConfigError,
+    SwitchConfig,
+    apply_settings,
+    is_pattern,
+    select_ports,
+)
 from emu.switch.counterfiles import CounterFiles, write_atomic
 from emu.switch.nfqueue import (
     NF_ACCEPT,
@@ -166,6 +174,9 @@ class SwitchDaemon:
         self.pfc: PfcSender | None = None
         self.files = CounterFiles(state_dir)  # counters.json, series.jsonl
         self.sched = "default"  # the scheduling policy in force (emu.cpu.policy_in_force)
+        #: the ports a `set` may name (emu.switch.config.select_ports): the configured ones
+        #: until run() reads the namespace's interfaces, which are the switch's ports
+        self.port_names = [p for p in cfg.ports if not is_pattern(p)]
 
     # ------------------------------------------------------------ packets
 
@@ -292,8 +303,7 @@ class SwitchDaemon:
                 return {"ok": False, "error": "set needs 'port' (string) and 'settings' (object)"}
             before = copy.deepcopy(self.cfg.ports)
             try:
-                live = self.kports or self.pipe.ports
-                targets = [port] if port != "*" else ["*", *live]
+                targets = select_ports(port, self.port_names)
                 for p in targets:
                     apply_settings(self.cfg.port(p), settings, where=f"port {p}")
                 if self.kports:
@@ -314,7 +324,10 @@ class SwitchDaemon:
                 if p in self.pipe.ports:
                     self.pipe.ports[p].cfg = self.cfg.port(p)
             write_atomic(self.state_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=1))
-            return {"ok": True, "port": port, "config": self.cfg.port(port).to_dict()}
+            changed = {p: self.cfg.port(p).to_dict() for p in targets}
+            # "config": the named port's, as before wildcards; a wildcard's ports are in "ports"
+            return {"ok": True, "port": port, "ports": changed,
+                    **({} if is_pattern(port) else {"config": changed[port]})}
         return {"ok": False, "error": f"unknown cmd {cmd!r} (set, counters, config, stop)"}
 
     def _client_io(self, s: socket.socket, now: float) -> None:
@@ -405,6 +418,9 @@ class SwitchDaemon:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
+        live = [n for _, n in socket.if_nameindex() if n != "lo"]  # in the switch's namespace
+        self.port_names = [p for p in self.port_names if p in live] + \
+            [n for n in live if n not in self.port_names]  # the topology's order first
         try:
             self.kports = self._kernel_ports()
             if self.kports:

@@ -108,3 +108,61 @@ def test_bad_switch_section_is_one_line(cluster, section, key):
     p = emu("up", str(path), check=False)
     assert p.returncode == 2
     assert "\n" not in p.stderr.strip() and path.name in p.stderr and key in p.stderr
+
+
+SMALL = """
+[topology]
+kind = "leaf-spine"
+name = "{name}"
+[params]
+spines = 1
+leaves = 1
+hosts_per_leaf = 2
+[switch.port]
+rate = "1gbit"
+"""
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A one-leaf cluster with a switch pipeline and no NIC daemons; gone afterwards."""
+    name = random_cluster("fb")
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(name=name))
+    emu("up", str(path), "--no-daemons")
+    yield name
+    emu("down", name, check=False)
+    assert our_namespaces(name) == []
+
+
+def _one_line_error(p) -> str:
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and "\n" not in p.stderr.strip(), p.stderr
+    return p.stderr.strip()
+
+
+def test_switch_names_only_real_ports_and_nodes(small):
+    name = small
+    real = ["h1", "h2", "spine1"]
+
+    def ports() -> list[str]:
+        return list(json.loads(emu("switch", "-c", name, "leaf1", "--config").stdout)
+                    ["config"]["ports"])
+
+    # a port the switch lacks, a wildcard matching nothing: refused, naming the real ports
+    for port in ("h9", "zz*"):
+        err = _one_line_error(emu("switch", "-c", name, "leaf1", port, "set", "rate=1gbit",
+                                  check=False))
+        assert port in err and "h1, h2, spine1" in err
+        err = _one_line_error(emu("switch", "-c", name, "leaf1", port, check=False))
+        assert port in err and "h1, h2, spine1" in err
+    assert ports() == real
+    # '*' sets every real port and is not kept as a port of its own
+    out = emu("switch", "-c", name, "leaf1", "*", "set", "rate=500mbit").stdout
+    assert "h1, h2, spine1" in out
+    cfg = json.loads(emu("switch", "-c", name, "leaf1", "--config").stdout)["config"]["ports"]
+    assert list(cfg) == real and all(cfg[p]["rate"] == 500_000_000 for p in real)
+    rows = [line.split()[0] for line in emu("switch", "-c", name, "leaf1").stdout.splitlines()
+            if line.startswith(("h", "spine", "*", "zz"))]
+    assert rows == real
+

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""The switch daemon on a real cluster (root): 4 senders → 1 receiver over a slow leaf port.
+"""The switch daemon on a real cluster (root): 4 senders → 1 receiver over a slow leaf port;
+and its control requests alone (no namespace, no root).
 
 Traffic is plain UDP built with emu's RoCE codec (no transport daemon). The
 receiver's link is captured; the capture is compared with the daemon's
@@ -24,12 +25,14 @@ from emu.fabric import Fabric
 from emu.fabric.capture import Target, capture
 from emu.fabric.linkctl import run_in_ns
 from emu.switch import trim as T
+from emu.switch.config import SwitchConfig
+from emu.switch.daemon import SwitchDaemon
 from emu.switch.pfc import PauseListener
 from emu.wire import icrc
 from emu.wire.codec import roce as RC
 from emu.wire.pcapio import read_frames
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
 KMIN, KMAX = 20_000, 80_000
 PAYLOAD = 1000
@@ -39,7 +42,7 @@ OTHER_PORT = 5000
 
 
 @pytest.fixture
-def cluster():
+def cluster():  # used by root tests only
     with fabric_up(leaf_spine(spines=1, leaves=2, hosts_per_leaf=3), "t") as f:
         yield f
 
@@ -91,6 +94,7 @@ def udp_socket(f: Fabric, host: str, tos: int, sport: int) -> socket.socket:
     return s
 
 
+@needs_root
 def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
     f, t = cluster, cluster.topology
     rx_host, senders = "h3", ["h1", "h2", "h4", "h5"]
@@ -224,3 +228,52 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
     assert series and {"t", "port", "depth", "marked", "trimmed"} <= set(series[-1])
     listener.close()
     ls.close()
+
+
+# ---- control requests, without a namespace: `set` names real ports only
+
+PORTS = ("h1", "h2", "spine1", "spine2")
+
+
+def _daemon(tmp_path: Path) -> SwitchDaemon:
+    """A daemon as `emu up` configures one (a port per link, from the topology), not run."""
+    cfg = SwitchConfig.from_dict({"ports": {p: {"rate": "10gbit"} for p in PORTS}})
+    d = SwitchDaemon(cfg, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    return d
+
+
+@pytest.mark.parametrize("port,error", [
+    ("h9", "no port 'h9' on this switch (its ports: h1, h2, spine1, spine2)"),
+    ("zz*", "'zz*' matches no port on this switch (its ports: h1, h2, spine1, spine2)"),
+])
+def test_set_refuses_a_port_the_switch_does_not_have(tmp_path: Path, port: str,
+                                                    error: str) -> None:
+    d = _daemon(tmp_path)
+    before = (tmp_path / "config.json").read_text()
+    rep = d.handle({"cmd": "set", "port": port, "settings": {"rate": "1gbit"}}, 0.0)
+    assert rep == {"ok": False, "error": error}
+    # nothing stored under the name, in memory or in the live config file
+    assert list(d.handle({"cmd": "config"}, 0.0)["config"]["ports"]) == list(PORTS)
+    assert (tmp_path / "config.json").read_text() == before
+
+
+def test_set_with_a_wildcard_changes_the_matching_ports_and_stores_no_wildcard(
+        tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    rep = d.handle({"cmd": "set", "port": "spine*", "settings": {"rate": "1gbit"}}, 0.0)
+    assert rep["ok"] and list(rep["ports"]) == ["spine1", "spine2"]
+    rep = d.handle({"cmd": "set", "port": "*", "settings": {"kmin": "10KB"}}, 0.0)
+    assert rep["ok"] and list(rep["ports"]) == list(PORTS)
+    ports = d.handle({"cmd": "config"}, 0.0)["config"]["ports"]
+    assert list(ports) == list(PORTS)  # no port named '*' or 'spine*'
+    assert [ports[p]["rate"] for p in PORTS] == [10**10, 10**10, 10**9, 10**9]
+    assert all(ports[p]["default_class"]["kmin"] == 10_000 for p in PORTS)
+    on_file = json.loads((tmp_path / "config.json").read_text())["ports"]
+    assert list(on_file) == list(PORTS)
+
+
+def test_set_of_one_port_replies_with_its_config(tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    rep = d.handle({"cmd": "set", "port": "h1", "settings": {"rate": "1gbit"}}, 0.0)
+    assert rep["ok"] and rep["config"]["rate"] == 10**9 and list(rep["ports"]) == ["h1"]
