@@ -249,12 +249,43 @@ def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0)
 
     path = os.path.join(switch_dir(cluster, node), "control.sock")
     if not os.path.exists(path):
-        raise ClusterError(f"no switch pipeline on {node} in cluster {cluster} "
-                           f"(topology without [switch]?)")
+        need_switch(cluster, node)
+        raise ClusterError(f"no switch pipeline on {node} in cluster {cluster}: "
+                           f"{_why_no_daemon(cluster)}")
     reply = ask(path, request, timeout)
     if reply.get("error"):
         raise ClusterError(f"{node}: {reply['error']}")
     return reply
+
+
+def need_switch(cluster: str, node: str) -> None:
+    """Raise ClusterError, listing the cluster's switches, unless ``node`` is one of them:
+    a typo'd node or a host must be named as such, not read as a switch without a
+    pipeline. A cluster without a model in its state file is not judged here."""
+    try:
+        topo = model(cluster)
+    except ClusterError:
+        return
+    switches = ", ".join(n.name for n in topo.switches()) or "none"
+    n = topo.nodes.get(node)
+    if n is None:
+        raise ClusterError(f"no node {node!r} in cluster {cluster} (its switches: {switches})")
+    if n.kind != "switch":
+        raise ClusterError(f"{node} is a {n.kind}, not a switch, in cluster {cluster} "
+                           f"(its switches: {switches})")
+
+
+def _why_no_daemon(cluster: str) -> str:
+    """Why a switch of ``cluster`` has no daemon's control socket."""
+    from emu.switch.topology import enabled
+
+    try:
+        topo = model(cluster)
+    except ClusterError:
+        return "no control socket (topology without [switch]?)"
+    if not enabled(topo):
+        return "its topology has no [switch] section (or pipeline = false)"
+    return "its daemon's control socket is gone (emu status shows whether it died)"
 
 
 def switch_counters(cluster: str) -> dict[str, dict]:

@@ -118,6 +118,10 @@ def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
     from emu.plot import line_chart
 
+    try:
+        C.need_switch(cluster, node)
+    except C.ClusterError as e:
+        raise UserError(str(e)) from None
     path = os.path.join(C.switch_dir(cluster, node), "series.jsonl")
     rows = []
     try:

@@ -166,3 +166,27 @@ def test_switch_names_only_real_ports_and_nodes(small):
             if line.startswith(("h", "spine", "*", "zz"))]
     assert rows == real
 
+
+def test_switch_says_a_node_is_missing_or_a_host(small):
+    name = small
+    # a node that is not there, or is a host: said so, with the switches listed
+    err = _one_line_error(emu("switch", "-c", name, "leaf9", check=False))
+    assert f"no node 'leaf9' in cluster {name}" in err and "leaf1, spine1" in err
+    err = _one_line_error(emu("switch", "-c", name, "h1", check=False))
+    assert "h1 is a host, not a switch" in err and "leaf1, spine1" in err
+    err = _one_line_error(emu("switch", "-c", name, "h1", "--plot", "/dev/null", check=False))
+    assert "h1 is a host" in err
+
+
+def test_switch_of_a_cluster_without_pipeline_says_so(tmp_path):
+    name = random_cluster("fb")
+    path = tmp_path / "plain.toml"
+    path.write_text(SMALL.format(name=name).split("[switch.port]")[0])
+    emu("up", str(path), "--no-daemons")
+    try:
+        err = _one_line_error(emu("switch", "-c", name, "leaf1", check=False))
+        assert err.endswith(f"no switch pipeline on leaf1 in cluster {name}: its topology "
+                            "has no [switch] section (or pipeline = false)")
+    finally:
+        emu("down", name, check=False)
+        assert our_namespaces(name) == []
