@@ -329,13 +329,14 @@ def _link(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
     from emu.fabric.events import apply_event
     from emu.topology import Event
+    from emu.topology.settings import resolve_target
 
     need_root()
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)
-        target = a.link if (a.link in topo.nodes or a.link.startswith("plane:")) \
-            else topo.link(a.link).name
+        # a target that names no link is an error (TargetError), never "down: no links"
+        target = resolve_target(topo, a.link, within=f"cluster {name}")[0]
         changed = apply_event(topo, Event(0.0, a.state, target), event_log=C.event_log(name),
                               cluster=name)
         C.set_links(name, topo, changed, a.state == "up")

@@ -18,7 +18,8 @@ from emu.topology.locate import Locator
 from emu.topology.model import Event, Link, Topology
 from emu.topology.units import UnitError, parse_int, parse_prob, parse_rate, parse_time
 
-__all__ = ["LinkSettings", "parse_settings", "apply_overrides", "parse_events", "DIR_KEYS"]
+__all__ = ["LinkSettings", "parse_settings", "apply_overrides", "parse_events", "DIR_KEYS",
+           "TargetError", "planes", "resolve_target"]
 
 #: file key → (Direction field, parser)
 DIR_KEYS = {
@@ -140,15 +141,41 @@ def apply_overrides(topo: Topology, entries: list, loc: Locator) -> None:
             settings.apply(lk, swapped)
 
 
-def _resolve_target(topo: Topology, target: str, path: str, loc: Locator) -> tuple[str, bool, bool]:
-    """(normalised target, is_link, swapped). ``A:B`` becomes the first matching link's name."""
+class TargetError(ValueError):
+    """A link-event target (``emu link``, ``[[event]]``) that names nothing in the topology."""
+
+
+def planes(topo: Topology) -> list[int]:
+    """The planes a topology has (those of its nodes and links), in order; [] without planes."""
+    return sorted({x.plane for x in (*topo.nodes.values(), *topo.links) if x.plane is not None})
+
+
+def resolve_target(topo: Topology, target: str,
+                   within: str = "this topology") -> tuple[str, bool, bool]:
+    """(normalised target, is_link, swapped) of a link event's target: a link name, ``A:B``
+    (becomes the first matching link's name), a node (its links) or ``plane:N`` (the
+    plane's links). The one check of such a target, for the file's ``[[event]]`` and for
+    ``emu link`` alike: a target that would change no link raises :class:`TargetError`
+    naming what exists (``within`` says where: ``"cluster ls"``), so taking a plane or a
+    switch down never reports success for nothing."""
     if target.startswith("plane:"):
-        n = parse_value(lambda v: parse_int(v, 0), target[6:], path, loc)
-        planes = {x.plane for x in topo.nodes.values()} | {lk.plane for lk in topo.links}
-        if n not in planes:
-            raise loc.error(path, f"no plane {n} in this topology")
+        try:
+            n = parse_int(target[6:], 0)
+        except UnitError as e:
+            raise TargetError(f"{target!r}: bad plane number: {e}") from None
+        have = planes(topo)
+        if not have:
+            raise TargetError(f"no plane {n} in {within}: it has no planes (only a multi-plane "
+                              f"topology, or nodes and links given a plane, have them)")
+        if n not in have:
+            raise TargetError(f"no plane {n} in {within} (its planes: "
+                              f"{', '.join(map(str, have))})")
+        if not any(lk.plane == n for lk in topo.links):
+            raise TargetError(f"plane {n} of {within} has no links")
         return f"plane:{n}", False, False
     if target in topo.nodes:
+        if not topo.links_of(target):
+            raise TargetError(f"node {target!r} of {within} has no links")
         return target, False, False
     if any(lk.name == target for lk in topo.links):
         return target, True, False
@@ -156,8 +183,19 @@ def _resolve_target(topo: Topology, target: str, path: str, loc: Locator) -> tup
         matched = match_links(topo, target)
         if matched:
             return matched[0][0].name, True, matched[0][1]
-    raise loc.error(path, f"unknown target {target!r}: expected a link name, 'A:B', a node "
-                    "name or 'plane:N'")
+        missing = [x for x in target.split(":", 1) if x not in topo.nodes]
+        raise TargetError(f"no link {target!r} in {within}"
+                          + (f" (no node {', '.join(map(repr, missing))})" if missing else ""))
+    raise TargetError(f"unknown target {target!r} in {within}: expected a link name, 'A:B', "
+                      "a node name or 'plane:N'")
+
+
+def _resolve_target(topo: Topology, target: str, path: str, loc: Locator) -> tuple[str, bool, bool]:
+    """:func:`resolve_target` with its error located at ``path`` of the file."""
+    try:
+        return resolve_target(topo, target)
+    except TargetError as e:
+        raise loc.error(path, str(e)) from None
 
 
 def parse_events(topo: Topology, entries: list, loc: Locator) -> list[Event]:

@@ -224,6 +224,42 @@ def test_whole_switch_failure_from_the_cli(cluster):
     assert _flows_delivered(cluster) == 200
 
 
+def _refused(p: subprocess.CompletedProcess) -> str:
+    """The one line a refused command printed (exit 2, no traceback)."""
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    return p.stderr.strip()
+
+
+def test_link_target_that_names_nothing_is_refused():
+    """``emu link plane:7 down`` on a 2-plane cluster, ``plane:1`` where there are no
+    planes: one line naming the planes there are, exit 2, no link touched; a real plane
+    goes down and up."""
+    mp, pair = random_cluster("fb"), random_cluster("fb")
+    try:
+        emu("up", "namespaces/multi-plane.toml", "--name", mp, "--no-daemons",
+            "--set", "spines=1", "--set", "leaves=1", "--set", "hosts_per_leaf=1")
+        err = _refused(emu("link", "-c", mp, "plane:7", "down", check=False))
+        assert err == f"emu link: no plane 7 in cluster {mp} (its planes: 0, 1)"
+        err = _refused(emu("link", "-c", mp, "spine9", "down", check=False))
+        assert "unknown target 'spine9'" in err
+        err = _refused(emu("link", "-c", mp, "h1:h9", "down", check=False))
+        assert f"no link 'h1:h9' in cluster {mp}" in err
+        st = json.loads(emu("status", mp, "--json").stdout)
+        assert all(lk["a"]["state"] == "up" for lk in st["links"])
+        out = emu("link", "-c", mp, "plane:1", "down").stdout
+        assert "p1-leaf1-p1-spine1" in out and "p0-" not in out
+        emu("link", "-c", mp, "plane:1", "up")
+
+        emu("up", "namespaces/pair.toml", "--name", pair, "--no-daemons")
+        err = _refused(emu("link", "-c", pair, "plane:1", "down", check=False))
+        assert err.startswith(f"emu link: no plane 1 in cluster {pair}: it has no planes")
+    finally:
+        for c in (mp, pair):
+            emu("down", c, check=False)
+            assert our_namespaces(c) == []
+
+
 def test_impair_duplicate_counted_in_a_capture(tmp_path):
     """``emu impair --duplicate 25% -d a_to_b`` on a live pair: in a capture of the link,
     every datagram h1 sends appears once or twice (≈25 % twice, ±4σ), never three times;

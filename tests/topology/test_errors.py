@@ -107,6 +107,8 @@ CASES = {
                             'loss = 0.1\n', None, ["event[0]", "takes no settings"]),
     "event no plane": (LS + '[[event]]\nat = 1\naction = "down"\ntarget = "plane:3"\n', None,
                        ["event[0].target", "no plane 3"]),
+    "event plane not a number": (LS + '[[event]]\nat = 1\naction = "down"\ntarget = "plane:x"\n',
+                                 None, ["event[0].target", "bad plane number"]),
     "event unknown key": (LS + '[[event]]\nat = 1\naction = "down"\ntarget = "h1"\nwhen = 2\n',
                           None, ["event[0].when", "unknown key"]),
     "routing mode": (LS + '[routing]\nmode = "ospf"\n', None, [":5:", "routing.mode", "'ospf'"]),
