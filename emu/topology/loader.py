@@ -6,8 +6,8 @@ File format (TOML; every table optional except ``[topology]``)::
     [topology]      kind = "pair"|"leaf-spine"|"rail-optimized"|"multi-plane"|"custom"
                     name = "ls" (cluster name; default: file stem), description = "…"
     [params]        generator parameters (see emu.topology.generators.GENERATORS)
-    [defaults.link] mtu (9000), up (true), rate, loss, ecn_ce, duplicate, delay,
-                    jitter,
+    [defaults.link] mtu (9000; 1280..65535: every port has IPv6), up (true), rate, loss,
+                    ecn_ce, duplicate, delay, jitter,
                     a_to_b = {…}, b_to_a = {…} (per-direction values win)
     [[link]]        generated kinds: match = "leaf1-spine1" | "leaf1:spine*" + settings
                     custom: a, b, a_if, b_if, plane + settings
@@ -42,6 +42,7 @@ from emu.topology.settings import (
     apply_overrides,
     check_keys,
     check_table,
+    match_links,
     parse_events,
     parse_settings,
     parse_value,
@@ -220,7 +221,35 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))
+    _check_mtu(topo, data.get("link", []), loc, kind == "custom")
     return topo
+
+
+#: the smallest MTU of a link that carries IPv6 (RFC 8200 §5)
+IPV6_MIN_MTU = 1280
+
+
+def _check_mtu(topo: Topology, entries: list, loc: Locator, custom: bool) -> None:
+    """A link whose ports get IPv6 addresses (the address plan gives every port one) needs
+    an MTU of at least 1280: the kernel refuses an IPv6 address on a smaller one, which
+    otherwise surfaced only half way through ``emu up``. The error names the key that set
+    the MTU: the link's own ``[[link]]`` entry (the last that matched it), else
+    ``[defaults.link]`` (or the ``--set`` that changed either)."""
+    for lk in topo.links:
+        if lk.mtu >= IPV6_MIN_MTU or not (lk.a.ipv6 or lk.b.ipv6):
+            continue
+        key = "defaults.link.mtu"
+        if custom:
+            i = topo.links.index(lk)
+            if i < len(entries) and "mtu" in entries[i]:
+                key = f"link[{i}].mtu"
+        else:
+            for i, entry in enumerate(entries):
+                if "mtu" in entry and any(m is lk for m, _ in match_links(topo, entry["match"])):
+                    key = f"link[{i}].mtu"
+        raise loc.error(key, f"mtu {lk.mtu} is too small for link {lk.name}: its ports get "
+                             f"IPv6 addresses (docs/addressing.md), and IPv6 needs an MTU of at "
+                             f"least {IPV6_MIN_MTU}")
 
 
 _CUSTOM_LINK = {"a", "b", "a_if", "b_if", "plane"}

@@ -136,6 +136,14 @@ def test_bad_topology_is_one_line_naming_file_and_key(tmp_path):
     assert "\n" not in err and "bad.toml" in err and "spines" in err
     p = emu("up", "namespaces/leaf-spine.toml", "--set", "bogus=1", check=False)
     assert p.returncode == 2 and "bogus" in p.stderr
+    # an MTU IPv6 cannot use is refused when the file loads, before anything is built
+    name = random_cluster("fb")
+    p = emu("up", "namespaces/pair.toml", "--name", name, "--set", "link.mtu=500", check=False)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "emu up: namespaces/pair.toml: --set link.mtu=500: mtu 500 is too small for link "
+        "h1-h2: its ports get IPv6 addresses (docs/addressing.md), and IPv6 needs an MTU of "
+        "at least 1280")
+    assert state.load(name) is None and our_namespaces(name) == []
 
 
 def test_two_clusters_coexist_and_down_after_sigkill(cluster):

@@ -39,6 +39,16 @@ CASES = {
     "set bad mtu": (LS, ["link.mtu=20"], ["--set link.mtu=20", "out of range"]),
     "mtu high": (LS + "[defaults.link]\nmtu = 70000\n", None,
                  [":5:", "defaults.link.mtu", "out of range"]),
+    "mtu below IPv6's": (LS + "[defaults.link]\nmtu = 500\n", None,
+                         [":5:", "defaults.link.mtu", "mtu 500 is too small for link h1-leaf1",
+                          "IPv6", "at least 1280"]),
+    "set mtu below IPv6's": (LS, ["link.mtu=1279"], ["--set link.mtu=1279", "1280"]),
+    "override mtu below IPv6's": (LS + '[defaults.link]\nmtu = 100\n[[link]]\n'
+                                  'match = "leaf1:spine*"\nmtu = 1200\n[[link]]\n'
+                                  'match = "h*:leaf*"\nmtu = 1500\n', None,
+                                  [":8:", "link[0].mtu", "mtu 1200", "leaf1-spine1"]),
+    "custom mtu below IPv6's": (CUSTOM + '[[link]]\na = "h1"\nb = "s1"\nmtu = 1000\n', None,
+                                [":13:", "link[0].mtu", "mtu 1000", "1280"]),
     "mtu type": (LS + '[defaults.link]\nmtu = "big"\n', None, ["defaults.link.mtu", "integer"]),
     "unknown link default": (LS + "[defaults.link]\nspeed = 1\n", None,
                              [":5:", "defaults.link.speed", "unknown key"]),

@@ -259,3 +259,9 @@ def test_units_misc() -> None:
     assert parse_time("500ms") == pytest.approx(0.5) and parse_time("100us") == pytest.approx(1e-4)
     assert parse_time("2s") == 2 and parse_time(3) == 3
     assert format_rate(10**10) == "10gbit" and format_rate(1_500_000_000) == "1.5gbit"
+
+
+def test_mtu_1280_is_enough_for_ipv6() -> None:
+    """IPv6's minimum MTU is the smallest a link may have (every port has IPv6)."""
+    t = loads('[topology]\nkind = "pair"\nname = "t"\n[defaults.link]\nmtu = 1280\n')
+    assert [lk.mtu for lk in t.links] == [1280] and t.links[0].a.ipv6 is not None
