@@ -297,13 +297,20 @@ def costs_lines(c: capacity.Costs) -> list[str]:
         if c.source == "measured" and (c.stalls_per_min or c.stall_longest) else [])
 
 
-#: the shipped topologies doctor proposes rates for when given none: (label, file, --set,
-#: the setting that carries the rate)
+#: the shipped topologies (every file in namespaces/, as shipped and with the switch
+#: pipeline where that changes the rate) doctor proposes rates for when given none:
+#: (label, file, --set, the setting that carries the rate to every host port). Without a
+#: pipeline a host port's rate is its NIC's line rate; with one, the switch port's
+#: (emu.credible.rates.host_ports). tests/apps/test_doctor.py holds every file in
+#: namespaces/ to a row here, and each knob to carrying its rate.
 SHIPPED = (("pair", "pair.toml", (), "nic.line_rate"),
+           ("leaf-spine", "leaf-spine.toml", (), "nic.line_rate"),
            ("leaf-spine, switch pipeline (kernel datapath)", "leaf-spine.toml",
             ("switch.pipeline=true",), "switch.port.rate"),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true", "switch.datapath=user"), "switch.port.rate"))
+            ("switch.pipeline=true", "switch.datapath=user"), "switch.port.rate"),
+           ("rail-optimized", "rail-optimized.toml", (), "nic.line_rate"),
+           ("multi-plane", "multi-plane.toml", (), "nic.line_rate"))
 
 
 def busy_with() -> list[str]:

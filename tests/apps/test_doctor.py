@@ -5,6 +5,7 @@ summarised, and the rates it proposes for the shipped topologies."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from contextlib import nullcontext
 
 import pytest
@@ -46,9 +47,9 @@ def test_a_kernel_hop_cheaper_than_the_cable_is_no_negative_cost(monkeypatch):
 
 
 def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
-    """What a user asks first — which rates are credible here? — answered for the pair and
-    both switch datapaths of the leaf-spine, each the model's ceiling rounded down and
-    with the --set that uses it; slower costs propose lower rates."""
+    """What a user asks first — which rates are credible here? — answered for every shipped
+    topology and both switch datapaths of the leaf-spine, each the model's ceiling rounded
+    down and with the --set that uses it; slower costs propose lower rates."""
     import argparse
 
     from emu.credible import capacity
@@ -57,21 +58,40 @@ def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
     slow = dataclasses.replace(fast, nic_tx=fast.nic_tx * 4, nic_rx=fast.nic_rx * 4,
                                switch=fast.switch * 4, kernel_hop=fast.kernel_hop * 4)
     props = doctor.proposals(fast)
-    assert [p["topology"] for p in props] == ["namespaces/pair.toml",
-                                              "namespaces/leaf-spine.toml",
-                                              "namespaces/leaf-spine.toml"]
+    assert [p["topology"] for p in props] == [f"namespaces/{f}" for f in (
+        "pair.toml", "leaf-spine.toml", "leaf-spine.toml", "leaf-spine.toml",
+        "rail-optimized.toml", "multi-plane.toml")]
     for p, q in zip(props, doctor.proposals(slow), strict=True):
         assert p["proposed"] == capacity.nice_floor(p["max_rate"]) <= p["max_rate"]
         assert q["proposed"] < p["proposed"]
     assert props[0]["use"].endswith(
         "--set nic.line_rate=" + format_rate(int(props[0]["proposed"])))
-    assert "--set switch.datapath=user" in props[2]["use"]
-    assert props[2]["proposed"] < props[1]["proposed"]  # a Python switch hop costs more
+    kernel, user = props[2], props[3]
+    assert "--set switch.datapath=user" in user["use"]
+    assert user["proposed"] < kernel["proposed"]  # a Python switch hop costs more
 
     doctor.main(argparse.Namespace(measure=False, topology=None, set=[], json=False,
                                    seconds=2.0))
     out = capsys.readouterr().out
-    assert "proposed per-port rates" in out and out.count("emu up namespaces/") == 3
+    assert "proposed per-port rates" in out
+    assert out.count("emu up namespaces/") == len(doctor.SHIPPED) == len(props)
+    for name in ("rail-optimized", "multi-plane"):
+        assert f"emu up namespaces/{name}.toml --set nic.line_rate=" in out
+
+
+def test_every_shipped_topology_has_a_row_whose_knob_carries_its_rate():
+    """A file added to namespaces/ without a row in doctor's table fails here; and each
+    row's --set gives every host port of its topology the rate proposed (the knob is the
+    one that carries it there, not a setting the topology ignores)."""
+    from emu.credible.rates import host_ports
+    from emu.topology.loader import load
+
+    shipped = sorted(f for f in os.listdir(doctor.NAMESPACES) if f.endswith(".toml"))
+    assert shipped and sorted({f for _, f, _, _ in doctor.SHIPPED}) == shipped
+    for _label, name, sets, knob in doctor.SHIPPED:
+        topo = load(os.path.join(doctor.NAMESPACES, name), [*sets, f"{knob}=123mbit"])
+        ports = host_ports(topo, 1e9)
+        assert ports and {p.rate for p in ports} == {123e6}, (name, knob)
 
 
 def test_measure_warns_when_other_clusters_share_the_machine(monkeypatch, capsys):
