@@ -145,6 +145,9 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
                         + ", ".join(KINDS))
     check_keys(top, {"kind", "name", "description"}, "topology", loc)
     kind = top.get("kind")
+    if "kind" not in top:
+        raise loc.error("topology.kind", f"missing: say which topology, kind = one of "
+                                         f"{', '.join(KINDS)}")
     if kind not in KINDS:
         raise loc.error("topology.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     for key in ("params", "defaults", "routing"):

@@ -23,6 +23,8 @@ CASES = {
     "no topology": ("[params]\n", None, ["topology", "missing"]),
     "unknown top key": (PAIR + "[extra]\n", None, [":4:", "extra", "unknown key"]),
     "unknown topology key": (PAIR + "colour = 1\n", None, [":4:", "topology.colour", "unknown"]),
+    "no kind": ('[topology]\nname = "t"\n', None,
+                [":1:", "topology.kind: missing: say which topology, kind = one of pair,"]),
     "bad kind": ('[topology]\nkind = "ring"\n', None, [":2:", "topology.kind", "'ring'"]),
     "unknown param": (LS + "[params]\nhosts = 3\n", None, [":5:", "params.hosts", "unknown param"]),
     "param type": (LS + '[params]\nleaves = "two"\n', None,
