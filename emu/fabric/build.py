@@ -244,7 +244,8 @@ class Fabric:
         t = self.topology
         return {
             "topology": {"name": t.name, "source": t.source, "params": jsonable(t.params),
-                         "routing": t.routing, "hash_seed": t.hash_seed},
+                         "routing": t.routing, "hash_seed": t.hash_seed, "kind": t.kind,
+                         "declared_name": t.declared_name},
             "nodes": {n.name: {"kind": n.kind, "role": n.role, "plane": n.plane}
                       for n in t.nodes.values()},
             "links": [{"name": lk.name, "a": [lk.a.node, lk.a.ifname],

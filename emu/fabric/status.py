@@ -137,9 +137,13 @@ def health(st: dict[str, Any], s: dict[str, Any]) -> tuple[str, list[str]]:
 def render(s: dict[str, Any]) -> str:
     """A plain-text table of a :func:`status` result."""
     topo = s.get("topology") or {}
+    # the topology's own name and kind, not the cluster's name again (a state file written
+    # before they were recorded has only the cluster's)
+    kind = f"{topo['kind']}, " if topo.get("kind") else ""
     lines = [f"cluster {s['cluster']}  state {s.get('state', s['phase'])}  "
              f"created {s['created']}  "
-             f"topology {topo.get('name')} ({topo.get('source')})  routing {topo.get('routing')}"]
+             f"topology {topo.get('declared_name') or topo.get('name')} "
+             f"({kind}{topo.get('source')})  routing {topo.get('routing')}"]
     lines += [f"  {p}" for p in s.get("problems", [])]
     lines += ["", f"{'NODE':<12} {'KIND':<7} {'NAMESPACE':<24} ADDRESSES"]
     for n in s["nodes"]:

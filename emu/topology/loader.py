@@ -186,6 +186,8 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
     topo.source = loc.source
     topo.params = params
     topo.name = _cluster_name(top, name, stem, loc)
+    topo.kind = kind
+    topo.declared_name = top["name"] if isinstance(top.get("name"), str) else (stem or "")
     _check_graph(topo, loc, kind == "custom")
 
     defaults = check_table(data.get("defaults", {}), "defaults", loc)

@@ -144,6 +144,12 @@ class Topology:
     switch: dict[str, object] = field(default_factory=dict)
     #: the file's ``[nic]`` table: engine options per transport (see :mod:`emu.nic.topology`)
     nic: dict[str, dict[str, object]] = field(default_factory=dict)
+    #: what the file asks for: a generator's kind (``leaf-spine`` …) or ``custom``; "" for a
+    #: model built in code
+    kind: str = ""
+    #: the topology's own name: its file's ``[topology] name``, else the file's stem. ``name``
+    #: is the cluster's, which ``emu up --name`` changes; this one it leaves alone
+    declared_name: str = ""
 
     def hosts(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == "host"]

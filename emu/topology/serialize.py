@@ -70,4 +70,5 @@ def from_dict(d: dict[str, Any]) -> Topology:
         params=d["params"], hash_seed=d["hash_seed"], routing=d["routing"],
         switch=d.get("switch", {}),
         nic=d.get("nic", {}),
+        kind=d.get("kind", ""), declared_name=d.get("declared_name", ""),
     )

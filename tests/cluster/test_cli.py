@@ -268,6 +268,19 @@ def test_link_target_that_names_nothing_is_refused():
             assert our_namespaces(c) == []
 
 
+def test_status_names_the_topology_apart_from_the_cluster():
+    name = random_cluster("fb")
+    try:
+        emu("up", "namespaces/multi-plane.toml", "--name", name, "--no-daemons", "--set",
+            "planes=1", "--set", "spines=1", "--set", "leaves=1", "--set", "hosts_per_leaf=1")
+        head = emu("status", name).stdout.splitlines()[0]
+        assert head.startswith(f"cluster {name}  state up")
+        assert "topology mplane (multi-plane, namespaces/multi-plane.toml)" in head, head
+    finally:
+        emu("down", name, check=False)
+        assert our_namespaces(name) == []
+
+
 def test_impair_duplicate_counted_in_a_capture(tmp_path):
     """``emu impair --duplicate 25% -d a_to_b`` on a live pair: in a capture of the link,
     every datagram h1 sends appears once or twice (≈25 % twice, ±4σ), never three times;

@@ -16,3 +16,21 @@ def test_a_leafs_gateway_on_every_host_port_is_listed_once():
                     "loopback": ["127.0.0.1/8", "10.255.0.1/32"]}]}
     (row,) = [ln for ln in render(s).splitlines() if ln.startswith("leaf1")]
     assert row.split()[3:] == ["10.0.1.1/24", "fd00:0:1::1/64", "10.1.0.0/31", "10.255.0.1/32"]
+
+
+def _header(topology: dict) -> str:
+    s = {"cluster": "nu2", "phase": "up", "created": "now", "links": [], "pids": [],
+         "nodes": [], "topology": topology}
+    return render(s).splitlines()[0]
+
+
+def test_the_header_names_the_topology_not_the_cluster_again():
+    """``emu up namespaces/leaf-spine.toml --name nu2``: the cluster is nu2, the topology
+    is the file's own (ls, a leaf-spine)."""
+    head = _header({"name": "nu2", "declared_name": "ls", "kind": "leaf-spine",
+                    "source": "namespaces/leaf-spine.toml", "routing": "ecmp"})
+    assert head.startswith("cluster nu2  state up")
+    assert "topology ls (leaf-spine, namespaces/leaf-spine.toml)  routing ecmp" in head
+    # a state file from before the topology's own name was recorded: what it has
+    old = _header({"name": "nu2", "source": "namespaces/leaf-spine.toml", "routing": "ecmp"})
+    assert "topology nu2 (namespaces/leaf-spine.toml)" in old

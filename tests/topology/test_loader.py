@@ -265,3 +265,12 @@ def test_mtu_1280_is_enough_for_ipv6() -> None:
     """IPv6's minimum MTU is the smallest a link may have (every port has IPv6)."""
     t = loads('[topology]\nkind = "pair"\nname = "t"\n[defaults.link]\nmtu = 1280\n')
     assert [lk.mtu for lk in t.links] == [1280] and t.links[0].a.ipv6 is not None
+
+
+def test_the_topology_keeps_its_own_name_and_kind_when_the_cluster_is_renamed(
+        tmp_path: Path) -> None:
+    t = load(ROOT / "namespaces/leaf-spine.toml", name="nu2")
+    assert (t.name, t.declared_name, t.kind) == ("nu2", "ls", "leaf-spine")
+    path = tmp_path / "mine.toml"
+    path.write_text('[topology]\nkind = "pair"\n')
+    assert (load(path).declared_name, load(path).kind) == ("mine", "pair")
