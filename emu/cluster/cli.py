@@ -443,8 +443,10 @@ def _clean(a: argparse.Namespace) -> int:
 def _graph(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
     from emu.fabric import state
+    from emu.outpath import cannot_write, check_file
     from emu.topology.graph import render
 
+    check_file(a.output)
     if a.what in state.clusters():
         topo = C.model(a.what)
         down = [lk.name for lk in topo.links if not lk.up]
@@ -453,7 +455,9 @@ def _graph(a: argparse.Namespace) -> int:
         down = []
     try:
         render(topo, a.output, down=down)
-    except (ValueError, RuntimeError, OSError) as e:
+    except OSError as e:
+        raise UserError(cannot_write(a.output, e)) from None
+    except (ValueError, RuntimeError) as e:
         raise UserError(str(e)) from None
     print(f"wrote {a.output}")
     return 0
@@ -462,8 +466,10 @@ def _graph(a: argparse.Namespace) -> int:
 def _capture(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
     from emu.fabric import capture as cap
+    from emu.outpath import check_file
 
     need_root()
+    check_file(a.write)  # before "capturing …", not as open()'s traceback after it
     try:
         name = C.resolve(a.cluster)
         topo = C.model(name)

@@ -16,6 +16,7 @@ import os
 
 from emu.cluster.cli import cluster_arg, need_root, one_line, user_errors
 from emu.errors import UserError
+from emu.outpath import cannot_write, check_file
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +50,8 @@ def _switch(a: argparse.Namespace) -> int:
     from emu.switch.config import ConfigError, is_pattern, select_ports
 
     need_root()
+    if a.plot:
+        check_file(a.plot)
     try:
         name, node = C.split_node(a.node, a.cluster)
         if a.plot:
@@ -147,9 +150,12 @@ def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
             last[port] = (t, v)
     unit = "bytes" if a.metric in ("depth", "max_depth") else \
         ("s" if gauge else f"{a.metric} per second")
-    with open(a.plot, "w") as f:
-        f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
-                           ylabel=unit, step=not gauge))
+    try:  # not the caller's OSError: that one says the daemon is not reachable
+        with open(a.plot, "w") as f:
+            f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
+                               ylabel=unit, step=not gauge))
+    except OSError as e:
+        raise UserError(cannot_write(a.plot, e)) from None
     print(f"wrote {a.plot} ({sum(len(s) for s in series.values())} points, "
           f"{len(series)} port(s))")
     return 0

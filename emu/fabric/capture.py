@@ -51,11 +51,12 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from emu.outpath import cannot_write
 from emu.wire.pcapio import LINKTYPE_ETHERNET, PcapngWriter
 
 #: packets read from one socket per loop round (see ``drain`` in :func:`capture`)
@@ -292,6 +293,16 @@ def complete_checksum(frame: bytes) -> bytes | None:
 # --------------------------------------------------------------------------- the loop
 
 
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """A failed write of the capture file (full disk, no such directory) as one line:
+    the command that captures reports it like any CaptureFailed, not as a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise CaptureFailed(cannot_write(path, e)) from None
+
+
 def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *,
             duration: float | None = None, count: int | None = None, bpf: str | None = None,
             stop: threading.Event | None = None, snaplen: int = 262144,
@@ -313,7 +324,8 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
     socks: list[tuple[socket.socket, Target]] = []
     own_file = not hasattr(out, "write")
     path = str(out) if own_file else getattr(out, "name", "<stream>")
-    f: BinaryIO = open(out, "wb") if own_file else out  # type: ignore[arg-type,assignment]
+    with _writing(path):
+        f: BinaryIO = open(out, "wb") if own_file else out  # type: ignore[arg-type,assignment]
     sel = selectors.DefaultSelector()
     rsock = wsock = None
     old_handlers: dict[int, Any] = {}
@@ -323,11 +335,12 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
     try:
         for t in tlist:
             socks.append((open_packet_socket(t.ns, t.ifname, code), t))
-        writer = PcapngWriter(f)
-        for t in tlist:
-            writer.interface(t.name, LINKTYPE_ETHERNET)  # every interface named, even if quiet
-            result.stats[t.name] = IfaceStats()
-        f.flush()
+        with _writing(path):
+            writer = PcapngWriter(f)
+            for t in tlist:
+                writer.interface(t.name, LINKTYPE_ETHERNET)  # every one named, even if quiet
+                result.stats[t.name] = IfaceStats()
+            f.flush()
         for s, t in socks:
             sel.register(s, selectors.EVENT_READ, t)
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -400,9 +413,10 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
 
         def flush_batch(batch: list) -> None:
             batch.sort(key=lambda r: r[0])
-            for ts, name, data, orig in batch:
-                writer.write(data, ts, name, LINKTYPE_ETHERNET, orig)
-            f.flush()
+            with _writing(path):
+                for ts, name, data, orig in batch:
+                    writer.write(data, ts, name, LINKTYPE_ETHERNET, orig)
+                f.flush()
 
         while True:
             if stopped:
@@ -445,6 +459,9 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
             with contextlib.suppress(OSError):
                 _pk, drops = struct.unpack("=II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
                 result.stats[t.name].kernel_drops = drops
+        if own_file:
+            with _writing(path):
+                f.close()
         return result
     finally:
         for sig, h in old_handlers.items():
@@ -457,7 +474,8 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
         for s, _ in socks:
             s.close()
         if own_file:
-            f.close()
+            with contextlib.suppress(OSError):
+                f.close()  # closed above unless a write failed, which _writing reported
         else:
             f.flush()
 

@@ -8,7 +8,10 @@ import os
 import sys
 import time
 
+from emu.errors import UserError
 from emu.interop import impls as I
+from emu.interop.result import RunResult
+from emu.outpath import cannot_write, check_file, made_dir
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -100,13 +103,19 @@ def _run(a: argparse.Namespace) -> int:
     if bad:
         print(f"emu interop: unknown transport(s) {bad}", file=sys.stderr)
         return 2
-    for impl in {i.name: i for i in servers + clients}.values():
-        if impl.setup:
-            print(f"setup {impl.name}: {impl.setup}", flush=True)
-            if os.system(f"cd {impl.dir} && {impl.setup}") != 0:
-                print(f"emu interop: setup of {impl.name} failed", file=sys.stderr)
-                return 2
-    log_dir = a.log_dir or os.path.join("logs", time.strftime("interop-%Y%m%d-%H%M%S"))
+    # the outputs before the setup and the matrix (minutes): a path that cannot be
+    # written is one line now, not a traceback once the matrix has run; a refusal
+    # leaves no log directory behind
+    with made_dir(a.log_dir or os.path.join("logs", time.strftime("interop-%Y%m%d-%H%M%S"))
+                  ) as log_dir:
+        for path in (a.json, a.markdown):  # after the log dir: they may be in it
+            if path:
+                check_file(path)
+        for impl in {i.name: i for i in servers + clients}.values():
+            if impl.setup:
+                print(f"setup {impl.name}: {impl.setup}", flush=True)
+                if os.system(f"cd {impl.dir} && {impl.setup}") != 0:
+                    raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
                      prefix=a.prefix, progress=lambda s: print(s, flush=True))
     print()
@@ -117,9 +126,20 @@ def _run(a: argparse.Namespace) -> int:
         for r in fails:
             print(f"  {r.transport} {r.client} → {r.server}: {r.reason}")
     print(f"\n{len(res.results)} results in {res.end - res.start:.0f} s; logs in {log_dir}")
-    if a.json:
-        res.write_json(a.json)
-    if a.markdown:
-        with open(a.markdown, "w") as f:
-            f.write(res.markdown())
+    _write_results(res, a.json, a.markdown)
     return 1 if fails else 0
+
+
+def _write_results(res: RunResult, json_path: str | None, markdown_path: str | None) -> None:
+    """The result files; a write that fails although its path was checked before the run
+    (a full disk) is one line (exit 2) — the matrix above is already printed."""
+    def markdown(path: str) -> None:
+        with open(path, "w") as f:
+            f.write(res.markdown())
+
+    for path, write in ((json_path, res.write_json), (markdown_path, markdown)):
+        if path:
+            try:
+                write(path)
+            except OSError as e:
+                raise UserError(cannot_write(path, e)) from None

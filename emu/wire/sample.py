@@ -17,6 +17,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
+from emu.errors import UserError
+from emu.outpath import cannot_write, check_file
 from emu.wire import roce as R
 
 MAC_A, MAC_B = "02:00:00:00:00:01", "02:00:00:00:00:02"
@@ -300,4 +302,15 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="write a capture with every RoCEv2, UET and MRC header type")
     p.add_argument("-w", "--write", required=True, metavar="FILE",
                    help="output file (.pcapng for pcapng, anything else for pcap)")
-    p.set_defaults(func=lambda a: print(f"wrote {write(a.write)} packets to {a.write}"))
+    p.set_defaults(func=_main)
+
+
+def _main(a: argparse.Namespace) -> int:
+    """``emu sample -w FILE``: an unwritable FILE is one line (exit 2), not a traceback."""
+    check_file(a.write)
+    try:
+        n = write(a.write)
+    except OSError as e:
+        raise UserError(cannot_write(a.write, e)) from None
+    print(f"wrote {n} packets to {a.write}")
+    return 0

@@ -176,6 +176,37 @@ def test_graph_of_a_file(tmp_path):
     assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
+def test_graph_to_a_path_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    for rel, why in (("nodir/g.svg", f"no directory {tmp_path}/nodir"),
+                     ("file/g.svg", f"{tmp_path}/file is not a directory")):
+        path = tmp_path / rel
+        p = emu("graph", "namespaces/pair.toml", "-o", str(path), check=False)
+        assert (p.returncode, p.stdout) == (2, "")
+        assert p.stderr == f"emu graph: cannot write {path}: {why}\n"
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]
+
+
+def test_capture_to_a_path_that_cannot_be_written_stops_before_capturing(cluster, tmp_path):
+    """The path is checked first: one line naming it and why, exit 2, no "capturing …"
+    and no file (it was a traceback once the capture had started). A write that fails
+    while capturing (/dev/full: a full disk) is one line too."""
+    emu("up", "namespaces/pair.toml", "--name", cluster, "--no-daemons", "--no-schedule")
+    (tmp_path / "file").write_text("")
+    for rel, why in (("nodir/sub/x.pcapng", f"no directory {tmp_path}/nodir/sub"),
+                     ("file/x.pcapng", f"{tmp_path}/file is not a directory")):
+        path = tmp_path / rel
+        p = emu("capture", "all", "-c", cluster, "-w", str(path), "--duration", "1",
+                check=False)
+        assert (p.returncode, p.stdout) == (2, "")
+        assert p.stderr == f"emu capture: cannot write {path}: {why}\n"
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]
+    p = emu("capture", "all", "-c", cluster, "-w", "/dev/full", "--duration", "1", check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.splitlines()[-1] == ("emu capture: cannot write /dev/full: "
+                                         "No space left on device")
+
+
 RECV = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

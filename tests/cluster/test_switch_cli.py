@@ -190,3 +190,13 @@ def test_switch_of_a_cluster_without_pipeline_says_so(tmp_path):
     finally:
         emu("down", name, check=False)
         assert our_namespaces(name) == []
+
+
+def test_a_plot_that_cannot_be_written_is_one_line_before_the_switch_is_asked(tmp_path):
+    """Checked first, so no cluster is needed to see it; the write itself, after the series
+    is read, says the same (it said the switch daemon was not reachable)."""
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "q.svg"
+    p = emu("switch", "leaf1", "-c", "nosuch-fa", "--plot", str(path), check=False)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == f"emu switch: cannot write {path}: {tmp_path}/file is not a directory\n"

@@ -159,6 +159,21 @@ def test_min_bw_missed_exits_1_and_plot_is_written(cluster, tmp_path):
     assert doc["results"][0]["series"] and svg.read_text().startswith("<svg")
 
 
+def test_a_plot_that_cannot_be_written_after_the_run_is_one_line(cluster):
+    """/dev/full passes the check before the run (it exists and may be written) and then
+    refuses the chart, as a full disk would: the results stand, the failure is one line
+    and exit status 2 (it was a traceback after the results)."""
+    p, doc = perf(cluster, "write-bw", "-s", "4096", "-n", "50", "--plot", "/dev/full",
+                  check=False)
+    assert p.returncode == 2, p.stderr
+    assert doc["results"][0]["iterations"] == 50 and doc["passed"] is False
+    said = "cannot write /dev/full: No space left on device"
+    assert doc["errors"] == [said]
+    assert [ln for ln in p.stderr.splitlines() if said in ln] == [
+        f"emu perf write-bw (client): {said}"]
+    assert "Traceback" not in p.stderr
+
+
 def test_setup_errors_exit_2(cluster):
     p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "nosuch", "-c", cluster, check=False)
     assert p.returncode == 2 and "nosuch" in p.stderr

@@ -223,7 +223,20 @@ def from_args(a: argparse.Namespace) -> Options:
     o.ping_count = a.ping_count if a.ping_count is not None else 50
     o.src, o.dst, o.cluster, o.verbose = a.src, a.dst, a.cluster, bool(a.verbose)
     validate(o)
+    _check_plot(o)
     return o
+
+
+def _check_plot(o: Options) -> None:
+    """``--plot``'s file can be written: found out before the test, not after it ran."""
+    from emu.errors import UserError
+    from emu.outpath import check_file
+
+    if o.plot is not None:
+        try:
+            check_file(o.plot)
+        except UserError as e:
+            raise UsageError(f"--plot: {e}") from None
 
 
 def validate(o: Options) -> None:

@@ -31,6 +31,7 @@ from emu.apps.perf.options import TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
 from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
 from emu.credible import overload
+from emu.outpath import cannot_write
 
 WAITING = ("*" * 36, "* Waiting for client to connect... *", "*" * 36)
 
@@ -188,8 +189,18 @@ class Client(_Side):
         chan.send("bye")
         self._check_min_bw()
         if o.plot:
-            n = report.plot(o.plot, o.test, [r for r in self.results if isinstance(r, BwResult)])
-            print(f"wrote {o.plot} ({n} points)", file=self.err)
+            self._plot(o.plot)
+
+    def _plot(self, path: str) -> None:
+        """The chart, after the run. Its path was checked before the run (``from_args``);
+        a write that fails anyway (a full disk) is one line and exit status 2, and the
+        results printed stand."""
+        try:
+            n = report.plot(path, self.test, [r for r in self.results if isinstance(r, BwResult)])
+        except OSError as e:
+            self.fail(EXIT_USAGE, cannot_write(path, e), tell_peer=False)
+            return
+        print(f"wrote {path} ({n} points)", file=self.err)
 
     def _measure_ping(self) -> None:
         """The kernel's round trip to the server, from this host, before the test (the

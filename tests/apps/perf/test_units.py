@@ -101,6 +101,25 @@ def test_usage_errors_exit_2(capsys):
     assert e.value.code == 2
 
 
+def test_an_unwritable_plot_is_a_usage_error_before_the_run(tmp_path, capsys):
+    """Found before anything starts (it was a traceback after the whole test had run):
+    one line naming the path and why, exit 2 — here before the cluster is even looked
+    up, and nothing is made."""
+    (tmp_path / "file").write_text("")
+    for rel, why in (("nodir/p.svg", f"no directory {tmp_path}/nodir"),
+                     ("file/p.svg", f"{tmp_path}/file is not a directory"),
+                     ("", "it is a directory")):
+        path = str(tmp_path / rel)
+        with pytest.raises(UsageError, match=f"^--plot: cannot write {path}: {why}$"):
+            parse("write-bw", "10.0.0.1", "--plot", path)
+        assert main(["perf", "write-bw", "--from", "h1", "--to", "h2", "-c", "nosuch-fa",
+                     "--plot", path]) == 2
+        assert capsys.readouterr().err == f"emu perf: --plot: cannot write {path}: {why}\n"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["file"]
+    assert parse("write-bw", "x", "--plot", str(tmp_path / "ok.svg")).plot == str(
+        tmp_path / "ok.svg")
+
+
 def test_client_argv_round_trips():
     o = parse("send-bw", "--from", "h1", "--to", "h2", "-s", "4096", "-n", "77", "-q", "3",
               "-D", "1.5", "--report_gbits", "--json", "--min-bw", "0.5", "--no-verify",
