@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from emu.errors import UserError
 
@@ -94,11 +95,28 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)")
     p.add_argument("what", nargs="?", default="all", help="all, a link, or a node (its links)")
     p.add_argument("-w", "--write", required=True, metavar="FILE")
-    p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
-    p.add_argument("--count", type=int, help="stop after this many packets")
+    p.add_argument("--duration", type=_positive(float), metavar="S",
+                   help="seconds, more than 0 (default: until Ctrl-C)")
+    p.add_argument("--count", type=_positive(int), metavar="N",
+                   help="stop after this many packets")
     p.add_argument("--filter", "-f", help="BPF capture filter, e.g. 'udp port 4791'")
     cluster_arg(p)
     p.set_defaults(func=_capture)
+
+
+def _positive(kind: type[float] | type[int]) -> Callable[[str], float | int]:
+    """An argparse type: a number more than 0. A capture of ``--duration 0`` (or -1) ran
+    and stopped at once, and ``--count 0`` likewise: a mistake, refused as usage (exit 2)."""
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+        return value
+
+    return parse
 
 
 def _load(path: str, overrides: list[str], name: str | None = None, check_size=None):

@@ -207,6 +207,19 @@ def test_capture_to_a_path_that_cannot_be_written_stops_before_capturing(cluster
                                          "No space left on device")
 
 
+@pytest.mark.parametrize("flag, value", [("--duration", "0"), ("--duration", "-1"),
+                                         ("--duration", "nan"), ("--count", "0")])
+def test_capture_refuses_a_duration_or_count_that_is_not_positive(tmp_path, flag, value):
+    """A usage error (exit 2, argparse's lines), before any cluster is looked up: it
+    captured nothing and said "stopped by duration", exit 0."""
+    out = tmp_path / "x.pcapng"
+    p = emu("capture", "-c", "nosuch-fa", "-w", str(out), flag, value, check=False)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.splitlines()[-1] == (f"emu capture: error: argument {flag}: "
+                                         f"must be more than 0, got '{value}'")
+    assert "capturing" not in p.stderr and not out.exists()
+
+
 RECV = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
