@@ -87,9 +87,12 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_clean)
 
     p = sub.add_parser("graph", help="draw a topology file or a running cluster (SVG or PNG)")
-    p.add_argument("what", help="topology file, or the name of a running cluster")
+    p.add_argument("what", nargs="?",
+                   help="topology file, or the name of a running cluster (default: the "
+                        "cluster --cluster names, or the only one that is up)")
     p.add_argument("-o", "--output", required=True, help="out.svg, out.png or out.dot")
     p.add_argument("--set", "-s", action="append", default=[], metavar="K=V")
+    cluster_arg(p)
     p.set_defaults(func=_graph)
 
     p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)")
@@ -465,12 +468,18 @@ def _graph(a: argparse.Namespace) -> int:
     from emu.topology.graph import render
 
     check_file(a.output)
-    if a.what in state.clusters():
-        topo = C.model(a.what)
-        down = [lk.name for lk in topo.links if not lk.up]
-    else:
+    if a.what and a.cluster and a.what != a.cluster:
+        raise UserError(f"{a.what!r} and --cluster {a.cluster!r} disagree: name one "
+                        "topology file or running cluster")
+    if a.what and not a.cluster and a.what not in state.clusters():
         topo = _load(a.what, a.set)
         down = []
+    else:  # a running cluster: named, either way, or the only one up
+        try:
+            topo = C.model(C.resolve(a.cluster or a.what))
+        except user_errors() as e:
+            raise UserError(one_line(e)) from None
+        down = [lk.name for lk in topo.links if not lk.up]
     try:
         render(topo, a.output, down=down)
     except OSError as e:

@@ -176,6 +176,27 @@ def test_graph_of_a_file(tmp_path):
     assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
+def test_graph_of_a_running_cluster_named_with_c_as_with_other_commands(cluster, tmp_path):
+    """``emu graph -c C -o out.svg`` (it said "unrecognized arguments: -c"); the cluster
+    as the positional argument still works; a link that is down is drawn dashed."""
+    emu("up", "namespaces/pair.toml", "--name", cluster, "--no-daemons", "--no-schedule")
+    emu("link", "-c", cluster, "h1-h2", "down")
+    for args in (["-c", cluster], ["--cluster", cluster], [cluster], [cluster, "-c", cluster]):
+        out = tmp_path / "g.dot"
+        p = emu("graph", *args, "-o", str(out))
+        assert p.stdout == f"wrote {out}\n" and p.stderr == ""
+        assert '"h1" -- "h2"' in out.read_text() and "dashed" in out.read_text()
+        out.unlink()
+    p = emu("graph", "namespaces/pair.toml", "-c", cluster, "-o", str(tmp_path / "g.svg"),
+            check=False)
+    assert (p.returncode, p.stderr) == (2, f"emu graph: 'namespaces/pair.toml' and --cluster "
+                                           f"{cluster!r} disagree: name one topology file "
+                                           "or running cluster\n")
+    p = emu("graph", "-c", cluster + "x", "-o", str(tmp_path / "g.svg"), check=False)
+    assert p.returncode == 2 and p.stderr.startswith(f"emu graph: no cluster '{cluster}x' is up")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_graph_to_a_path_that_cannot_be_written_is_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     for rel, why in (("nodir/g.svg", f"no directory {tmp_path}/nodir"),
