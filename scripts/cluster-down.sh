@@ -5,6 +5,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 emu=${EMU:-$here/.venv/bin/emu}
 if [ "${1:-}" = "--all" ]; then
-    exec "$emu" clean
+    shift
+    # `emu clean` alone removes leftovers only; --all tears down the clusters that are up
+    exec "$emu" clean --all "$@"
 fi
 exec "$emu" down "$@"
