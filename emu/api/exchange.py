@@ -11,6 +11,8 @@ the host namespaces, over the same fabric the RDMA traffic uses.
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import json
 import socket
 import time
@@ -18,6 +20,19 @@ from typing import Any
 
 DEFAULT_PORT = 18515  # perftest's default
 VERSION = 1
+#: connect errors that say this host has no way to the address at all — no route (the
+#: address is outside every network the host's routes cover), the neighbour never
+#: answered, no source address of its family. A server that is late to listen causes
+#: none of them (it refuses, or its SYN goes unanswered until it listens), so retrying
+#: them only waits out the whole timeout before saying the same thing
+NO_WAY = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN,
+                    errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
+
+
+class Unreachable(OSError):
+    """The server cannot be reached however long we wait: its address is not one and
+    names no host, or this host has no route to it. Raised at once, not after the
+    timeout; ``str()`` is a sentence for a person."""
 
 
 def conn_info(qp: Any, mr: Any = None, **extra: Any) -> dict[str, Any]:
@@ -67,17 +82,44 @@ def accept_one(port: int, timeout: float, bind: str = "::", ready: Any = None
     return conn
 
 
+def _looks_numeric(server: str) -> bool:
+    """Meant as an IP address (digits and dots, or a colon), whether or not it is one:
+    ``10.0.1.300`` must not go to a name server as a host name."""
+    return ":" in server or (bool(server) and all(c.isdigit() or c == "." for c in server))
+
+
+def _unresolved(server: str, e: socket.gaierror) -> Unreachable:
+    why = e.strerror or str(e)
+    if _looks_numeric(server):
+        return Unreachable(f"{server!r} is not an IPv4 or IPv6 address")
+    return Unreachable(f"{server!r} is not an IP address, and no host name resolves to it "
+                       f"here ({why})")
+
+
 def connect_retrying(server: str, port: int, timeout: float, attempt: float = 5.0
                      ) -> socket.socket:
     """A TCP connection to ``server``, retried every 50 ms while it is not listening yet
-    (each attempt at most ``attempt`` s); the last OSError once ``timeout`` s pass."""
+    (refused, or no answer: each attempt at most ``attempt`` s); the last OSError once
+    ``timeout`` s pass. What waiting cannot mend — an address that is not one or does
+    not resolve, no route from this host to it (:data:`NO_WAY`) — raises
+    :class:`Unreachable` at once."""
+    if _looks_numeric(server):
+        try:
+            ipaddress.ip_address(server.split("%", 1)[0])  # fe80::1%eth0 is an address too
+        except ValueError:
+            raise Unreachable(f"{server!r} is not an IPv4 or IPv6 address") from None
     deadline = time.monotonic() + timeout
     while True:
         try:
             return socket.create_connection((server, port), timeout=min(
                 attempt, max(0.1, deadline - time.monotonic())))
-        except OSError:  # refused, unreachable, timed out: the server may be late
-            if time.monotonic() >= deadline:
+        except socket.gaierror as e:  # a name no resolver here knows: it will not appear
+            raise _unresolved(server, e) from None
+        except OSError as e:
+            if e.errno in NO_WAY:
+                raise Unreachable(f"this host has no route to {server} "
+                                  f"({e.strerror or e})") from None
+            if time.monotonic() >= deadline:  # refused or timed out: the server may be late
                 raise
             time.sleep(0.05)
 

@@ -6,7 +6,8 @@ synchronise ("hand shake") between phases; so do we. Unlike
 :func:`emu.api.exchange.exchange` (one line each way), a test needs several
 steps: parameters, QP data, one start/stop per message size, results. The
 client connects (retrying while the server is not listening yet, so either
-side may start first); ``poll`` lets a measurement loop notice a message
+side may start first — but not while the address is no address or this host has no
+route to it: that fails at once); ``poll`` lets a measurement loop notice a message
 (e.g. the peer's "done" or "abort") without blocking.
 """
 
@@ -19,7 +20,7 @@ import socket
 import time
 from typing import Any
 
-from emu.api.exchange import accept_one, connect_retrying
+from emu.api.exchange import Unreachable, accept_one, connect_retrying
 
 VERSION = 1
 LIMIT = 1 << 20
@@ -51,9 +52,12 @@ class Channel:
 
     @classmethod
     def connect(cls, server: str, port: int, timeout: float) -> Channel:
-        """Connect to ``server``, retrying until it listens or ``timeout`` passes."""
+        """Connect to ``server``, retrying until it listens or ``timeout`` passes; at once
+        a :class:`ChannelError` when waiting cannot help (``exchange.Unreachable``)."""
         try:
             sock = connect_retrying(server, port, timeout)
+        except Unreachable as e:
+            raise ChannelError(f"cannot reach the server {server} port {port}: {e}") from None
         except OSError as e:
             raise ChannelError(f"cannot reach the server {server} port {port} in "
                                f"{timeout:g} s ({e})") from None

@@ -376,6 +376,19 @@ def test_channel_connect_gives_up_with_a_clear_error():
         Channel.connect("127.0.0.1", 9, 0.3)  # discard port: nobody listens
 
 
+def test_channel_connect_to_no_address_fails_at_once_in_one_sentence():
+    """``emu perf write-bw 10.0.1.300`` retried "Temporary failure in name resolution" for
+    its whole --timeout; it fails at once now, saying what is wrong with the address."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ChannelError) as e:
+        Channel.connect("10.0.1.300", DEFAULT_PORT, 60)
+    assert time.monotonic() - t0 < 1
+    assert str(e.value) == ("cannot reach the server 10.0.1.300 port 18515: '10.0.1.300' is "
+                            "not an IPv4 or IPv6 address")
+
+
 def test_no_nic_daemon_is_a_setup_error_before_waiting(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("EMU_NIC_SOCK", str(tmp_path / "nothing.sock"))
     assert main(["perf", "write-bw", "--timeout", "1"]) == 2  # the server: does not wait

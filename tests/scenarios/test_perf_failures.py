@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu perf`` when it cannot run, end to end on pair clusters (root): what a user sees.
+
+A server address that is no address or has no route fails at once (it was retried for
+the whole --timeout). The only clock here is the subprocess timeout, far below the 60 s
+the retries took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fabric_util import emu_cli, pair_cluster
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+PY = [sys.executable, "-m", "emu"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pair_cluster("fc") as name:
+        yield name
+
+
+def _in(cluster: str, host: str, *argv: str, timeout: float = 30
+        ) -> subprocess.CompletedProcess:
+    """``emu exec CLUSTER:HOST -- emu ARGV``; TimeoutExpired if it keeps retrying."""
+    return emu_cli("exec", f"{cluster}:{host}", "--", *PY, *argv, check=False,
+                   timeout=timeout)
+
+
+@pytest.mark.parametrize("addr, why", [
+    ("10.0.9.9", "this host has no route to 10.0.9.9 (Network is unreachable)"),
+    ("10.0.1.300", "'10.0.1.300' is not an IPv4 or IPv6 address"),
+])
+def test_a_server_address_waiting_cannot_mend_fails_at_once(cluster, addr, why):
+    """The default --timeout is 60 s; the run must be over long before (30 s here)."""
+    p = _in(cluster, "h1", "perf", "write-bw", addr, "-n", "5")
+    assert p.returncode == 2
+    said = f"cannot reach the server {addr} port 18515: {why}"
+    assert p.stderr == f"emu perf write-bw (client): {said}\n"
+    p = _in(cluster, "h1", "perf", "write-bw", addr, "-n", "5", "--json")
+    assert p.returncode == 2 and json.loads(p.stdout)["errors"] == [said]
+
