@@ -47,6 +47,9 @@ class Channel:
         except TimeoutError:
             raise ChannelError(f"no client connected to port {port} in {timeout:g} s"
                                ) from None
+        except OSError as e:  # the port is taken (another server here): a setup error
+            raise ChannelError(f"cannot listen on port {port}: {e.strerror or e} (another "
+                               "server on this host holds it? -p chooses another)") from None
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(conn, timeout)
 

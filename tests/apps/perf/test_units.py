@@ -376,6 +376,21 @@ def test_channel_connect_gives_up_with_a_clear_error():
         Channel.connect("127.0.0.1", 9, 0.3)  # discard port: nobody listens
 
 
+def test_a_taken_port_is_a_channel_error_not_a_traceback():
+    """A server whose side-channel port another process holds raised OSError out of
+    ``emu perf`` (a traceback, exit 1); it is a setup error in one line now."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ChannelError) as e:
+            Channel.listen(port, 1, bind="127.0.0.1")
+    assert str(e.value) == (f"cannot listen on port {port}: Address already in use (another "
+                            "server on this host holds it? -p chooses another)")
+
+
 def test_channel_connect_to_no_address_fails_at_once_in_one_sentence():
     """``emu perf write-bw 10.0.1.300`` retried "Temporary failure in name resolution" for
     its whole --timeout; it fails at once now, saying what is wrong with the address."""
