@@ -28,7 +28,7 @@ from emu.api import exchange
 from emu.api.client import CQ, DEFAULT_ACCESS, MR, QP, Connection, Device
 from emu.api.endpoint import Endpoint
 from emu.core.memory import Access
-from emu.nic.protocol import NicError, call_once
+from emu.nic.protocol import DaemonDown, NicError, call_once
 
-__all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "Device", "Endpoint",
-           "NicError", "call_once", "exchange"]
+__all__ = ["CQ", "DEFAULT_ACCESS", "MR", "QP", "Access", "Connection", "DaemonDown", "Device",
+           "Endpoint", "NicError", "call_once", "exchange"]

@@ -36,6 +36,7 @@ from emu.nic import compact
 from emu.nic.protocol import (
     NicError,
     ProtocolError,
+    connect,
     decode,
     encode,
     find_sock,
@@ -65,12 +66,7 @@ class Connection:
                  on_wcs: Callable[[int, list[WorkCompletion]], None] | None = None) -> None:
         self.path = path
         self.timeout = timeout
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
+        self.sock = connect(path)  # a daemon not running: DaemonDown, naming it
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending | None] = {}
         self._lock = threading.Lock()

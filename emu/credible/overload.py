@@ -79,7 +79,7 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
     """Every daemon's overload counters and packet counts now: ``{"nic": {host: …},
     "switch": {node: …}, "unreachable": [...]}`` (a NIC daemon's entry also holds its
     pid and each engine's counters; a switch daemon's its ``switch`` totals)."""
-    from emu.nic.protocol import call_once
+    from emu.nic.protocol import DaemonDown, call_once
     from emu.switch.client import request
 
     out: dict[str, Any] = {"nic": {}, "switch": {}, "unreachable": [], "t": time.monotonic(),
@@ -89,6 +89,9 @@ def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
         host = os.path.basename(path)[:-5]
         try:
             st = call_once(path, "stats", timeout=timeout)
+        except DaemonDown as e:  # "nicd h2 of cluster … is not running (pid … exited)"
+            out["unreachable"].append(str(e))
+            continue
         except (OSError, ValueError) as e:
             out["unreachable"].append(f"nicd {host}: {e}")
             continue

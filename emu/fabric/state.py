@@ -174,6 +174,17 @@ def alive(pid: int, start: int | None) -> bool:
     return proc.alive(pid, start)
 
 
+def recorded(state: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """The process ``state`` records as ``what`` (``"nicd h2"``; the newest, should one
+    have been restarted), with ``alive`` judged as ``emu status`` judges it (pid and
+    start time); None if none is recorded. Why: a tool whose daemon does not answer can
+    then say the daemon died, and which pid, instead of quoting its socket's errno."""
+    for p in reversed(state.get("pids", [])):
+        if p.get("what") == what and isinstance(p.get("pid"), int):
+            return {**p, "alive": alive(p["pid"], p.get("start"))}
+    return None
+
+
 def processes(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Every process ``state`` says may exist: recorded pids, and spawns a SIGKILL cut
     short before their pid was written (found by their exact argv)."""

@@ -17,7 +17,9 @@ The hot verbs (``post_send``/``post_recv``, completions) also travel as
 fixed binary records that mix with the lines: :mod:`emu.nic.compact`.
 
 This module imports only the standard library so that the client API (and
-its users: perftest-style tools) load fast.
+its users: perftest-style tools) load fast; only when a daemon turns out not to
+run does :func:`not_running` read the cluster's state file (``emu.fabric.state``)
+to say why.
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ class ProtocolError(Exception):
     """A malformed message (bad JSON, over-long line, missing field)."""
 
 
+class DaemonDown(NicError):
+    """A host's NIC daemon takes no connections: its control socket refuses them or is
+    gone. ``str()`` is one sentence for a person — which daemon, that it is not running
+    and, where the cluster's state file knows its pid, that the process exited — where
+    the socket's own ``[Errno 111] Connection refused`` named neither the host nor the
+    cause. ``code`` is the errno's name (``ECONNREFUSED``, ``ENOENT``)."""
+
+    def __init__(self, message: str, code: str = "ECONNREFUSED") -> None:
+        OSError.__init__(self, message)
+        self.code = code
+
+
 def sock_path(cluster: str, host: str, run_dir: str = RUN_DIR) -> str:
     """Where the daemon of ``host`` in ``cluster`` listens."""
     for part in (cluster, host):
@@ -83,6 +97,66 @@ def daemon_hosts(cluster: str, run_dir: str = RUN_DIR) -> list[str]:
                       if f.endswith(".sock"))
     except FileNotFoundError:
         return []
+
+
+def daemon_of(path: str, run_dir: str | None = None) -> tuple[str, str] | None:
+    """(cluster, host) of a control socket at its usual place (:func:`sock_path`), else
+    None (``--sock``, ``$EMU_NIC_SOCK`` elsewhere: no daemon of a cluster's is meant)."""
+    run_dir = RUN_DIR if run_dir is None else run_dir
+    d, name = os.path.split(os.path.abspath(path))
+    top, cluster = os.path.split(d)
+    if top != os.path.abspath(run_dir) or not name.endswith(".sock") or name == ".sock":
+        return None
+    return cluster, name[:-5]
+
+
+def not_running(cluster: str, host: str, why: str = "", code: str = "ECONNREFUSED"
+                ) -> DaemonDown:
+    """What to tell a person whose connection to ``host``'s daemon failed (``why``, the
+    socket's error) or who is about to need it: the daemon is not running — with its pid
+    and "exited" where the cluster's state file records the daemon and the process is gone
+    (what ``emu status`` calls dead) — and where to look. Read only on this error path:
+    the state module brings the fabric package along, which the client API need not load
+    otherwise."""
+    from emu.fabric import state
+
+    who = f"nicd {host} of cluster {cluster}"
+    st = state.load(cluster)
+    if st is None:
+        return DaemonDown(f"{who} is not running: no cluster {cluster!r} is up", code)
+    rec = state.recorded(st, f"nicd {host}")
+    see = f"; see `emu status {cluster}`"
+    if rec is None:
+        return DaemonDown(f"{who} is not running{f' ({why})' if why else ''}{see}", code)
+    if rec["alive"]:  # recorded and running, yet not answering: say what the socket said
+        return DaemonDown(f"{who} (pid {rec['pid']}) runs but takes no connections"
+                          f"{f' ({why})' if why else ''}{see}", code)
+    return DaemonDown(f"{who} is not running (pid {rec['pid']} exited){see}", code)
+
+
+def connect(path: str, timeout: float | None = None) -> socket.socket:
+    """A connected stream socket to the daemon at ``path``; a refused or missing socket
+    raises :class:`DaemonDown` (:func:`not_running`, when ``path`` is a cluster daemon's,
+    else naming ``path``). The one way the client API and one-shot callers (``emu nicd
+    stats``, overload snapshots) reach a daemon, so all of them say the same."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if timeout is not None:
+            s.settimeout(timeout)
+        s.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError) as e:
+        s.close()
+        code = "ENOENT" if isinstance(e, FileNotFoundError) else "ECONNREFUSED"
+        why = "no control socket" if code == "ENOENT" else "its control socket refuses"
+        where = daemon_of(path)
+        if where is None:
+            raise DaemonDown(f"no NIC daemon listens at {path} ({e.strerror or e})",
+                             code) from None
+        raise not_running(*where, why=why, code=code) from None
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 def encode(msg: dict[str, Any]) -> bytes:
@@ -151,9 +225,7 @@ def find_sock(run_dir: str = RUN_DIR) -> str:
 
 def call_once(path: str, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
     """One request without a reader thread (``emu nicd stats``, overload snapshots)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
+    with connect(path, timeout) as s:
         s.sendall(encode({"id": 1, "op": op, **args}))
         from emu.nic.compact import RecordBuffer
 

@@ -2,19 +2,26 @@
 """``emu perf`` when it cannot run, end to end on pair clusters (root): what a user sees.
 
 A server address that is no address or has no route fails at once (it was retried for
-the whole --timeout). The only clock here is the subprocess timeout, far below the 60 s
-the retries took.
+the whole --timeout); a NIC daemon killed with ``kill -9`` is named as not running, with
+its pid, by ``emu perf`` and ``emu nicd stats`` (they quoted "[Errno 111] Connection
+refused"). The only clock here is the subprocess timeout, far below the 60 s the
+retries took.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from fabric_util import emu_cli, pair_cluster
+
+from emu import proc
+from emu.fabric import state
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 PY = [sys.executable, "-m", "emu"]
@@ -46,3 +53,23 @@ def test_a_server_address_waiting_cannot_mend_fails_at_once(cluster, addr, why):
     p = _in(cluster, "h1", "perf", "write-bw", addr, "-n", "5", "--json")
     assert p.returncode == 2 and json.loads(p.stdout)["errors"] == [said]
 
+
+def test_a_killed_nic_daemon_is_named_as_not_running():
+    """``kill -9`` of nicd h2 (``emu status``: degraded, "nicd h2 (pid …) dead"). Its own
+    cluster: the daemon stays dead."""
+    with pair_cluster("fc") as name:
+        [rec] = [p for p in state.load(name)["pids"] if p["what"] == "nicd h2"]
+        os.kill(rec["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while proc.alive(rec["pid"], rec["start"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        said = (f"nicd h2 of cluster {name} is not running (pid {rec['pid']} exited); "
+                f"see `emu status {name}`")
+        p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", name, "-n", "5",
+                    check=False, timeout=60)
+        assert (p.returncode, p.stdout, p.stderr) == (2, "", f"emu perf: {said}\n")
+        p = emu_cli("nicd", "stats", f"{name}:h2", check=False)
+        assert (p.returncode, p.stdout) == (1, f"{said}\n")
+        # the two-command mode: the server on h2 says the same, at once
+        p = _in(name, "h2", "perf", "write-bw")
+        assert (p.returncode, p.stderr) == (2, f"emu perf write-bw (server): {said}\n")

@@ -65,9 +65,17 @@ def _env() -> dict[str, str]:
 def require_daemons(cluster: str, *nodes: str) -> None:
     """Each of ``nodes`` has a NIC daemon in ``cluster`` — else a usage error that names
     the cause (a cluster brought up with ``--no-daemons``, or a daemon that is gone)
-    instead of the client's "no NIC daemon serves this namespace" from inside the host."""
-    from emu.nic.protocol import daemon_hosts
+    instead of the client's "no NIC daemon serves this namespace" from inside the host;
+    and a daemon the state file records as gone (``kill -9``: its socket stays, and
+    refuses) as not running, before a server is started that would only fail on it."""
+    from emu.fabric import state
+    from emu.nic.protocol import daemon_hosts, not_running
 
+    st = state.load(cluster) or {}
+    for n in nodes:
+        rec = state.recorded(st, f"nicd {n}")
+        if rec is not None and not rec["alive"]:
+            raise UsageError(str(not_running(cluster, n)))
     have = daemon_hosts(cluster)  # what `emu nicd stats` asks, too
     missing = [n for n in nodes if n not in have]
     if not missing:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.api import QP, Device, NicError, exchange
+from emu.api import QP, DaemonDown, Device, NicError, exchange
 from emu.api.client import MR
 from emu.core.memory import SharedBuffer
 
@@ -42,9 +42,12 @@ def buffer_size(sizes: list[int], depth: int, lat: bool) -> int:
 
 
 def open_device(timeout: float) -> Device:
-    """The NIC daemon serving this host (namespace), or :class:`SetupError`."""
+    """The NIC daemon serving this host (namespace), or :class:`SetupError` (a daemon not
+    running says so itself: which one, and that it exited)."""
     try:
         return Device.open(timeout=timeout)
+    except DaemonDown as e:
+        raise SetupError(str(e)) from None
     except (OSError, NicError) as e:
         raise SetupError(f"cannot open the NIC daemon: {e}") from None
 

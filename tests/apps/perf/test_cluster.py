@@ -32,3 +32,28 @@ def test_the_daemon_hosts_are_the_sockets_that_listen(tmp_path):
     for f in ("h2.sock", "h1.sock", "h1.log"):
         (tmp_path / "c1" / f).touch()
     assert daemon_hosts("c1", str(tmp_path)) == ["h1", "h2"]
+
+
+def test_a_daemon_the_state_file_records_as_dead_is_named_before_any_server_starts(
+        monkeypatch):
+    """``kill -9`` of nicd h2 leaves its socket, so it still looked started; the server then
+    failed on it ("cannot open the NIC daemon: [Errno 111] Connection refused", "the
+    server on h2 failed"). The state file says the daemon is gone: that is the error."""
+    import pytest
+
+    from emu.apps.perf import cluster as PC
+    from emu.apps.perf.options import UsageError
+    from emu.fabric import state
+    from emu.nic import protocol
+
+    monkeypatch.setattr(protocol, "daemon_hosts", lambda c: ["h1", "h2"])
+    st = {"cluster": "c1", "phase": "up",
+          "pids": [{"pid": 1, "start": 1, "what": "nicd h1"},
+                   {"pid": 4242, "start": 7, "what": "nicd h2"}]}
+    monkeypatch.setattr(state, "load", lambda c: st if c == "c1" else None)
+    monkeypatch.setattr(state, "alive", lambda pid, start: pid != 4242)
+    with pytest.raises(UsageError) as e:
+        PC.require_daemons("c1", "h1", "h2")
+    assert str(e.value) == ("nicd h2 of cluster c1 is not running (pid 4242 exited); see "
+                            "`emu status c1`")
+    PC.require_daemons("c1", "h1")  # h1's is alive
