@@ -33,6 +33,7 @@ from __future__ import annotations
 import glob
 import os
 import time
+from collections.abc import Collection
 from typing import Any
 
 from emu.credible import stallwatch
@@ -137,12 +138,21 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What happened between two snapshots: per daemon and cause, the total, the packets
-    sent and retransmitted, and ``credible`` (no overload, every daemon reachable)."""
+def delta(before: dict[str, Any], after: dict[str, Any],
+          own: Collection[str] | None = None) -> dict[str, Any]:
+    """What happened between two snapshots: per daemon and cause, the total, per NIC the
+    packets sent and retransmitted and the share of its line rate its port carried, and
+    ``credible`` (no overload, every daemon reachable).
+
+    ``own``: the hosts whose NICs a run used (``emu perf``: the client's and the
+    server's). The verdict stays the whole cluster's — overload anywhere on the machine
+    makes any result measured on it suspect — but the packets sent and retransmitted
+    (``tx_packets``, ``retransmits``, ``retransmitted_fraction``) and ``port_share`` are
+    those NICs' alone: two runs at once each reported the other's retransmissions as
+    theirs. ``counted_nics`` says whose they are (None: every NIC's)."""
     causes: dict[str, float] = {}
     daemons: dict[str, Any] = {}
-    tx = retx = 0
+    nics: dict[str, dict[str, Any]] = {}
     elapsed = after.get("t", 0.0) - before.get("t", 0.0)
     stalls, machine = _machine(before, after)
     for kind in ("nic", "switch"):
@@ -158,8 +168,8 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                     d["tx_late"] -= n
                     d["machine_stall"] = n
             if kind == "nic":
-                tx += b["tx_packets"] - a.get("tx_packets", 0)
-                retx += b["retransmits"] - a.get("retransmits", 0)
+                nics[name] = {"tx_packets": b["tx_packets"] - a.get("tx_packets", 0),
+                              "retransmits": b["retransmits"] - a.get("retransmits", 0)}
             if d.get("total"):
                 daemons[f"{'nicd' if kind == 'nic' else 'switchd'} {name}"] = {
                     k: v for k, v in d.items() if v}
@@ -184,6 +194,8 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             rate = float(b.get("overload", {}).get("line_rate") or 0.0)
             moved = max(d.get("tx_bytes", 0), d.get("rx_bytes", 0)) * 8
             port_busy = moved / (rate * elapsed) if rate and elapsed > 0 else 0.0
+            if kind == "nic" and rate:
+                nics[name]["port_share"] = round(port_busy, 6)
             if kind == "nic" and elapsed > 0 and busy > CPU_BUSY_MAX * elapsed \
                     and not d.get("port_waits") and port_busy < PORT_BUSY_MIN:
                 causes["cpu_bound"] = causes.get("cpu_bound", 0) + 1
@@ -191,6 +203,10 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 daemons[who] = {**daemons.get(who, {}), "cpu_bound": 1,
                                 "cpu_share": round(busy / elapsed, 3),
                                 "port_share": round(port_busy, 3)}
+    counted = sorted(nics) if own is None else sorted(set(own) & set(nics))
+    tx = sum(nics[n]["tx_packets"] for n in counted)
+    retx = sum(nics[n]["retransmits"] for n in counted)
+    shares = [nics[n]["port_share"] for n in counted if "port_share" in nics[n]]
     total = int(sum(causes.values()))
     unreachable = sorted(set(before.get("unreachable", []) + after.get("unreachable", [])))
     # link time the NIC ports stood idle while frames waited for a late daemon
@@ -198,6 +214,9 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return {"total": total, "causes": causes, "daemons": daemons, "elapsed_s": round(elapsed, 6),
             "lost_link_s": round(lost, 6), "machine": machine, "tx_packets": tx,
             "retransmits": retx, "retransmitted_fraction": retx / tx if tx else 0.0,
+            "counted_nics": None if own is None else counted, "nics": nics,
+            # the busiest of the counted ports: how near its line rate the run came
+            "port_share": max(shares) if shares else None,
             "unreachable": unreachable, "credible": total == 0 and not unreachable}
 
 
@@ -206,12 +225,24 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s >= 1e-4 else f"{s * 1e6:.0f} µs"
 
 
+def _names(names: list[str], last: str = "and") -> str:
+    """``h1``, ``h1 and h4``, ``h1, h2 and h4`` (or ``or``)."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
 def retransmitted(d: dict[str, Any]) -> str:
     """The line a tool prints after every run: what the NICs resent, of all they sent
-    — the first counter an engineer reads, credible run or not."""
+    — the first counter an engineer reads, credible run or not — and whose NICs those
+    are (a run's own, :func:`delta`'s ``own``; else every NIC of the cluster: a run
+    beside it counts there too)."""
     tx, retx = d.get("tx_packets", 0), d.get("retransmits", 0)
     share = f" ({100 * retx / tx:.2g} %)" if tx else ""
-    return f"{retx:,} of {tx:,} packets the NICs sent were retransmissions{share}"
+    nics = d.get("counted_nics")
+    if nics is not None and not nics:
+        return "no packets counted: the run's NIC daemons could not be read"
+    whose = ("all NICs of the cluster" if nics is None
+             else f"the NIC{'s' if len(nics) > 1 else ''} of {_names(list(nics))}")
+    return f"{retx:,} of {tx:,} packets {whose} sent were retransmissions{share}"
 
 
 def warning(d: dict[str, Any]) -> str | None:

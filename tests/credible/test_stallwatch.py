@@ -201,5 +201,8 @@ def test_a_stall_too_short_for_a_tenth_of_a_ms_is_told_in_microseconds():
 
 def test_every_run_says_what_was_retransmitted():
     assert retransmitted({"tx_packets": 20_000, "retransmits": 3_616}) == (
-        "3,616 of 20,000 packets the NICs sent were retransmissions (18 %)")
+        "3,616 of 20,000 packets all NICs of the cluster sent were retransmissions (18 %)")
+    assert retransmitted({"tx_packets": 20_000, "retransmits": 3_616,
+                          "counted_nics": ["h1", "h2"]}) == (
+        "3,616 of 20,000 packets the NICs of h1 and h2 sent were retransmissions (18 %)")
     assert retransmitted({"tx_packets": 0, "retransmits": 0}).startswith("0 of 0 packets")

@@ -48,9 +48,10 @@ def test_bw_tests_move_the_bytes_they_report(cluster, test, size, iters):
     assert r["bw_peak"] >= r["bw_average"] * 0.999
     assert doc["remote"][0]["address"] == H2 and doc["mtu"] == 4096
     assert "BW Test" in p.stderr  # the banner went to stderr
-    o = doc["overload"]  # and what the NICs resent, in words too (not only in --json)
-    assert (f"emu perf: {o['retransmits']:,} of {o['tx_packets']:,} packets the NICs sent "
-            "were retransmissions") in p.stderr and o["tx_packets"] >= iters
+    o = doc["overload"]  # and what the run's NICs resent, in words too (not only in --json)
+    assert (f"emu perf: {o['retransmits']:,} of {o['tx_packets']:,} packets the NICs of h1 "
+            "and h2 sent were retransmissions") in p.stderr and o["tx_packets"] >= iters
+    assert o["counted_nics"] == ["h1", "h2"]  # the client's host and the server's hello's
 
 
 def test_write_bw_several_qps_in_gbits_with_a_smaller_mtu(cluster):

@@ -55,6 +55,7 @@ class _Side:
         #: the cluster's emulator overload during the run (:mod:`emu.credible.overload`)
         self.overload: dict[str, Any] | None = None
         self.ping: PathRtt | None = None  # the kernel's RTT to the server (latency client)
+        self.peer_host: str | None = None  # the server's host, as its hello names it
         self.ping_error: str | None = None
 
     def say(self, line: str = "") -> None:
@@ -149,6 +150,7 @@ class Client(_Side):
             self.chan = chan = Channel.connect(o.server, o.port, o.timeout)
             chan.send("hello", params=self.params)
             hello = chan.recv("hello")
+            self.peer_host = str(hello["host"]) if hello.get("host") else None
             self.ep = ep = Endpoint(dev, o.qps, buffer_size(o.sizes, o.tx_depth,
                                                             not o.test.is_bw),
                                     mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params),
@@ -180,7 +182,9 @@ class Client(_Side):
                 self.say(line)
             self.say(report.RESULT_LINE)
         if before is not None:
-            self.overload = overload.delta(before, overload.snapshot(cluster))
+            # the verdict is the whole cluster's; the packets counted, this run's two NICs
+            own = [h for h in (str(dev.attrs.get("host") or ""), self.peer_host) if h]
+            self.overload = overload.delta(before, overload.snapshot(cluster), own=own or None)
             print(f"emu perf: {overload.retransmitted(self.overload)}", file=self.err,
                   flush=True)
             line = overload.warning(self.overload)
@@ -282,7 +286,8 @@ class Server(_Side):
         self.ep = ep = Endpoint(dev, p["qps"], buffer_size(sizes, depth, not self.test.is_bw),
                                 mtu=p["mtu"], outs=p["outs"], cqe=_cqe(p),
                                 transport=str(p.get("transport", "roce")))
-        chan.send("hello", qps=ep.infos())
+        # our host, so the client counts this NIC's packets with its own (and no other's)
+        chan.send("hello", qps=ep.infos(), host=dev.attrs.get("host"))
         ep.connect(chan.recv("connect")["qps"])
         chan.send("connected")
         self._banner(ep)
