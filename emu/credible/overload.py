@@ -74,6 +74,12 @@ CPU_BUSY_MAX = 0.85
 #: full kept up: that is the rate it was given; the share is of the whole snapshot
 #: window, set-up included, so the waits decide for a sender)
 PORT_BUSY_MIN = 0.9
+#: a run whose busiest port of its own carried less than this share of its line rate was
+#: not limited by the rate: a lower rate helps only once it is below what the run carried
+#: — for such a run four times lower and more, which is not what ``emu doctor``'s
+#: proposals (what the machine sustains in bulk) offer. Its overload is told by what ran
+#: out (:func:`warning`): the daemons' CPU per message, ACKs answered late, the machine
+SMALL_SHARE = 0.25
 
 
 def snapshot(cluster: str, timeout: float = 5.0) -> dict[str, Any]:
@@ -202,7 +208,7 @@ def delta(before: dict[str, Any], after: dict[str, Any],
                 who = f"nicd {name}"
                 daemons[who] = {**daemons.get(who, {}), "cpu_bound": 1,
                                 "cpu_share": round(busy / elapsed, 3),
-                                "port_share": round(port_busy, 3)}
+                                "port_share": round(port_busy, 6)}
     counted = sorted(nics) if own is None else sorted(set(own) & set(nics))
     tx = sum(nics[n]["tx_packets"] for n in counted)
     retx = sum(nics[n]["retransmits"] for n in counted)
@@ -245,6 +251,54 @@ def retransmitted(d: dict[str, Any]) -> str:
     return f"{retx:,} of {tx:,} packets {whose} sent were retransmissions{share}"
 
 
+def _pct(share: float) -> str:
+    """A share as a person reads it: 97 %, 4.2 %, 0.02 %."""
+    return f"{100 * share:.2g} %" if share < 0.1 else f"{100 * share:.0f} %"
+
+
+def _advice(d: dict[str, Any], starved: bool) -> tuple[str, str]:
+    """The warning's head and the advice that fits the causes *and* the run.
+
+    Lower rates help a run that came near its line rate: the machine could not keep up
+    with the link. A run that carried a small share of it (:data:`SMALL_SHARE`: tiny
+    messages, a ping-pong) was limited by something no lower rate touches — the daemons'
+    CPU per message or packet (``cpu_bound``), ACKs a daemon answered late (``rto_held``,
+    ``ack_late``), other work on the machine (``cpu_wait``) — so it is told that, and
+    what would help, instead of "lower the rates" (which a 0.02 MB/s run was told)."""
+    causes = set(d["causes"])
+    share = d.get("port_share")
+    if causes == {"machine_stall"}:
+        return ("the machine stalled during this run",
+                "not emu's load, lower rates would not avoid it: rerun, or use a quieter machine")
+    head = "emulator overload during this run"
+    if share is None or share >= SMALL_SHARE:
+        if starved and causes <= {"cpu_wait", "machine_stall"}:
+            return head, "run on a quieter machine or lower the rates (emu doctor proposes some)"
+        return head, "lower the rates (emu doctor proposes some)"
+    limits, helps = [], []
+    for n, v in sorted(d["daemons"].items()):
+        if v.get("cpu_bound"):
+            limits.append(f"{n} used {_pct(v.get('cpu_share', 0.0))} of a CPU while its port "
+                          f"carried {_pct(v.get('port_share', 0.0))} of its line rate — the "
+                          "daemons' CPU per message was the limit")
+    if limits:
+        helps.append("fewer, larger messages (-s)")
+    late = sorted(causes & {"rto_held", "ack_late"})
+    if late:
+        limits.append(f"a daemon answered ACKs late ({', '.join(late)}: its CPU per packet, "
+                      "or other work on this machine)")
+        helps += ["a quieter machine", "a rerun"]
+    if "cpu_wait" in causes:
+        limits.append("the daemons waited for a CPU")
+        helps.append("a quieter machine")
+    if not limits:  # drops or late sends at a small share: bursts the daemons fell behind
+        limits.append("the daemons fell behind their packets, not the link")
+        helps += ["fewer, larger messages (-s)", "a quieter machine", "a rerun"]
+    helps = list(dict.fromkeys(helps))
+    return head, (f"the run carried {_pct(share)} of its line rate, so lower rates would not "
+                  f"help: {'; '.join(limits)}; try {_names(helps, 'or')}")
+
+
 def warning(d: dict[str, Any]) -> str | None:
     """The one line a tool prints when a result is not credible (None when it is)."""
     if d["credible"]:
@@ -271,18 +325,10 @@ def warning(d: dict[str, Any]) -> str | None:
         steal = f", the hypervisor's steal {m['steal_s'] * 1e3:.0f} ms" if m.get("steal_s") else ""
         stalled = (f"; the machine itself stalled {_ms(m['stalled_s'])} in all "
                    f"(every CPU at once, longest {_ms(m['longest_s'])}{steal})")
-    # the advice that fits the cause: a stalled machine or a starved daemon is the
-    # machine's, the rest the rate
-    causes = set(d["causes"])
-    if causes == {"machine_stall"}:
-        head, advice = "the machine stalled during this run", \
-            "not emu's load, lower rates would not avoid it: rerun, or use a quieter machine"
-    elif starved and causes <= {"cpu_wait", "machine_stall"}:
-        head, advice = "emulator overload during this run", \
-            "run on a quieter machine or lower the rates (emu doctor proposes some)"
-    else:
-        head, advice = "emulator overload during this run", \
-            "lower the rates (emu doctor proposes some)"
+    if not parts:  # nothing counted, but a daemon's counters are missing from the verdict
+        return (f"warning: the emulator's overload during this run is unknown — NOT "
+                f"CREDIBLE; could not read {', '.join(d['unreachable'])}")
+    head, advice = _advice(d, bool(starved))
     msg = (f"warning: {head} ({', '.join(parts)}"
            f"{' in ' + where if where else ''}{lost}{why}{stalled}): the result measures "
            f"this machine, not the emulated network — NOT CREDIBLE; {advice}")
