@@ -4,8 +4,8 @@
 A server address that is no address or has no route fails at once (it was retried for
 the whole --timeout); a NIC daemon killed with ``kill -9`` is named as not running, with
 its pid, by ``emu perf`` and ``emu nicd stats`` (they quoted "[Errno 111] Connection
-refused"). The only clock here is the subprocess timeout, far below the 60 s the
-retries took.
+refused"); with ``--json`` every such error is a JSON document on stdout. The only clock
+here is the subprocess timeout, far below the 60 s the retries took.
 """
 
 from __future__ import annotations
@@ -54,6 +54,31 @@ def test_a_server_address_waiting_cannot_mend_fails_at_once(cluster, addr, why):
     assert p.returncode == 2 and json.loads(p.stdout)["errors"] == [said]
 
 
+def test_a_server_that_fails_is_the_json_answer(cluster):
+    """The server fails after the checks (its side-channel port is taken): the client we
+    stop would have answered "interrupted"; ``--json`` answers with the server's error."""
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", f"{cluster}-h2", sys.executable, "-c",
+         "import socket, time\ns = socket.socket(socket.AF_INET6)\n"
+         "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+         "s.bind(('::', 18613)); s.listen(); print('ok', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ok\n"
+        p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster, "-n", "5",
+                    "-p", "18613", "--json", check=False, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    said = ("the server on h2 failed (exit status 2): cannot listen on port 18613: Address "
+            "already in use (another server on this host holds it? -p chooses another)")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert json.loads(p.stdout) == {"test": "write-bw", "role": None, "error": said,
+                                    "errors": [said], "passed": False, "exit_status": 2}
+    assert p.stderr.endswith(f"emu perf: {said}\n")
+
+
 def test_a_killed_nic_daemon_is_named_as_not_running():
     """``kill -9`` of nicd h2 (``emu status``: degraded, "nicd h2 (pid …) dead"). Its own
     cluster: the daemon stays dead."""
@@ -68,6 +93,9 @@ def test_a_killed_nic_daemon_is_named_as_not_running():
         p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", name, "-n", "5",
                     check=False, timeout=60)
         assert (p.returncode, p.stdout, p.stderr) == (2, "", f"emu perf: {said}\n")
+        p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", name, "-n", "5",
+                    "--json", check=False, timeout=60)
+        assert p.returncode == 2 and json.loads(p.stdout)["error"] == said
         p = emu_cli("nicd", "stats", f"{name}:h2", check=False)
         assert (p.returncode, p.stdout) == (1, f"{said}\n")
         # the two-command mode: the server on h2 says the same, at once

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 EPILOG = """\
 examples:
@@ -34,11 +33,11 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 def _main(a: argparse.Namespace) -> int:
     from emu.apps.perf import EXIT_USAGE
     from emu.apps.perf.options import UsageError, from_args
+    from emu.apps.perf.report import print_error
     from emu.apps.perf.run import main
 
     try:
         opts = from_args(a)
-    except UsageError as e:
-        print(f"emu perf: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    except UsageError as e:  # with --json, a document too: stdout is always JSON then
+        return print_error(a.test, str(e), EXIT_USAGE, json_out=bool(a.json))
     return main(opts)

@@ -5,7 +5,10 @@ The server starts in ``--to``'s namespace, the client in ``--from``'s (each
 ``python -m emu perf …`` under ``nsenter``, as ``emu exec`` runs commands),
 the client is given ``--to``'s first IPv4 address from the cluster's model.
 The client's stdout and stderr pass through untouched (so ``--json`` stays
-one document); the server's stderr is relayed with a ``[h2]`` prefix, its
+one document; with ``--json`` the document is held until the client ends, so
+that a run cut short because the server failed answers with the server's error
+as a document instead: :func:`emu.apps.perf.report.error_document`, as every
+setup error here); the server's stderr is relayed with a ``[h2]`` prefix, its
 stdout only with ``--verbose``. The exit status is the client's, or the
 server's when only the server failed. Both children are always reaped.
 """
@@ -21,6 +24,7 @@ from typing import IO
 
 from emu.apps.perf import EXIT_USAGE
 from emu.apps.perf.options import Options, UsageError, client_argv, server_argv
+from emu.apps.perf.report import print_error
 
 GRACE = 3.0  # seconds the client gets to notice a failed server by itself
 
@@ -45,11 +49,30 @@ def server_address(cluster: str, node: str) -> str:
     raise UsageError(f"{node} has no address in cluster {cluster!r}")
 
 
-def _relay(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
+def _relay(stream: IO[bytes], prefix: str, out: IO[str], said: list[str] | None = None
+           ) -> None:
+    """Copy ``stream`` to ``out`` line by line behind ``prefix``; the lines also go to
+    ``said`` (to name a failed server's reason in ``--json``'s error document)."""
     for raw in iter(stream.readline, b""):
-        out.write(prefix + raw.decode(errors="replace"))
+        line = raw.decode(errors="replace")
+        out.write(prefix + line)
         out.flush()
+        if said is not None:
+            said.append(line.rstrip("\n"))
     stream.close()
+
+
+def _collect(stream: IO[bytes], into: list[bytes]) -> None:
+    into.append(stream.read())
+    stream.close()
+
+
+def _reason(lines: list[str]) -> str:
+    """The server's own last error (``emu perf write-bw (server): why`` → ``why``)."""
+    for line in reversed(lines):
+        if line.startswith("emu perf") and "): " in line:
+            return line.split("): ", 1)[1]
+    return ""
 
 
 def _env() -> dict[str, str]:
@@ -93,8 +116,8 @@ def run(o: Options) -> int:
     from emu.fabric.status import exec_argv
 
     if os.geteuid() != 0:
-        print("emu perf: --from/--to enter the hosts' namespaces: run as root", file=sys.stderr)
-        return EXIT_USAGE
+        return print_error(o.test.name, "--from/--to enter the hosts' namespaces: run as root",
+                           EXIT_USAGE, json_out=o.json)
     assert o.src is not None and o.dst is not None
     try:
         name = C.resolve(o.cluster)
@@ -108,15 +131,15 @@ def run(o: Options) -> int:
     except (C.ClusterError, KeyError, UsageError) as e:
         # a KeyError's str() is its message in quotes; its argument is the message itself
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"emu perf: {msg}", file=sys.stderr)
-        return EXIT_USAGE
+        return print_error(o.test.name, str(msg), EXIT_USAGE, json_out=o.json)
     env = _env()
     print(f"emu perf {o.test.name}: server on {name}:{o.dst} ({addr}), client on "
           f"{name}:{o.src}", file=sys.stderr, flush=True)
     server = subprocess.Popen(srv_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env)
-    relays = [threading.Thread(target=_relay, args=(server.stderr, f"[{o.dst}] ", sys.stderr),
-                               daemon=True)]
+    server_said: list[str] = []
+    relays = [threading.Thread(target=_relay, args=(server.stderr, f"[{o.dst}] ", sys.stderr,
+                                                    server_said), daemon=True)]
     if o.verbose:
         relays.append(threading.Thread(target=_relay, args=(server.stdout, f"[{o.dst}] ",
                                                             sys.stderr), daemon=True))
@@ -127,8 +150,16 @@ def run(o: Options) -> int:
         t.start()
     client = None
     stopped_client = False  # True only if we terminated it (the server had failed)
+    # --json: the client's document is held back, so that a run we cut short (the server
+    # failed) answers with the server's error rather than the client's "interrupted"
+    doc: list[bytes] = []
     try:
-        client = subprocess.Popen(cli_cmd, stdin=subprocess.DEVNULL, env=env)
+        client = subprocess.Popen(cli_cmd, stdin=subprocess.DEVNULL, env=env,
+                                  stdout=subprocess.PIPE if o.json else None)
+        if client.stdout is not None:
+            relays.append(threading.Thread(target=_collect, args=(client.stdout, doc),
+                                           name="client-doc", daemon=True))
+            relays[-1].start()
         server_failed_at = None
         while client.poll() is None:
             if server_failed_at is None and server.poll() not in (None, 0):
@@ -150,13 +181,16 @@ def run(o: Options) -> int:
                 p.kill()
                 p.wait()
         for t in relays:
-            t.join(2)
+            t.join(10 if t.name == "client-doc" else 2)  # the document whole, or not at all
     if stopped_client and src > 0:  # we stopped the client because the server had failed
-        print(f"emu perf: the server on {o.dst} failed (exit status {src})", file=sys.stderr)
-        return src
+        why = _reason(server_said)
+        return print_error(o.test.name, f"the server on {o.dst} failed (exit status {src})"
+                           + (f": {why}" if why else ""), src, json_out=o.json)
+    if doc and doc[0]:  # the client's own document: passed on untouched
+        sys.stdout.buffer.write(doc[0])
+        sys.stdout.flush()
     if rc < 0:  # a signal we did not send: the server's failure (peer gone) follows from it
-        print(f"emu perf: the client on {o.src} was killed by signal {-rc}"
-              + (f"; the server on {o.dst} then exited with status {src}" if src else ""),
-              file=sys.stderr)
-        return 128 - rc
+        msg = (f"the client on {o.src} was killed by signal {-rc}"
+               + (f"; the server on {o.dst} then exited with status {src}" if src else ""))
+        return print_error(o.test.name, msg, 128 - rc, json_out=o.json and not any(doc))
     return rc if rc != 0 else src

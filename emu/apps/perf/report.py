@@ -12,6 +12,8 @@ lines that describe hardware emu does not have (PCIe relaxed ordering,
 from __future__ import annotations
 
 import ipaddress
+import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -159,7 +161,8 @@ def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu:
     client's (dicts, as they came over the side channel). Latency results carry
     ``emu_rtt_us``, ``kernel_rtt_us``, ``added_rtt_us`` and ``rtt_ratio``; the
     document the whole ping run as ``kernel_rtt`` (None when not measured, with
-    ``kernel_rtt_error`` saying why if it failed)."""
+    ``kernel_rtt_error`` saying why if it failed). ``error`` is the first of ``errors``
+    (None when the run passed), as in :func:`error_document`."""
     keys = ("qpn", "psn", "rkey", "va", "gid", "address")
     transport = str(params.get("transport", "roce"))
     rows = [r if isinstance(r, dict) else r.to_json() for r in results]
@@ -177,9 +180,30 @@ def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu:
         "kernel_rtt": kernel_rtt.to_json() if kernel_rtt else None,
         "kernel_rtt_error": kernel_rtt_error,
         "min_bw_gbps": min_bw,
+        "error": errors[0] if errors else None,
         "errors": list(errors),
         "passed": not errors,
     }
+
+
+def error_document(test: str, message: str, code: int, role: str | None = None
+                   ) -> dict[str, Any]:
+    """``--json``'s document when no run took place (a bad flag, no such node, a NIC daemon
+    not running, a server that failed before the client could report): the error itself,
+    so whoever reads stdout gets one JSON document whatever went wrong — with the keys a
+    run's document fails with (``error``, ``errors``, ``passed``) and the exit status."""
+    return {"test": test, "role": role, "error": message, "errors": [message],
+            "passed": False, "exit_status": code}
+
+
+def print_error(test: str, message: str, code: int, *, json_out: bool, prefix: str = "emu perf",
+                role: str | None = None) -> int:
+    """A setup error as a person and a script each expect it: one line on stderr, and
+    with ``--json`` also :func:`error_document` on stdout. Returns ``code``."""
+    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    if json_out:
+        print(json.dumps(error_document(test, message, code, role), indent=1), flush=True)
+    return code
 
 
 def plot(path: str, test: Test, results: Sequence[BwResult]) -> int:

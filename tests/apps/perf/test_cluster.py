@@ -57,3 +57,19 @@ def test_a_daemon_the_state_file_records_as_dead_is_named_before_any_server_star
     assert str(e.value) == ("nicd h2 of cluster c1 is not running (pid 4242 exited); see "
                             "`emu status c1`")
     PC.require_daemons("c1", "h1")  # h1's is alive
+
+
+def test_setup_errors_with_json_are_a_json_document(capsys):
+    """``--from/--to`` errors before anything starts (no such cluster; not root) were
+    plain text with --json; now stdout is the error document, stderr the line, exit 2."""
+    import json
+
+    from emu.cli import main
+
+    assert main(["perf", "write-bw", "--from", "fcnone:h1", "--to", "fcnone:h2",
+                 "--json"]) == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["passed"] is False and doc["exit_status"] == 2 and doc["test"] == "write-bw"
+    assert err == f"emu perf: {doc['error']}\n"
+    assert "fcnone" in doc["error"] or "root" in doc["error"]

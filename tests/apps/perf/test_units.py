@@ -120,6 +120,29 @@ def test_an_unwritable_plot_is_a_usage_error_before_the_run(tmp_path, capsys):
         tmp_path / "ok.svg")
 
 
+def test_usage_errors_with_json_are_a_json_document(capsys):
+    """``--json`` means stdout is one JSON document: a bad flag too (it was plain text on
+    stderr only); the line on stderr and exit status 2 stay."""
+    assert main(["perf", "write-bw", "--from", "h1", "--to", "h2", "-s", "0", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert err == "emu perf: --size must be 1 .. 8388608, got 0\n"
+    assert json.loads(out) == {"test": "write-bw", "role": None,
+                               "error": "--size must be 1 .. 8388608, got 0",
+                               "errors": ["--size must be 1 .. 8388608, got 0"],
+                               "passed": False, "exit_status": 2}
+    assert main(["perf", "write-bw", "-s", "0"]) == 2  # without --json: the line alone
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("emu perf: --size")
+
+
+def test_a_run_document_names_its_first_error_as_the_error_document_does():
+    kw = dict(role="client", params={}, device="d", mtu=4096, local=[], remote=[], results=[],
+              min_bw=None)
+    assert report.document(TESTS["write-bw"], errors=[], **kw)["error"] is None
+    doc = report.document(TESTS["write-bw"], errors=["a", "b"], **kw)
+    assert doc["error"] == "a" and doc["errors"] == ["a", "b"] and doc["passed"] is False
+
+
 def test_client_argv_round_trips():
     o = parse("send-bw", "--from", "h1", "--to", "h2", "-s", "4096", "-n", "77", "-q", "3",
               "-D", "1.5", "--report_gbits", "--json", "--min-bw", "0.5", "--no-verify",
