@@ -14,14 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "capture.sh"
 
 
-@pytest.fixture
-def fake_emu(tmp_path: Path) -> Path:
-    emu = tmp_path / "emu"
-    emu.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    emu.chmod(0o755)
-    return emu
-
-
 def capture_sh(fake_emu: Path, *args: str) -> list[str]:
     p = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "EMU": str(fake_emu)})

@@ -15,14 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cluster-down.sh"
 
 
-@pytest.fixture
-def fake_emu(tmp_path: Path) -> Path:
-    emu = tmp_path / "emu"
-    emu.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    emu.chmod(0o755)
-    return emu
-
-
 @pytest.mark.parametrize("args, argv", [
     # "all of them with --all": `emu clean` without --all leaves healthy clusters up
     (["--all"], ["clean", "--all"]),
