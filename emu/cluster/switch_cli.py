@@ -43,6 +43,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 _PORT_COLUMNS = ("enqueued", "marked", "trimmed", "dropped_tail", "dropped_random", "depth",
                  "max_depth", "paused_time", "late")
+#: columns that hold seconds
+_SECONDS = frozenset({"paused_time"})
 
 
 def _switch(a: argparse.Namespace) -> int:
@@ -96,8 +98,10 @@ def _switch(a: argparse.Namespace) -> int:
         ports = {k: ports[k] for k in shown}
     print(f"{'PORT':<10} " + " ".join(f"{c:>14}" for c in _PORT_COLUMNS))
     for port, c in sorted(ports.items()):
-        cells = [f"{c.get(k, 0):>14.3f}" if isinstance(c.get(k), float) else f"{c.get(k, 0):>14}"
-                 for k in _PORT_COLUMNS]
+        # a time is seconds to the ms whichever datapath counted it (the kernel's is a float,
+        # the user datapath's a 0 until a pause, a port without traffic has none)
+        cells = [f"{float(c.get(k, 0)):>14.3f}" if k in _SECONDS or isinstance(c.get(k), float)
+                 else f"{c.get(k, 0):>14}" for k in _PORT_COLUMNS]
         print(f"{port:<10} " + " ".join(cells))
     ov = reply.get("overload") or {}
     if reply.get("datapath"):

@@ -200,3 +200,21 @@ def test_a_plot_that_cannot_be_written_is_one_line_before_the_switch_is_asked(tm
     p = emu("switch", "leaf1", "-c", "nosuch-fa", "--plot", str(path), check=False)
     assert (p.returncode, p.stdout) == (2, "")
     assert p.stderr == f"emu switch: cannot write {path}: {tmp_path}/file is not a directory\n"
+
+
+def test_paused_time_is_seconds_on_the_user_datapath_too(tmp_path):
+    """The kernel datapath counts paused_time as a float and printed 0.000; the user
+    datapath's 0 printed as "0" in the same column."""
+    name = random_cluster("fb")
+    path = tmp_path / "user.toml"
+    path.write_text(SMALL.format(name=name).replace("[switch.port]",
+                                                    '[switch]\ndatapath = "user"\n[switch.port]'))
+    emu("up", str(path), "--no-daemons")
+    try:
+        table = [line.split() for line in emu("switch", "-c", name, "leaf1").stdout.splitlines()
+                 if line.startswith(("h", "spine"))]
+        assert [r[0] for r in table] == ["h1", "h2", "spine1"]
+        assert all(r[8] == "0.000" for r in table), table
+    finally:
+        emu("down", name, check=False)
+        assert our_namespaces(name) == []
