@@ -125,7 +125,8 @@ def _run(a: argparse.Namespace) -> int:
         print("\nfailures:")
         for r in fails:
             print(f"  {r.transport} {r.client} → {r.server}: {r.reason}")
-    print(f"\n{len(res.results)} results in {res.end - res.start:.0f} s; logs in {log_dir}")
+    n = len(res.results)
+    print(f"\n{n} result{'' if n == 1 else 's'} in {res.end - res.start:.0f} s; logs in {log_dir}")
     _write_results(res, a.json, a.markdown)
     return 1 if fails else 0
 

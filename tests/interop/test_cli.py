@@ -59,6 +59,7 @@ def test_result_files_may_go_in_a_new_log_dir_and_a_failed_write_is_one_line(tmp
                     "--markdown", "/dev/full")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "handshake" in p.stdout
+    assert "\n1 result in " in p.stdout  # one case: not "1 results"
     assert p.stderr == "emu interop: cannot write /dev/full: No space left on device\n"
     [r] = json.loads((log_dir / "r.json").read_text())["results"]
     assert (r["case"], r["client"], r["server"]) == ("handshake", "emu", "emu")
