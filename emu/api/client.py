@@ -38,6 +38,7 @@ from emu.nic.protocol import (
     ProtocolError,
     connect,
     decode,
+    died,
     encode,
     find_sock,
     sock_path,
@@ -242,10 +243,14 @@ class Connection:
                               for w, st, op, qpn, n, imm, src, verr in items])
 
     def _closed(self, reason: str) -> None:
-        if self._reason is not None:
-            reason = self._reason
         if self.closed_reason is not None:
             return
+        if self._reason is not None:
+            reason = self._reason  # the daemon said why before it hung up
+        else:
+            gone = died(self.path)  # killed or crashed: say so, with its pid
+            if gone is not None:
+                reason = f"{reason}: {gone}"
         self.closed_reason = reason
         with self._lock:
             pending, self._pending = self._pending, {}

@@ -134,6 +134,25 @@ def not_running(cluster: str, host: str, why: str = "", code: str = "ECONNREFUSE
     return DaemonDown(f"{who} is not running (pid {rec['pid']} exited){see}", code)
 
 
+def died(path: str) -> str | None:
+    """Why a connection to the daemon at ``path`` ended, when it ended because the daemon
+    died (the cluster's state file records it and the process is gone — what
+    :func:`not_running` says of it); None while it runs, or for a socket that is no
+    cluster daemon's. Why: a client whose connection drops mid-run otherwise said only
+    "daemon closed the connection", as if the daemon had hung up on purpose. Read only
+    when a connection has ended."""
+    where = daemon_of(path)
+    if where is None:
+        return None
+    from emu.fabric import state
+
+    st = state.load(where[0])
+    rec = state.recorded(st, f"nicd {where[1]}") if st is not None else None
+    if rec is None or rec["alive"]:
+        return None
+    return str(not_running(*where))
+
+
 def connect(path: str, timeout: float | None = None) -> socket.socket:
     """A connected stream socket to the daemon at ``path``; a refused or missing socket
     raises :class:`DaemonDown` (:func:`not_running`, when ``path`` is a cluster daemon's,

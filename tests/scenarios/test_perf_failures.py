@@ -18,7 +18,7 @@ import sys
 import time
 
 import pytest
-from fabric_util import emu_cli, pair_cluster
+from fabric_util import ROOT, emu_cli, pair_cluster
 
 from emu import proc
 from emu.fabric import state
@@ -101,3 +101,40 @@ def test_a_killed_nic_daemon_is_named_as_not_running():
         # the two-command mode: the server on h2 says the same, at once
         p = _in(name, "h2", "perf", "write-bw")
         assert (p.returncode, p.stderr) == (2, f"emu perf write-bw (server): {said}\n")
+
+
+def test_a_nic_daemon_killed_mid_run_is_named():
+    """``kill -9`` of nicd h2 while a write-bw runs: the server's connection to it ends,
+    and what the run says names the dead daemon and its pid (it said "NIC daemon
+    connection lost: daemon closed the connection", as if the daemon had hung up)."""
+    from emu.api import Device
+    from emu.fabric.status import interfaces
+
+    with pair_cluster("fc") as name:
+        [rec] = [p for p in state.load(name)["pids"] if p["what"] == "nicd h2"]
+        app = Device.open(cluster=name, host="h2")  # an application of h2's, idle meanwhile
+        run = subprocess.Popen([*PY, "perf", "write-bw", "--from", "h1", "--to", "h2", "-c",
+                                name, "-D", "30", "-s", "65536"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            deadline = time.monotonic() + 60
+            while interfaces(f"{name}-h2")["eth0"]["rx_bytes"] < 1 << 20:
+                assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+                time.sleep(0.05)
+            os.kill(rec["pid"], signal.SIGKILL)
+            out, err = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        assert run.returncode != 0 and "Traceback" not in err, err
+        said = (f"nicd h2 of cluster {name} is not running (pid {rec['pid']} exited); "
+                f"see `emu status {name}`")
+        assert said in err, err
+        # the API says it too, to any application whose daemon died under it
+        deadline = time.monotonic() + 10
+        while app.conn.closed_reason is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.conn.closed_reason == f"daemon closed the connection: {said}"
+        app.close()

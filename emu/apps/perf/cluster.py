@@ -85,20 +85,33 @@ def _env() -> dict[str, str]:
     return env
 
 
+def dead_daemons(cluster: str, *nodes: str) -> list[str]:
+    """What to say of each of ``nodes`` whose NIC daemon the cluster's state file records
+    and which is gone (``emu.nic.protocol.not_running``): asked before a run, and after
+    one that failed — a daemon killed mid-run showed only as the peer's RETRY_EXC_ERR."""
+    from emu.fabric import state
+    from emu.nic.protocol import not_running
+
+    st = state.load(cluster) or {}
+    out = []
+    for n in dict.fromkeys(nodes):
+        rec = state.recorded(st, f"nicd {n}")
+        if rec is not None and not rec["alive"]:
+            out.append(str(not_running(cluster, n)))
+    return out
+
+
 def require_daemons(cluster: str, *nodes: str) -> None:
     """Each of ``nodes`` has a NIC daemon in ``cluster`` — else a usage error that names
     the cause (a cluster brought up with ``--no-daemons``, or a daemon that is gone)
     instead of the client's "no NIC daemon serves this namespace" from inside the host;
     and a daemon the state file records as gone (``kill -9``: its socket stays, and
     refuses) as not running, before a server is started that would only fail on it."""
-    from emu.fabric import state
-    from emu.nic.protocol import daemon_hosts, not_running
+    from emu.nic.protocol import daemon_hosts
 
-    st = state.load(cluster) or {}
-    for n in nodes:
-        rec = state.recorded(st, f"nicd {n}")
-        if rec is not None and not rec["alive"]:
-            raise UsageError(str(not_running(cluster, n)))
+    dead = dead_daemons(cluster, *nodes)
+    if dead:
+        raise UsageError(dead[0])
     have = daemon_hosts(cluster)  # what `emu nicd stats` asks, too
     missing = [n for n in nodes if n not in have]
     if not missing:
@@ -182,6 +195,9 @@ def run(o: Options) -> int:
                 p.wait()
         for t in relays:
             t.join(10 if t.name == "client-doc" else 2)  # the document whole, or not at all
+    if rc != 0 or src != 0:  # a daemon that died during the run is the cause to name
+        for line in dead_daemons(name, o.src, o.dst):
+            print(f"emu perf: {line}", file=sys.stderr, flush=True)
     if stopped_client and src > 0:  # we stopped the client because the server had failed
         why = _reason(server_said)
         return print_error(o.test.name, f"the server on {o.dst} failed (exit status {src})"
