@@ -45,8 +45,13 @@ FRAME_OVERHEAD = {4: 8 + 20 + 14, 6: 8 + 40 + 14}
 BURST_S = 1e-3
 #: … and at least this many full frames, whatever the rate
 BURST_MIN_FRAMES = 2
-#: the share of a full FIFO that drains before the daemon tops it up (:meth:`PortPacer.due`)
-REFILL_SHARE = 0.5
+#: the share of a full FIFO that drains before the daemon tops it up (:meth:`PortPacer.due`).
+#: A quarter, not half: the README's default UET write-bw (pair, 1 Gb/s) had ``tx_late``
+#: 30 → 17 and flagged runs 16 → 9 of 18 in alternating blocks on a quiet machine (34 → 14
+#: under another cluster's load; every block fewer), goodput and the daemon's CPU the same —
+#: its late refills are wake-ups 1–2 ms behind, and three quarters of a FIFO cover more
+#: of them than half (docs/measurements.md)
+REFILL_SHARE = 0.25
 #: late sends kept with their times (a run with more is judged without the oldest)
 LATE_LOG = 256
 
@@ -89,8 +94,8 @@ class PortPacer:
         """When a full FIFO has drained by :data:`REFILL_SHARE`: the time to give the port
         more. Why not as soon as one frame fits: a daemon woken per frame spent most of
         its CPU on the wake-ups (a RoCEv2 sender at 500 Mb/s: ~0.8 of a core for ~15,000
-        frames a second); refilled by half a FIFO it still has the other half's time on
-        the wire before the port could go idle."""
+        frames a second); refilled by a quarter of a FIFO it still has the other three
+        quarters' time on the wire before the port could go idle."""
         return self.t_free - self.burst_s * (1.0 - REFILL_SHARE)
 
     def charge(self, now: float, nbytes: int, frames: int, waited: bool) -> None:

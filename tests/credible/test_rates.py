@@ -45,7 +45,7 @@ def test_pacer_holds_the_line_rate_exactly_over_any_interval():
 def test_pacer_counts_the_daemon_late_only_when_frames_waited():
     p = PortPacer("eth0", 1e9, burst_s=100e-6, mtu=1500)
     p.charge(0.0, 125_000, 10, waited=False)  # 1 ms of wire time
-    assert p.due() == pytest.approx(0.95e-3)  # half the 100 µs FIFO drained: top it up
+    assert p.due() == pytest.approx(0.925e-3)  # a quarter of the 100 µs FIFO drained: top up
     p.charge(5e-3, 9000, 1, waited=False)  # idle link: nothing waited, not late
     assert p.c["late"] == 0
     t = p.t_free

@@ -178,9 +178,9 @@ def test_ports_are_busy_while_every_paced_port_still_has_frames_to_serialize():
     assert not TxPath([SimpleNamespace(pacer=None)], {}, max_queue=8).ports_busy()  # unpaced
 
 
-def test_a_full_port_is_topped_up_once_half_its_fifo_has_drained():
+def test_a_full_port_is_topped_up_once_a_quarter_of_its_fifo_has_drained():
     """Not as soon as one frame fits: a daemon woken per frame spent its CPU on wake-ups.
-    Half a FIFO still on its way to the wire covers the daemon's turn."""
+    Three quarters of a FIFO still on its way to the wire cover a late turn."""
     from emu.nic.pacer import PortPacer
 
     p = PortPacer("eth0", 1e9, burst_s=2e-3)
@@ -188,8 +188,8 @@ def test_a_full_port_is_topped_up_once_half_its_fifo_has_drained():
     assert p.room(0.0) <= 0
     # woken with a batch's room (≥ a quarter of the FIFO, ~15 frames), not one frame's …
     assert p.room(p.due()) >= 250_000 / 4
-    # … and with frames left for the wire meanwhile (≥ a quarter of the FIFO)
-    assert p.t_free - p.due() >= 2e-3 / 4
+    # … and with frames left for the wire meanwhile: three quarters of the FIFO
+    assert p.t_free - p.due() == pytest.approx(2e-3 * 3 / 4)
     # … and lateness is still judged against the wire: only a port that ran dry lost time
     p.charge(p.due() + 0.9e-3, 8000, 1, waited=True)
     assert p.c["late"] == 0
