@@ -75,11 +75,15 @@ class DaemonDown(NicError):
     gone. ``str()`` is one sentence for a person — which daemon, that it is not running
     and, where the cluster's state file knows its pid, that the process exited — where
     the socket's own ``[Errno 111] Connection refused`` named neither the host nor the
-    cause. ``code`` is the errno's name (``ECONNREFUSED``, ``ENOENT``)."""
+    cause. ``code`` is the errno's name (``ECONNREFUSED``, ``ENOENT``); ``exited``: the
+    state file records the daemon and its process is gone (what ``emu status`` calls
+    dead)."""
 
-    def __init__(self, message: str, code: str = "ECONNREFUSED") -> None:
+    def __init__(self, message: str, code: str = "ECONNREFUSED", exited: bool = False
+                 ) -> None:
         OSError.__init__(self, message)
         self.code = code
+        self.exited = exited
 
 
 def sock_path(cluster: str, host: str, run_dir: str = RUN_DIR) -> str:
@@ -131,7 +135,7 @@ def not_running(cluster: str, host: str, why: str = "", code: str = "ECONNREFUSE
     if rec["alive"]:  # recorded and running, yet not answering: say what the socket said
         return DaemonDown(f"{who} (pid {rec['pid']}) runs but takes no connections"
                           f"{f' ({why})' if why else ''}{see}", code)
-    return DaemonDown(f"{who} is not running (pid {rec['pid']} exited){see}", code)
+    return DaemonDown(f"{who} is not running (pid {rec['pid']} exited){see}", code, True)
 
 
 def died(path: str) -> str | None:
@@ -144,13 +148,8 @@ def died(path: str) -> str | None:
     where = daemon_of(path)
     if where is None:
         return None
-    from emu.fabric import state
-
-    st = state.load(where[0])
-    rec = state.recorded(st, f"nicd {where[1]}") if st is not None else None
-    if rec is None or rec["alive"]:
-        return None
-    return str(not_running(*where))
+    down = not_running(*where)
+    return str(down) if down.exited else None
 
 
 def connect(path: str, timeout: float | None = None) -> socket.socket:

@@ -87,18 +87,11 @@ def _env() -> dict[str, str]:
 
 def dead_daemons(cluster: str, *nodes: str) -> list[str]:
     """What to say of each of ``nodes`` whose NIC daemon the cluster's state file records
-    and which is gone (``emu.nic.protocol.not_running``): asked before a run, and after
+    and which is gone (``emu.nic.protocol.died``): asked before a run, and after
     one that failed — a daemon killed mid-run showed only as the peer's RETRY_EXC_ERR."""
-    from emu.fabric import state
-    from emu.nic.protocol import not_running
+    from emu.nic.protocol import died, sock_path
 
-    st = state.load(cluster) or {}
-    out = []
-    for n in dict.fromkeys(nodes):
-        rec = state.recorded(st, f"nicd {n}")
-        if rec is not None and not rec["alive"]:
-            out.append(str(not_running(cluster, n)))
-    return out
+    return [m for n in dict.fromkeys(nodes) if (m := died(sock_path(cluster, n))) is not None]
 
 
 def require_daemons(cluster: str, *nodes: str) -> None:
