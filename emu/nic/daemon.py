@@ -44,7 +44,7 @@ import trio
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
 from emu.cpu import policy_in_force, slice_in_force
-from emu.nic import engines
+from emu.nic import engines, rxheader
 from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
@@ -111,6 +111,9 @@ class EngineSlot:
     port_held: Any = None
     check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
     check_buf: Any = None  # its in-place form over the receive buffer, or None
+    #: how the check learns the IPv4 header fields the ICRC covers (emu.nic.rxheader's
+    #: AS_RECEIVED or ASSUMED); "" for a transport whose check needs none
+    ip_header: str = ""
     #: the options the engine was built with, its factory's defaults included (stats)
     options_in_force: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +133,8 @@ class NicDaemon:
         self._t0 = time.monotonic()
         self.ready_after: float | None = None
         self._ns_fd: int | None = None
+        #: UDP ports whose IPv4 header-word stamping rule this daemon installed
+        self._rx_rules: list[int] = []
         self.pause_ports: list[PortPause] = []
         self.pause_errors = 0
         #: ifname → the port's line-rate serializer, shared by every transport on it
@@ -212,7 +217,14 @@ class NicDaemon:
                     if n < len(socks):
                         self.warnings.append(f"{name}: {len(socks) - n} of {len(socks)} ports "
                                              "send by socket only (no frame ring)")
-                self.slots[name] = EngineSlot(name, engine, port, tx, c,
+                ip_header = ""
+                if getattr(framer, "needs_ip_word", False):
+                    ip_header, why = rxheader.stamp(port, socks)
+                    if why:
+                        self.warnings.append(f"{name}: {why}")
+                    if ip_header == rxheader.AS_RECEIVED and why is None:
+                        self._rx_rules.append(port)
+                self.slots[name] = EngineSlot(name, engine, port, tx, c, ip_header=ip_header,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),
                                               trimmed_tos=trimmed,
@@ -280,6 +292,9 @@ class NicDaemon:
             for tfd in (slot.tx_timer, slot.eng_timer, *slot.rx_timers):
                 if tfd is not None:
                     tfd.close()
+        for port in self._rx_rules:
+            rxheader.remove(port)
+        self._rx_rules = []
         if self._ns_fd is not None:
             os.close(self._ns_fd)
             self._ns_fd = None
@@ -667,6 +682,7 @@ class NicDaemon:
                                      "engine_options": dict(
                                          self.cfg.engine_options.get(slot.name, {})),
                                      "options_in_force": slot.options_in_force,
+                                     "icrc_ip_header": slot.ip_header or None,
                                      "sockets": [p.describe() for p in slot.tx.sockets()],
                                      "frame_rings": {f"{m.ifname} {m.address}": fx.counters()
                                                      for m, fx in slot.tx.rings.items()}}

@@ -7,9 +7,12 @@ source port (the entropy socket chosen), the lengths. The engine leaves the
 ICRC slot empty (``emu.transports.roce.engine.create_engine``: no ICRC
 function); the daemon seals each datagram just before ``sendto`` with the
 headers the kernel will write, and checks received ones against the headers
-they must have arrived with (our bound address and port; IPv4 ID 0, as every
-emu sender sets DF). A bad ICRC is a counted drop (``rx_bad_icrc``), as a NIC
-drops it. The registry is by transport name; UET/MRC have no ICRC and need none.
+they arrived with: our bound address and port, the lengths, and — over IPv4 —
+the identification and flags *as received* (:mod:`emu.nic.rxheader`: the kernel
+stamps that header word on each datagram), since the ICRC covers them and other
+senders (Linux rxe) count their IDs up where emu's own send ID 0 with DF. A bad
+ICRC is a counted drop (``rx_bad_icrc``), as a NIC drops it. The registry is by
+transport name; UET/MRC have no ICRC and need none.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ _IP4 = struct.Struct("!BBHHHBBH4s4s")
 _IP6 = struct.Struct("!IHBB16s16s")
 _UDP = struct.Struct("!HHHH")
 _LE32 = struct.Struct("<I")
+_WORD = struct.Struct("!I")
+
+#: IPv4 header bytes 4..7 (identification, flags, fragment offset) of what emu's own
+#: senders send: ID 0 with DF (an unconnected socket with PMTU discovery "do")
+DF_ID0 = b"\x00\x00\x40\x00"
+#: of that word, what the sender's ICRC covered: the ID, the reserved bit and DF. MF and
+#: the fragment offset describe a fragment, and a datagram reaches the socket whole
+#: (reassembled: its sender computed the ICRC over the unfragmented header, MF 0, offset 0)
+_WORD_KEEP = 0xFFFFC000
 
 
 class RoceIcrc:
@@ -46,6 +58,8 @@ class RoceIcrc:
         self._mask = _masked_ip_udp_bth
         self._raw: dict[str, tuple[int, bytes]] = {}
         self._prefix: dict[tuple[str, int, str, int, int], int] = {}
+        #: masked headers of flows whose IPv4 IDs change per packet (:meth:`_prefix_word`)
+        self._masked: dict[tuple[str, int, str, int, int], bytearray] = {}
 
     def _addr(self, a: str) -> tuple[int, bytes]:
         r = self._raw.get(a)
@@ -56,8 +70,11 @@ class RoceIcrc:
                 self._raw.clear()
         return r
 
-    def _prefix_crc(self, key: tuple[str, int, str, int, int]) -> int:
-        src, sport, dst, dport, n = key
+    #: needs each IPv4 datagram's header word (identification, flags) as received
+    needs_ip_word = True
+
+    def _header(self, src: str, sport: int, dst: str, dport: int, n: int) -> bytearray:
+        """The masked IP and UDP headers of an ``n``-byte datagram (IPv4: ID 0 and DF)."""
         fam, s = self._addr(src)
         _, d = self._addr(dst)
         ulen = 8 + n
@@ -65,12 +82,30 @@ class RoceIcrc:
             ip = _IP4.pack(0x45, 0, 20 + ulen, 0, 0x4000, 64, 17, 0, s, d)
         else:
             ip = _IP6.pack(6 << 28, ulen, 17, 64, s, d)
-        hdr = self._mask(ip, _UDP.pack(sport, dport, ulen, 0), bytes(12))[:-12]
-        crc = crc32(hdr, self._seed)
+        return self._mask(ip, _UDP.pack(sport, dport, ulen, 0), bytes(12))[:-12]
+
+    def _prefix_crc(self, key: tuple[str, int, str, int, int]) -> int:
+        crc = crc32(self._header(*key), self._seed)
         if len(self._prefix) > 65536:
             self._prefix.clear()
         self._prefix[key] = crc
         return crc
+
+    def _prefix_word(self, key: tuple[str, int, str, int, int], word: Any) -> int:
+        """The prefix CRC for a datagram that arrived with IPv4 header word ``word``
+        (4 bytes, wire order) other than emu's own ID 0 + DF. Not cached: such a peer's
+        IDs change with every packet (docs/measurements.md has its cost)."""
+        w = int.from_bytes(word, "big") & _WORD_KEEP
+        if w == 0x4000:
+            crc = self._prefix.get(key)
+            return crc if crc is not None else self._prefix_crc(key)
+        hdr = self._masked.get(key)
+        if hdr is None:  # the flow's masked IP + UDP header, its word patched per packet
+            if len(self._masked) > 4096:
+                self._masked.clear()
+            hdr = self._masked[key] = self._header(*key)
+        hdr[4:8] = _WORD.pack(w)
+        return crc32(hdr, self._seed)
 
     def _icrc(self, data: Any, src: str, sport: int, dst: str, dport: int) -> int | None:
         n = len(data)
@@ -157,13 +192,17 @@ class RoceIcrc:
             pack(buf, n - 4, v)
 
     def _icrc_at(self, buf: Any, off: int, end: int, src: str, sport: int, dst: str,
-                 dport: int) -> int:
+                 dport: int, word: Any = None) -> int:
         """The ICRC of the datagram lying in ``buf[off:end]`` (16 bytes or more), computed
-        in place: BTH byte 4 is masked for the CRC and put back."""
+        in place: BTH byte 4 is masked for the CRC and put back. ``word``: the IPv4
+        header's bytes 4..7 as received (None: emu's own, ID 0 and DF)."""
         key = (src, sport, dst, dport, end - off)
-        crc = self._prefix.get(key)
-        if crc is None:
-            crc = self._prefix_crc(key)
+        if word is None or word == DF_ID0:
+            crc = self._prefix.get(key)
+            if crc is None:
+                crc = self._prefix_crc(key)
+        else:
+            crc = self._prefix_word(key, word)
         b4 = buf[off + 4]
         buf[off + 4] = 0xFF
         crc = crc32(memoryview(buf)[off:end - 4], crc)
@@ -171,12 +210,12 @@ class RoceIcrc:
         return crc
 
     def check_buf(self, buf: bytearray, off: int, end: int, src: str, sport: int, dst: str,
-                  dport: int) -> bool:
+                  dport: int, word: Any = None) -> bool:
         """:meth:`check` of ``buf[off:end]`` in place (a receive buffer; no copy)."""
         if end - off < 16:
             return False
         return _LE32.unpack_from(buf, end - 4)[0] == self._icrc_at(buf, off, end, src, sport,
-                                                                    dst, dport)
+                                                                    dst, dport, word)
 
     def seal_at(self, buf: Any, off: int, end: int, src: str, sport: int, dst: str,
                 dport: int) -> None:
@@ -186,7 +225,16 @@ class RoceIcrc:
         if end - off >= 16:
             _LE32.pack_into(buf, end - 4, self._icrc_at(buf, off, end, src, sport, dst, dport))
 
-    def check(self, data: Any, src: str, sport: int, dst: str, dport: int) -> bool:
+    def check(self, data: Any, src: str, sport: int, dst: str, dport: int,
+              word: Any = None) -> bool:
+        """Whether ``data`` (a UDP payload) carries the ICRC of the headers it arrived
+        with; ``word``: the IPv4 header's bytes 4..7 as received (None: ID 0 and DF)."""
+        if word is not None and word != DF_ID0:
+            n = len(data)
+            if n < 16:
+                return False
+            return _LE32.unpack_from(data, n - 4)[0] == self._icrc_at(
+                bytearray(data), 0, n, src, sport, dst, dport, word)
         v = self._icrc(data, src, sport, dst, dport)
         return v is not None and _LE32.unpack_from(data, len(data) - 4)[0] == v
 

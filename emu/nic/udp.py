@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.ifinfo import feature, if_mtu
+from emu.nic import rxheader
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -60,6 +61,9 @@ SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("qq")
 _STAMP_CMSG = (socket.SOL_SOCKET, SO_TIMESTAMPNS)
 _OVFL_CMSG = (socket.SOL_SOCKET, SO_RXQ_OVFL)
+#: SO_RCVMARK's control message: the IPv4 header word :mod:`emu.nic.rxheader` stamps
+_MARK_CMSG = (socket.SOL_SOCKET, rxheader.SO_MARK)
+_SO_MARK = rxheader.SO_MARK
 
 
 def stamp_seconds(raw: bytes) -> float:
@@ -94,7 +98,7 @@ class ArrivalTimes(Sequence):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> float | None:  # type: ignore[override]
         return arrival(self.raw[i], self.skew)
 
-_ANC = socket.CMSG_SPACE(4) * 4 + socket.CMSG_SPACE(_TIMESPEC.size)
+_ANC = socket.CMSG_SPACE(4) * 5 + socket.CMSG_SPACE(_TIMESPEC.size)
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
@@ -236,6 +240,8 @@ class PortSocket:
             raise
         self.sock = s
         self.stamps = False  # reads carry each datagram's receive time (enable_stamps)
+        #: reads carry each IPv4 datagram's header word as received (enable_ip_word): 1/0
+        self.ip_word = 0
         self.family = fam
         self.address = address
         self.port = port
@@ -306,7 +312,10 @@ class PortSocket:
         n_reads = 0
         tos_level, tos_type = self._tos_cmsg
         stamped = times is not None and self.stamps
-        want = 2 if stamped else 1  # the common read's control messages (a stamp first)
+        mk = self.ip_word  # 1: the IPv4 header word comes before the TOS
+        # the common read's control messages: a stamp first, the header word, the TOS
+        want = (2 if stamped else 1) + mk
+        word = None
         quick = quick_bytes = quick_dropped = bad = 0
         me, sport = self.address, self.sport
         size = self._read_size
@@ -322,20 +331,24 @@ class PortSocket:
                 # after a kernel drop reads also carry the drop count (SO_RXQ_OVFL, before
                 # the TOS): still the common read, or an overloaded daemon gets slower
                 if not flags and (na == want or (na == want + 1
-                                                 and anc[-2][:2] == _OVFL_CMSG)):
+                                                 and anc[-2 - mk][:2] == _OVFL_CMSG)):
                     level, typ, data = anc[-1]  # the TOS
                     if typ == tos_type and level == tos_level and (
-                            not stamped or anc[0][:2] == _STAMP_CMSG):
+                            not stamped or anc[0][:2] == _STAMP_CMSG) and (
+                            not mk or anc[-2][1] == _SO_MARK):  # the level is SOL_SOCKET
                         if na != want:
-                            self.kernel_drops = _U32.unpack_from(anc[-2][2])[0]
+                            self.kernel_drops = _U32.unpack_from(anc[-2 - mk][2])[0]
+                        if mk:
+                            word = anc[-2][2]
                         quick += 1
                         quick_bytes += n
                         if check_buf is not None:
-                            if not check_buf(cmv, off, off + n, addr[0], addr[1], me, sport):
+                            if not check_buf(cmv, off, off + n, addr[0], addr[1], me, sport,
+                                             word):
                                 bad += 1
                                 continue  # its place in the chunk is taken by the next
                         elif check is not None and not check(cmv[off:off + n], addr[0],
-                                                             addr[1], me, sport):
+                                                             addr[1], me, sport, word):
                             bad += 1
                             continue
                         if len(out) < maxlen:
@@ -360,6 +373,23 @@ class PortSocket:
             if bad:
                 c["rx_bad_icrc"] += bad
         return n_reads
+
+    def enable_ip_word(self) -> bool:
+        """Have every read carry its IPv4 header's bytes 4..7 (identification, flags) as
+        received, for a framing check that covers them (RoCEv2's ICRC); the namespace's
+        stamping rule must be in place first (:func:`emu.nic.rxheader.install`).
+
+        UDP_GRO goes off: a super-packet carries one mark, its first segment's, and the
+        others' identifications would be lost. emu's IPv4 senders send no GSO batches,
+        so nothing merged is given up. False for IPv6 (its ICRC masks every field the
+        socket hides) or a kernel without ``SO_RCVMARK``."""
+        if self.family != socket.AF_INET or not rxheader.enable(self.sock):
+            return False
+        if self.gro:
+            self.sock.setsockopt(SOL_UDP, UDP_GRO, 0)
+            self.gro = False
+        self.ip_word = 1
+        return True
 
     def enable_stamps(self) -> bool:
         """Have every read carry its datagram's kernel receive time (``SO_TIMESTAMPNS``,
@@ -409,10 +439,12 @@ class PortSocket:
         ``times``: the read's receive time for each item it appends (see recv_batch)."""
         seg = n
         tos = 0
-        stamp = None
+        stamp = word = None
         for level, typ, data in anc:
             if (level, typ) == _STAMP_CMSG:
                 stamp = data
+            elif (level, typ) == _MARK_CMSG:
+                word = data if self.ip_word else None
             elif level == SOL_UDP and typ == UDP_GRO:
                 seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
                     _I32.unpack_from(data)[0]
@@ -435,10 +467,10 @@ class PortSocket:
             npk += 1
             nbytes += end - off
             chunk = mv[off:end]
-            if (not check_buf(mv, off, end, src, sport, self.address, self.sport)
+            if (not check_buf(mv, off, end, src, sport, self.address, self.sport, word)
                     if check_buf is not None else
                     check is not None and not check(chunk, src, sport, self.address,
-                                                    self.sport)):
+                                                    self.sport, word)):
                 bad += 1
                 continue
             if room <= 0:

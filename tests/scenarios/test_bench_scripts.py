@@ -100,3 +100,14 @@ def test_frame_ring_micro_benchmark_runs_every_way_through_the_ring():
     for v in res.values():  # every packet of every way left through the ring, CPU counted
         assert v["ring_frames"] == v["packets"] == 1400 and v["cpu_us_per_packet"] > 0
     assert res["gathers+seal"]["ratio"] == 1.0
+
+
+def test_bench_rx_header_quick_reads_every_datagram_three_ways():
+    """``scripts/bench-rx-header --quick``: each way reads every datagram with no bad
+    ICRC (the script stops otherwise) and reports a ratio against the baseline."""
+    out = _run([str(ROOT / "scripts/bench-rx-header"), "--quick"]).stdout
+    for row in ("assumed", "stamped, ID 0", "stamped, IDs count up"):
+        assert row in out, out
+    res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/bench_rx_header.py"),
+                           "--quick", "--json"]).stdout)
+    assert res["ratio"]["assumed"] == 1.0 and all(v > 0 for v in res["median_us"].values())
