@@ -33,7 +33,7 @@ import socket
 import time
 from typing import Any
 
-from emu.fabric import naming, netns, nl, routes, state
+from emu.fabric import linkctl, naming, netns, nl, routes, state
 from emu.fabric.progress import Progress
 from emu.ifinfo import set_feature
 from emu.jsonable import jsonable
@@ -132,6 +132,11 @@ class Fabric:
             if taken:
                 raise FabricError(f"cluster {self.cluster}: namespace {taken[0]} already exists"
                                   f" (cluster up? `emu down {self.cluster}`)")
+            if self.topology.routing == "srv6" and not linkctl.features().seg6local:
+                raise FabricError(
+                    f"cluster {self.cluster}: routing.mode = \"srv6\" needs the kernel's SRv6 "
+                    "local SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), and this "
+                    "kernel has none; use routing.mode = \"ecmp\"")
             n_nodes, n_links = len(self.topology.nodes), len(self.topology.links)
             self.progress.add_total(4 * n_nodes + n_links)
             plans = routes.plan(self.topology)

@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import json
 import math
 import os
@@ -226,11 +227,16 @@ class Features:
 
     netem: bool
     nft_egress: bool
+    #: the kernel's SRv6 local SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), which
+    #: ``routing.mode = "srv6"`` installs on every node; some of our kernels lack them
+    seg6local: bool = True
 
     def describe(self) -> str:
         return ("netem: " + ("present" if self.netem else "absent (delay/jitter unavailable)")
                 + "; loss/CE hook: " + ("netdev egress" if self.nft_egress
-                                        else "inet postrouting"))
+                                        else "inet postrouting")
+                + "; SRv6: " + ("kernel seg6local" if self.seg6local
+                                else "absent (routing.mode=srv6 unavailable)"))
 
 
 _features: Features | None = None
@@ -263,6 +269,20 @@ def remove_dead_probes() -> list[str]:
     return gone
 
 
+def _probe_seg6local(ns: str, ifindex: int) -> bool:
+    """Whether this kernel takes an SRv6 local SID (``seg6local End``) — what
+    ``routing.mode = "srv6"`` installs — tried on a veth of the scratch namespace."""
+    from emu.fabric import netns as emu_netns
+    from emu.fabric import nl
+
+    with emu_netns.entered(ns), nl.Batch() as b:
+        try:
+            b.run([nl.seg6local(ipaddress.IPv6Network("fc00:ffff::/48"), ifindex, "End")])
+        except OSError:
+            return False
+    return True
+
+
 def features(refresh: bool = False) -> Features:
     """Probe netem and the nftables netdev egress hook on a veth in a scratch namespace."""
     global _features
@@ -286,9 +306,10 @@ def features(refresh: bool = False) -> Features:
             f"table netdev {NFT_PREFIX}probe {{\n chain egress {{\n"
             '  type filter hook egress device "p0" priority 0; policy accept;\n }\n}\n'))
         has_egress = proc.returncode == 0
+        has_seg6 = _probe_seg6local(scratch, idx)
     finally:
         netns.remove(scratch)
-    _features = Features(netem=has_netem, nft_egress=has_egress)
+    _features = Features(netem=has_netem, nft_egress=has_egress, seg6local=has_seg6)
     return _features
 
 

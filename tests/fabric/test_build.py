@@ -197,8 +197,17 @@ def _srv6_send(f: Fabric, segments: list[str], segleft: int, outer_dst: str, n: 
     return got
 
 
+def _kernel_srv6() -> bool:
+    from emu.fabric import linkctl
+
+    return linkctl.features().seg6local
+
+
 @pytest.mark.parametrize("via", ["spine1", "spine2"])
 def test_srv6_usid_steers_via_chosen_spine(make, via):
+    if not _kernel_srv6():
+        pytest.skip("this kernel has no SRv6 local SIDs (CONFIG_IPV6_SEG6_LWTUNNEL): "
+                    "test_srv6_without_kernel_support_is_one_clear_error runs instead")
     f = make(leaf_spine(routing="srv6"))
     sid = {n.name: n.loopback6 for n in f.topology.nodes.values()}
     # uSID container: <block fc00:0> <spine> <leaf2> <h3>; each End(next-csid) shifts it left
@@ -216,6 +225,21 @@ def test_srv6_usid_steers_via_chosen_spine(make, via):
     assert _srv6_send(f, segs, 1, str(sid[via]), 20) == 20
     delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
     assert delta[via] >= 20 and delta[other] < 5, delta
+
+
+def test_srv6_without_kernel_support_is_one_clear_error(make, monkeypatch):
+    """On a kernel without seg6local routes (the probe says so, or is made to) ``emu up``
+    of an SRv6 fabric stops before making anything, naming the kernel option and the
+    way out — not a netlink error half-way through the routes."""
+    from dataclasses import replace
+
+    from emu.fabric import linkctl
+
+    monkeypatch.setattr(linkctl, "_features", replace(linkctl.features(), seg6local=False))
+    with pytest.raises(FabricError, match="CONFIG_IPV6_SEG6_LWTUNNEL.*ecmp") as e:
+        make(leaf_spine(routing="srv6"))
+    name = str(e.value).split()[1].rstrip(":")
+    assert ns_of_cluster(name) == [] and state.load(name) is None
 
 
 def test_failure_half_way_rolls_back(make, monkeypatch):
