@@ -282,7 +282,7 @@ class QueuePair:
     def sending_allowed(self) -> bool:
         """The requester may send and take responses: RTS, and SQD while it drains (it
         finishes the messages it started, retransmissions included, and starts none:
-        ``Requester.startable``)."""
+        ``Requester.next_packet``, ``Requester.has_work``)."""
         return self.state is QpState.RTS or self.state is QpState.SQD
 
     @property
