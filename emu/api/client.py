@@ -9,8 +9,9 @@ a local operation (no round trip, like ``ibv_poll_cq``); ``cq.wait(n)``
 blocks on a condition; ``await cq.wait_async(n)`` does the same from trio
 (in a worker thread, cancellable). Requests are synchronous by default;
 ``wait=False`` pipelines posts: the request is sent ``quiet`` (the daemon
-replies only if it fails; the error is kept in :attr:`Connection.async_errors`)
-— what a bandwidth test needs, and a latency test's post costs no reply.
+replies only if it fails; the error is kept in :attr:`Connection.async_errors`
+and raised at the next post, or by a ``cq.wait`` it cuts short) — what a
+bandwidth test needs, and a latency test's post costs no reply.
 
 Data never crosses the socket: buffers come from :meth:`Device.alloc_buffer`
 (shared memory), the daemon maps them at ``reg_mr``, and a remote WRITE
@@ -79,6 +80,9 @@ class Connection:
         self._reason: str | None = None  # why, if the daemon said before closing
         self.async_errors: list[dict[str, Any]] = []
         self._raised = 0  # async_errors[:_raised] were raised to the application already
+        #: raise a pipelined request's refusal at the next post or short ``cq.wait``
+        #: (:meth:`raise_async`); off for a caller that reads :attr:`async_errors` itself
+        self.raise_pipelined = True
         self._lb = compact.RecordBuffer()
         self._cork: list[bytes] | None = None  # pipelined requests held by corked()
         self._io_lock = threading.Lock()  # one reader of the socket at a time
@@ -180,11 +184,15 @@ class Connection:
         later; kept in :attr:`async_errors` alone it went unnoticed — a receive posted
         to a QP that could not take it left the peer's SEND to meet RNR with nothing
         said. The next post, or a ``cq.wait`` that comes back short, raises it."""
-        if self._raised < len(self.async_errors):
+        if self.pipelined_failed():
             e = self.async_errors[self._raised]
             self._raised += 1
             raise NicError(str(e.get("code", "EIO")),
                            f"an earlier pipelined request failed: {e.get('error', '')}")
+
+    def pipelined_failed(self) -> bool:
+        """A pipelined request failed and :meth:`raise_async` has not raised it yet."""
+        return self.raise_pipelined and self._raised < len(self.async_errors)
 
     def _read_loop(self) -> None:
         """The reader thread: wait until the socket is readable, then read and dispatch
@@ -245,6 +253,9 @@ class Connection:
             p.event.set()
         elif not msg.get("ok", True):
             self.async_errors.append(msg)
+            if self._on_event is not None:  # wakes a cq.wait, which then raises it
+                self._on_event({"event": "request_failed", "id": msg.get("id"),
+                                "code": msg.get("code"), "error": msg.get("error")})
 
     def _dispatch_compact(self, rec: bytes) -> None:
         """A compact completion record (the only kind a daemon sends)."""
@@ -390,7 +401,7 @@ class Device:
             self._qps[msg["qp"]].state = msg["new"]
         elif ev == "cq_error" and msg.get("cq") in self._cqs:
             self._cqs[msg["cq"]].error = True
-        elif ev == "closed":
+        elif ev == "closed" or ev == "request_failed":
             for cq in self._cqs.values():
                 cq._deliver([])
         self.events.append(msg)
@@ -521,14 +532,16 @@ class CQ:
         """Block until ``n`` completions are here (or ``timeout``), and take up to ``n``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while len(self._q) < n and self.dev.conn.closed_reason is None:
+            conn = self.dev.conn
+            while len(self._q) < n and conn.closed_reason is None \
+                    and not conn.pipelined_failed():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 self._cond.wait(left)
             q = self._q
             if len(q) < n:  # short: say why, if a pipelined post was refused meanwhile
-                self.dev.conn.raise_async()
+                conn.raise_async()
             return [q.popleft() for _ in range(min(n, len(q)))]
 
     async def wait_async(self, n: int = 1, timeout: float | None = None
