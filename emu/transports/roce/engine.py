@@ -332,6 +332,8 @@ class RoceEngine(Engine):
             dest = (remote["address"], int(remote.get("port", P.UDP_PORT)))
             changes: dict[str, Any] = {"dest_qp_num": int(remote["qpn"]),
                                        "rq_psn": int(remote["psn"]), "dest_addr": dest}
+            if remote.get("gid"):
+                changes["dest_gid"] = str(remote["gid"])  # for query_qp's ah_attr.dgid
             if "pmtu" in remote:
                 changes["pmtu"] = min(int(remote["pmtu"]), attrs.get("pmtu", qp.attr.pmtu))
         except (KeyError, TypeError, ValueError) as e:

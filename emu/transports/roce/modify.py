@@ -124,7 +124,7 @@ def check(qpn: int, cur: QpState, attr: Mapping[str, Any], mask: int) -> QpState
     """The state ``modify_qp(attr, mask)`` moves a QP in ``cur`` to, if the IB rules for RC
     allow it; else :class:`VerbsError` naming the transition and the attribute."""
     where = f"modify_qp QP {qpn:#x}"
-    if not isinstance(mask, int) or mask < 0:
+    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
         raise VerbsError(f"{where}: the attribute mask must be a non-negative integer, "
                          f"got {mask!r}")
     unknown = mask & ~sum(int(b) for b in QpAttrMask)

@@ -368,3 +368,18 @@ def test_sqd_finishes_started_messages_starts_none_and_says_drained():
     link.run()
     assert [w.wr_id for w in link.completions("a")] == [0, 1]
     assert bytes(dst.view[n:]) == bytes(src.view)
+
+
+def test_connect_stays_the_shortcut_from_reset_or_init():
+    e = engine()
+    mr = register(e.memory, 64)
+    peer = {"qpn": 0x33, "psn": 9, "address": "10.0.0.2", "gid": "::ffff:10.0.0.2"}
+    q = e.create_qp()
+    e.connect(q, peer)
+    got = e.query_qp_attr(q)
+    assert (got["qp_state"], got["dest_qp_num"], got["rq_psn"], got["ah_attr"]["dgid"]) == \
+        ("RTS", 0x33, 9, "::ffff:10.0.0.2")
+    q = qp_in(e, S.INIT)
+    e.post_recv(q, RecvWR(1, [Sge(mr.va, 64, mr.lkey)]))
+    e.connect(q, peer)
+    assert e.qp_attr(q)[0] is S.RTS and len(e._qps[q].responder.rq) == 1  # still waiting
