@@ -9,8 +9,9 @@ a local operation (no round trip, like ``ibv_poll_cq``); ``cq.wait(n)``
 blocks on a condition; ``await cq.wait_async(n)`` does the same from trio
 (in a worker thread, cancellable). Requests are synchronous by default;
 ``wait=False`` pipelines posts: the request is sent ``quiet`` (the daemon
-replies only if it fails; the error is kept in :attr:`Connection.async_errors`)
-— what a bandwidth test needs, and a latency test's post costs no reply.
+replies only if it fails; the error is kept in :attr:`Connection.async_errors`
+and raised at the next post, or by a ``cq.wait`` it cuts short) — what a
+bandwidth test needs, and a latency test's post costs no reply.
 
 Data never crosses the socket: buffers come from :meth:`Device.alloc_buffer`
 (shared memory), the daemon maps them at ``reg_mr``, and a remote WRITE
@@ -78,6 +79,10 @@ class Connection:
         self.closed_reason: str | None = None
         self._reason: str | None = None  # why, if the daemon said before closing
         self.async_errors: list[dict[str, Any]] = []
+        self._raised = 0  # async_errors[:_raised] were raised to the application already
+        #: raise a pipelined request's refusal at the next post or short ``cq.wait``
+        #: (:meth:`raise_async`); off for a caller that reads :attr:`async_errors` itself
+        self.raise_pipelined = True
         self._lb = compact.RecordBuffer()
         self._cork: list[bytes] | None = None  # pipelined requests held by corked()
         self._io_lock = threading.Lock()  # one reader of the socket at a time
@@ -172,6 +177,23 @@ class Connection:
             raise NicError(str(r.get("code", "EIO")), str(r.get("error", "")))
         return r.get("result") or {}
 
+    def raise_async(self) -> None:
+        """Raise the first pipelined request's error not raised yet (once each).
+
+        Why: a ``wait=False`` post is sent ``quiet``, so its refusal can only come
+        later; kept in :attr:`async_errors` alone it went unnoticed — a receive posted
+        to a QP that could not take it left the peer's SEND to meet RNR with nothing
+        said. The next post, or a ``cq.wait`` that comes back short, raises it."""
+        if self.pipelined_failed():
+            e = self.async_errors[self._raised]
+            self._raised += 1
+            raise NicError(str(e.get("code", "EIO")),
+                           f"an earlier pipelined request failed: {e.get('error', '')}")
+
+    def pipelined_failed(self) -> bool:
+        """A pipelined request failed and :meth:`raise_async` has not raised it yet."""
+        return self.raise_pipelined and self._raised < len(self.async_errors)
+
     def _read_loop(self) -> None:
         """The reader thread: wait until the socket is readable, then read and dispatch
         under :attr:`_io_lock` — the lock keeps reads and the line buffer in order when
@@ -231,6 +253,9 @@ class Connection:
             p.event.set()
         elif not msg.get("ok", True):
             self.async_errors.append(msg)
+            if self._on_event is not None:  # wakes a cq.wait, which then raises it
+                self._on_event({"event": "request_failed", "id": msg.get("id"),
+                                "code": msg.get("code"), "error": msg.get("error")})
 
     def _dispatch_compact(self, rec: bytes) -> None:
         """A compact completion record (the only kind a daemon sends)."""
@@ -376,7 +401,7 @@ class Device:
             self._qps[msg["qp"]].state = msg["new"]
         elif ev == "cq_error" and msg.get("cq") in self._cqs:
             self._cqs[msg["cq"]].error = True
-        elif ev == "closed":
+        elif ev == "closed" or ev == "request_failed":
             for cq in self._cqs.values():
                 cq._deliver([])
         self.events.append(msg)
@@ -404,6 +429,14 @@ class Device:
         qp = QP(self, r["qp"], r["qpn"], r["transport"], r["info"])
         self._qps[qp.handle] = qp
         return qp
+
+    def modify_qp(self, qp: QP, attr: dict[str, Any], mask: int) -> dict[str, Any]:
+        """``ibv_modify_qp(qp, attr, mask)`` (:meth:`QP.modify`)."""
+        return qp.modify(attr, mask)
+
+    def query_qp(self, qp: QP) -> dict[str, Any]:
+        """``ibv_query_qp(qp)`` (:meth:`QP.query`)."""
+        return qp.query()
 
     def endpoint(self, transport: str = "uet", tx_cq: CQ | None = None,
                  rx_cq: CQ | None = None, cqe: int = 4096) -> Endpoint:
@@ -499,12 +532,16 @@ class CQ:
         """Block until ``n`` completions are here (or ``timeout``), and take up to ``n``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while len(self._q) < n and self.dev.conn.closed_reason is None:
+            conn = self.dev.conn
+            while len(self._q) < n and conn.closed_reason is None \
+                    and not conn.pipelined_failed():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 self._cond.wait(left)
             q = self._q
+            if len(q) < n:  # short: say why, if a pipelined post was refused meanwhile
+                conn.raise_async()
             return [q.popleft() for _ in range(min(n, len(q)))]
 
     async def wait_async(self, n: int = 1, timeout: float | None = None
@@ -528,8 +565,18 @@ def _sgl(sg: Any) -> list[list[int]]:
     return [list(e) for e in sg]
 
 
+#: RC states a work request may not be posted in, per queue (as verbs): the receive
+#: queue works from INIT on, the send queue from RTS on (in ERR both flush)
+_NO_POST = {"post_recv": frozenset({"RESET"}),
+            "post_send": frozenset({"RESET", "INIT", "RTR"})}
+
+
 class QP:
-    """A queue pair: exchange :meth:`local_info`, :meth:`connect`, then post."""
+    """A queue pair: exchange :meth:`local_info`, then :meth:`connect` — or drive it
+    through RESET → INIT → RTR → RTS with :meth:`modify` as verbs programs do — then post.
+
+    :attr:`state` follows the daemon: every reply that carries the state sets it, and
+    so do ``qp`` events (a QP entering ERR on its own)."""
 
     def __init__(self, dev: Device, handle: int, qpn: int, transport: str,
                  info: dict[str, Any]) -> None:
@@ -537,17 +584,54 @@ class QP:
         self.info = info
         self.state = str(info.get("state", "INIT"))
 
+    def _took(self, info: dict[str, Any]) -> dict[str, Any]:
+        self.info = info
+        if "state" in info:
+            self.state = str(info["state"])
+        return info
+
     def local_info(self) -> dict[str, Any]:
         """This QP's connection data (QPN, PSN, GID/address, port) for the peer."""
-        self.info = self.dev.conn.call("query_qp", qp=self.handle)
-        return self.info
+        return self._took(self.dev.conn.call("query_qp", qp=self.handle))
 
     def connect(self, remote: dict[str, Any]) -> None:
-        """Give the peer's connection data (``modify_qp`` to RTR and RTS)."""
-        self.info = self.dev.conn.call("connect", qp=self.handle, remote=remote)
+        """Give the peer's connection data: RESET/INIT → INIT → RTR → RTS in one call (the
+        shortcut for :meth:`modify`'s three steps)."""
+        self._took(self.dev.conn.call("connect", qp=self.handle, remote=remote))
+
+    def modify(self, attr: dict[str, Any], mask: int) -> dict[str, Any]:
+        """``ibv_modify_qp``: set the attributes of ``attr`` (``struct ibv_qp_attr``
+        names) that ``mask`` selects (:class:`emu.core.verbs.QpAttrMask` bits, libibverbs'
+        values; ``emu.api.QpAttrMask``).
+
+        The daemon applies the IB rules for RC: each transition needs some attributes
+        and takes some others, and an error names the transition and the attribute
+        (``modify_qp QP 0x12: INIT→RTR needs IBV_QP_DEST_QPN``). ``qp_state`` is a state
+        name or ``ibv_qp_state`` number; ``path_mtu`` an ``ibv_mtu`` code (1..5) or bytes;
+        ``ah_attr`` the address vector: ``dgid`` (``::ffff:a.b.c.d`` or IPv6),
+        ``sgid_index``, ``hop_limit``, ``traffic_class``, ``flow_label`` (a non-zero
+        label sets the UDP source port, as RoCEv2 NICs do), ``sl``. Returns
+        :meth:`query`'s dict; :attr:`state` follows."""
+        info = self._took(self.dev.conn.call("modify_qp", qp=self.handle, attr=_plain(attr),
+                                             mask=int(mask)))
+        return dict(info.get("attr") or {})
+
+    def query(self) -> dict[str, Any]:
+        """``ibv_query_qp``: the state (``qp_state``) and attributes by ``ibv_qp_attr``
+        names; the connection data (:meth:`local_info`) stays in :attr:`info`."""
+        return dict(self.local_info().get("attr") or {"qp_state": self.state})
 
     def _post(self, op: str, wr: dict[str, Any], wait: bool) -> None:
-        self.dev.conn.post(op, self.handle, wr, wait)
+        conn = self.dev.conn
+        if self.transport == "roce" and self.state in _NO_POST[op]:
+            # refused here, at once, even when pipelined (wait=False): the daemon would
+            # refuse it too, but only later, where the application no longer looks
+            queue = "receives are posted from INIT on" if op == "post_recv" else \
+                "sends are posted from RTS on"
+            raise NicError("EINVAL", f"{op} QP {self.qpn:#x}: the QP is in {self.state}; "
+                                     f"{queue} (modify it first)")
+        conn.raise_async()
+        conn.post(op, self.handle, wr, wait)
 
     def post_send(self, sg: Any, wr_id: int = 0, imm: int | None = None, *,
                   signaled: bool = True, solicited: bool = False, wait: bool = True) -> None:
@@ -589,3 +673,14 @@ class QP:
     def destroy(self) -> None:
         self.dev.conn.call("destroy_qp", qp=self.handle)
         self.dev._qps.pop(self.handle, None)
+
+
+def _plain(v: Any) -> Any:
+    """``attr`` as JSON takes it: enums as their numbers (or a state as its name)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, int) and not isinstance(v, bool):
+        return int(v)
+    return v

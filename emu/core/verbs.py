@@ -114,3 +114,39 @@ class RecvWR:
 
     wr_id: int
     sg_list: Sequence[Sge] = field(default_factory=tuple)
+
+
+class QpAttrMask(enum.IntFlag):
+    """``enum ibv_qp_attr_mask`` (libibverbs ``verbs.h``): which ``ibv_modify_qp``
+    attributes a call sets. Here, not in a transport, so that the client API names
+    them without loading an engine (the rules per transition are
+    ``emu.transports.roce.modify``'s)."""
+
+    STATE = 1 << 0
+    CUR_STATE = 1 << 1
+    EN_SQD_ASYNC_NOTIFY = 1 << 2
+    ACCESS_FLAGS = 1 << 3
+    PKEY_INDEX = 1 << 4
+    PORT = 1 << 5
+    QKEY = 1 << 6
+    AV = 1 << 7
+    PATH_MTU = 1 << 8
+    TIMEOUT = 1 << 9
+    RETRY_CNT = 1 << 10
+    RNR_RETRY = 1 << 11
+    RQ_PSN = 1 << 12
+    MAX_QP_RD_ATOMIC = 1 << 13
+    ALT_PATH = 1 << 14
+    MIN_RNR_TIMER = 1 << 15
+    SQ_PSN = 1 << 16
+    MAX_DEST_RD_ATOMIC = 1 << 17
+    PATH_MIG_STATE = 1 << 18
+    CAP = 1 << 19
+    DEST_QPN = 1 << 20
+    RATE_LIMIT = 1 << 25
+
+
+#: ``enum ibv_qp_state``: IBV_QPS_RESET = 0 … IBV_QPS_ERR = 6, by name
+QP_STATES = ("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR")
+#: ``enum ibv_mtu`` (IBV_MTU_256 = 1 … IBV_MTU_4096 = 5) → bytes
+MTU_CODES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}

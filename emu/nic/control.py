@@ -379,7 +379,9 @@ class ControlServer:
             self.push_event(qrec.owner, {
                 "event": "qp", "qp": qrec.handle, "qpn": ev.endpoint, "old": ev.old,
                 "new": ev.new, "status": ev.status.name if ev.status is not None else None,
-                "reason": ev.reason})
+                "reason": ev.reason,
+                # IBV_EVENT_SQ_DRAINED apart from state changes (SQD → SQD, drained)
+                "type": "SQ_DRAINED" if ev.reason == "SQ_DRAINED" else "STATE"})
         else:
             self.c["events_orphaned"] += 1
 
@@ -551,10 +553,14 @@ class ControlServer:
         return {"qp": h, "qpn": qpn, "transport": slot.name, "info": self._info(rec)}
 
     def _info(self, rec: QpRec) -> dict[str, Any]:
-        info = dict(rec.slot.engine.query_qp(rec.qpn))
+        eng = rec.slot.engine
+        info = dict(eng.query_qp(rec.qpn))
         if info.get("address") and "gid" not in info:
             info["gid"] = gid_of(str(info["address"]))
         info.setdefault("transport", rec.slot.name)
+        attr = getattr(eng, "query_qp_attr", None)
+        if attr is not None:  # ibv_query_qp's attributes, where the transport has them
+            info["attr"] = attr(rec.qpn)
         return info
 
     def op_query_qp(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
@@ -566,7 +572,27 @@ class ControlServer:
         t[rec.slot] = None
         return self._info(rec)
 
-    op_modify_qp = op_connect
+    def op_modify_qp(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        """``ibv_modify_qp``: ``attr`` (``struct ibv_qp_attr`` names) under ``mask``
+        (``ibv_qp_attr_mask`` bits), checked by the transport against the IB rules.
+        Without ``mask`` but with ``remote`` it is ``connect`` (the old alias)."""
+        rec = self._qp(s, m)
+        if "mask" not in m:
+            if "remote" in m:
+                return self.op_connect(s, m, t)
+            raise OpError("EINVAL", "modify_qp needs mask (ibv_qp_attr_mask bits) and attr")
+        fn = getattr(rec.slot.engine, "modify", None)
+        if fn is None:
+            raise OpError("EOPNOTSUPP", f"transport {rec.slot.name!r} has no verbs QP state "
+                                        f"machine (use connect)")
+        attr = m.get("attr") or {}
+        if not isinstance(attr, dict):
+            raise OpError("EINVAL", "modify_qp: attr must be an object")
+        gids = [gid_of(a) for i in self.d.ifaces for a in i.ipv4 + i.ipv6]
+        fn(rec.qpn, attr, m["mask"], trio.current_time(), ports=max(1, len(self.d.ifaces)),
+           gids=gids)
+        t[rec.slot] = None
+        return self._info(rec)
 
     def _post(self, s: Session, m: dict[str, Any], t: Any, recv: bool) -> dict[str, Any]:
         rec = self._qp(s, m)

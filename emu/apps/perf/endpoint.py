@@ -58,6 +58,9 @@ class Endpoint:
     def __init__(self, dev: Device, nqp: int, buf_size: int, *, mtu: int | None, outs: int,
                  cqe: int, transport: str = "roce") -> None:
         self.dev = dev
+        # a refused pipelined post is reported by check() (a TransportError that names it),
+        # not raised by the client library in the middle of a timed loop
+        dev.conn.raise_pipelined = False
         self.transport = transport
         self.bufs: list[SharedBuffer] = []
         self.mrs: list[MR] = []

@@ -67,6 +67,7 @@ from emu.transports.base import (
     TxMeta,
     VerbsError,
 )
+from emu.transports.roce import modify as M
 from emu.transports.roce import packets as P
 from emu.transports.roce.qp import PMTU_VALUES, TRANSITIONS, QpAttr, QpState, QueuePair
 from emu.transports.roce.requester import Requester, SendWqe
@@ -78,6 +79,8 @@ _WITH_PAYLOAD = frozenset({*range(P.SEND_FIRST, P.WRITE_ONLY_IMM + 1), P.READ_RE
                            P.READ_RESP_MIDDLE, P.READ_RESP_LAST, P.READ_RESP_ONLY,
                            P.SEND_LAST_INV, P.SEND_ONLY_INV})
 _MAX_MSG = 1 << 31
+#: states a send WR may not be posted in (verbs: the send queue works from RTS on)
+_NO_SEND = frozenset({QpState.RESET, QpState.INIT, QpState.RTR})
 
 
 #: bytes 5..8 of the BTH: reserved byte + destination QP (masked to 24 bits)
@@ -212,6 +215,55 @@ class RoceEngine(Engine):
                 "address": a[0] if a else "", "port": a[1] if a else P.UDP_PORT,
                 "state": qp.state.value, "transport": "roce"}
 
+    def query_qp_attr(self, qpn: int) -> dict[str, Any]:
+        """``ibv_query_qp``: the state and attributes by ``struct ibv_qp_attr`` names
+        (``path_mtu`` as its ``ibv_mtu`` code, ``ah_attr`` with the GRH fields flat, and
+        ``sq_draining`` while an SQD QP still finishes what it started)."""
+        qp = self._qp(qpn)
+        a = qp.attr
+        mtu = {v: k for k, v in M.MTU_CODES.items()}[a.pmtu]
+        dst = a.dest_addr
+        return {"qp_state": qp.state.value, "cur_qp_state": qp.state.value,
+                "path_mtu": mtu, "path_mig_state": 0, "qkey": 0, "rq_psn": a.rq_psn,
+                "sq_psn": a.sq_psn, "dest_qp_num": a.dest_qp_num,
+                "qp_access_flags": int(a.access), "pkey_index": a.pkey_index,
+                "port_num": a.port_num, "en_sqd_async_notify": a.sqd_notify,
+                "sq_draining": int(qp.state is QpState.SQD and not qp.requester.drained()),
+                "max_rd_atomic": a.max_rd_atomic, "max_dest_rd_atomic": a.max_dest_rd_atomic,
+                "min_rnr_timer": a.min_rnr_timer, "timeout": a.timeout,
+                "retry_cnt": a.retry_cnt, "rnr_retry": a.rnr_retry,
+                "cap": {"max_send_wr": qp.max_send_wr, "max_recv_wr": qp.max_recv_wr},
+                "ah_attr": {"is_global": 1, "dgid": a.dest_gid, "sgid_index": a.sgid_index,
+                            "hop_limit": a.hop_limit, "traffic_class": a.dscp << 2,
+                            "flow_label": a.flow_label, "sl": a.sl, "port_num": a.port_num,
+                            "address": dst[0] if dst else "",
+                            "udp_dport": dst[1] if dst else P.UDP_PORT,
+                            "udp_sport": a.udp_sport}}
+
+    def modify(self, qpn: int, attr: dict[str, Any], mask: int, now: float = 0.0, *,
+               ports: int = 1, gids: tuple[str, ...] | list[str] = ()) -> QpState:
+        """``ibv_modify_qp(qp, attr, mask)`` as verbs applications call it: the IB rules
+        for RC (:mod:`.modify`: required and optional attributes per transition, named
+        in the error), then the change (:meth:`modify_qp`). Returns the new state.
+
+        ``ports`` and ``gids`` are the device's (the daemon knows them): ``port_num``
+        and ``ah_attr.sgid_index`` must name one. All or nothing: a refused call
+        changes nothing."""
+        qp = self._qp(qpn)
+        new = M.check(qpn, qp.state, attr, mask)
+        port = self.local_addr[1] if self.local_addr else P.UDP_PORT
+        ch = M.changes(qpn, attr, mask, active_mtu=self.default_pmtu, ports=ports, gids=gids,
+                       udp_port=port)
+        if qp.state is QpState.SQD and new is QpState.SQD and ch \
+                and not qp.requester.drained():
+            raise VerbsError(f"modify_qp QP {qpn:#x}: SQD\u2192SQD with attributes waits "
+                             f"until the send queue has drained (it is still draining)")
+        try:
+            self.modify_qp(qpn, new, now, **ch)
+        except VerbsError as e:
+            raise VerbsError(f"modify_qp QP {qpn:#x}: {e}") from None
+        return qp.state
+
     def qp_attr(self, qpn: int) -> tuple[QpState, QpAttr]:
         """The live state and attributes (read-only use; change them with modify_qp)."""
         qp = self._qp(qpn)
@@ -253,7 +305,19 @@ class RoceEngine(Engine):
             qp.requester.sq.extend(queued)
             if self.cc_name is not None:
                 qp.cc = cc_registry.create(self.cc_name, self.line_rate, now, **self.cc_params)
+        elif new is QpState.SQD:
+            qp.sqd_told = False
+            self._sq_drained(qp)
         self._activate(qpn)
+
+    def _sq_drained(self, qp: QueuePair) -> None:
+        """SQD with nothing left in flight: say so once (``IBV_EVENT_SQ_DRAINED``) if
+        ``en_sqd_async_notify`` asked for it. Called where the send queue can drain:
+        entering SQD, after a response, after a timer."""
+        if qp.state is QpState.SQD and not qp.sqd_told and qp.requester.drained():
+            qp.sqd_told = True
+            if qp.attr.sqd_notify:
+                self._events.append(StateChanged(qp.qpn, "SQD", "SQD", None, "SQ_DRAINED"))
 
     def connect(self, qpn: int, remote: dict[str, Any], now: float = 0.0, **attrs: Any) -> None:
         """RESET/INIT → INIT → RTR → RTS towards the peer described by ``remote``.
@@ -268,6 +332,8 @@ class RoceEngine(Engine):
             dest = (remote["address"], int(remote.get("port", P.UDP_PORT)))
             changes: dict[str, Any] = {"dest_qp_num": int(remote["qpn"]),
                                        "rq_psn": int(remote["psn"]), "dest_addr": dest}
+            if remote.get("gid"):
+                changes["dest_gid"] = str(remote["gid"])  # for query_qp's ah_attr.dgid
             if "pmtu" in remote:
                 changes["pmtu"] = min(int(remote["pmtu"]), attrs.get("pmtu", qp.attr.pmtu))
         except (KeyError, TypeError, ValueError) as e:
@@ -300,8 +366,9 @@ class RoceEngine(Engine):
         """Queue a send WR. Local keys and lengths are checked here (VerbsError, EINVAL-like);
         a QP in ERR completes it at once with WR_FLUSH_ERR."""
         qp = self._qp(qpn)
-        if qp.state is QpState.RESET:
-            raise VerbsError(f"QP {qpn:#x} is in RESET")
+        if qp.state in _NO_SEND:
+            raise VerbsError(f"post_send QP {qpn:#x}: the QP is in {qp.state.value}; sends "
+                             f"are posted from RTS on (modify it to RTS first)")
         op = WrOpcode(wr.opcode)
         if (wr.imm is not None) != (op in (WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE_WITH_IMM)):
             raise VerbsError("imm goes with exactly the *_WITH_IMM opcodes")
@@ -318,6 +385,9 @@ class RoceEngine(Engine):
         length = sum(len(v) for v in views)
         if op.is_atomic and (length != 8 or len(views) != 1):
             raise VerbsError("an atomic needs exactly one 8-byte SGE")
+        if write and qp.attr.max_rd_atomic == 0:
+            raise VerbsError(f"post_send QP {qpn:#x}: {op.name} needs max_rd_atomic >= 1 "
+                             f"(IBV_QP_MAX_QP_RD_ATOMIC is 0)")
         if length > _MAX_MSG:
             raise VerbsError("message larger than 2 GiB")
         self.stats["wr_posted"] += 1
@@ -329,7 +399,8 @@ class RoceEngine(Engine):
         """Queue a receive WR (any state but RESET; in ERR it is flushed at once)."""
         qp = self._qp(qpn)
         if qp.state is QpState.RESET:
-            raise VerbsError(f"QP {qpn:#x} is in RESET")
+            raise VerbsError(f"post_recv QP {qpn:#x}: the QP is in RESET; receives are "
+                             f"posted from INIT on (modify it to INIT first)")
         if qp.state is QpState.ERR:
             self._events.append(Completion(qp.recv_cq, WorkCompletion.flushed(
                 wr.wr_id, WcOpcode.RECV, qpn)))
@@ -420,6 +491,8 @@ class RoceEngine(Engine):
             self.trace.packet_received(now, qp=qp.qpn, op=op, psn=p.psn, len=len(p.payload))
         if op in _RESPONSES:
             qp.requester.on_response(p, now)
+            if qp.state is QpState.SQD:
+                self._sq_drained(qp)
         elif qp.receiving_allowed:
             qp.responder.on_request(p, now)
         else:
@@ -530,6 +603,8 @@ class RoceEngine(Engine):
             for name in qp.timers.expired(now):
                 if name == "retx" or name == "rnr":
                     qp.requester.on_timer(name, now)
+            if qp.state is QpState.SQD:
+                self._sq_drained(qp)
             cc = qp.cc
             if cc is not None:
                 c = cc.get_timer()

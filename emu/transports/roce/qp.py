@@ -7,12 +7,14 @@ peer's requests, our receive queue, :mod:`.responder`). This module holds
 what both need — state, attributes, the pacer, the congestion controller,
 timers, the TX metadata — so neither half imports the other.
 
-States and legal transitions follow ``ibv_modify_qp`` for RC::
+States and legal transitions follow ``ibv_modify_qp`` for RC (the kernel's
+``ib_modify_qp_is_ok`` table; the attributes each one takes are in
+:mod:`.modify`)::
 
-    RESET → INIT → RTR → RTS;  RTS ↔ SQE;  any → ERR;  any → RESET
+    RESET → INIT → RTR → RTS ⇄ SQD;  INIT/RTR/RTS/SQD/SQE → ERR;  any → RESET
 
-(SQE is accepted for completeness: RC enters ERR on a send-queue error, as
-real HCAs do, so nothing here moves to SQE on its own.)
+SQE → RTS is legal, but nothing enters SQE: RC moves to ERR on a send-queue
+error, as real HCAs do, and an application cannot ask for SQE.
 """
 
 from __future__ import annotations
@@ -39,16 +41,18 @@ class QpState(enum.Enum):
     INIT = "INIT"
     RTR = "RTR"
     RTS = "RTS"
+    SQD = "SQD"
     SQE = "SQE"
     ERR = "ERR"
 
 
 _S = QpState
 TRANSITIONS: dict[QpState, frozenset[QpState]] = {
-    _S.RESET: frozenset({_S.RESET, _S.INIT, _S.ERR}),
+    _S.RESET: frozenset({_S.RESET, _S.INIT}),
     _S.INIT: frozenset({_S.INIT, _S.RTR, _S.RESET, _S.ERR}),
     _S.RTR: frozenset({_S.RTS, _S.RESET, _S.ERR}),
-    _S.RTS: frozenset({_S.RTS, _S.SQE, _S.RESET, _S.ERR}),
+    _S.RTS: frozenset({_S.RTS, _S.SQD, _S.RESET, _S.ERR}),
+    _S.SQD: frozenset({_S.SQD, _S.RTS, _S.RESET, _S.ERR}),
     _S.SQE: frozenset({_S.RTS, _S.RESET, _S.ERR}),
     _S.ERR: frozenset({_S.RESET, _S.ERR}),
 }
@@ -98,6 +102,16 @@ class QpAttr:
     dscp: int = 26
     udp_sport: int = 0
     access: Access = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+    # what verbs' modify_qp sets and query_qp reports, with no effect on the wire here:
+    # one P_Key, the daemon's sockets' own TTL, DSCP as the priority (not the SL)
+    pkey_index: int = 0
+    port_num: int = 1
+    sgid_index: int = 0
+    hop_limit: int = 64
+    flow_label: int = 0
+    sl: int = 0
+    #: IBV_QP_EN_SQD_ASYNC_NOTIFY: say when the send queue has drained in SQD
+    sqd_notify: int = 0
 
     def update(self, changes: dict[str, Any]) -> None:
         """Apply ``changes`` after validating every value (all or nothing)."""
@@ -112,8 +126,11 @@ class QpAttr:
 
 _RANGES = {"sq_psn": (0, PSN24.mask), "rq_psn": (0, PSN24.mask), "dest_qp_num": (0, 0xFFFFFF),
            "timeout": (0, 31), "retry_cnt": (0, 7), "rnr_retry": (0, 7),
-           "min_rnr_timer": (0, 31), "max_rd_atomic": (1, 255), "max_dest_rd_atomic": (1, 255),
-           "pkey": (0, 0xFFFF), "dscp": (0, 63), "udp_sport": (0, 0xFFFF)}
+           "min_rnr_timer": (0, 31), "max_rd_atomic": (0, 255), "max_dest_rd_atomic": (0, 255),
+           "pkey": (0, 0xFFFF), "dscp": (0, 63), "udp_sport": (0, 0xFFFF),
+           "pkey_index": (0, 0xFFFF), "port_num": (1, 255), "sgid_index": (0, 255),
+           "hop_limit": (0, 255), "flow_label": (0, 0xFFFFF), "sl": (0, 15),
+           "sqd_notify": (0, 1)}
 
 
 def _validate(name: str, v: Any) -> None:
@@ -155,6 +172,8 @@ class QueuePair:
     ctrl_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
     last_cnp_sent: float = float("-inf")
     cnp_pending: bool = False
+    #: SQD: the drained state was reached (and, if asked, announced) since entering SQD
+    sqd_told: bool = False
     #: the pacer holds this QP's data back (its "pace" timer is armed), and nothing else
     #: does: :meth:`on_paced_send` then judges how late the daemon served it
     pace_held: bool = False
@@ -261,13 +280,17 @@ class QueuePair:
 
     @property
     def sending_allowed(self) -> bool:
-        """The requester may start or continue requests (RTS only)."""
-        return self.state is QpState.RTS
+        """The requester may send and take responses: RTS, and SQD while it drains (it
+        finishes the messages it started, retransmissions included, and starts none:
+        ``Requester.next_packet``, ``Requester.has_work``)."""
+        return self.state is QpState.RTS or self.state is QpState.SQD
 
     @property
     def receiving_allowed(self) -> bool:
-        """The responder accepts requests in RTR and RTS."""
-        return self.state is QpState.RTR or self.state is QpState.RTS
+        """The responder accepts requests from RTR on: in RTR, RTS, SQD and SQE (a drained
+        or failed send queue leaves the receive queue working, IBTA 10.3.1)."""
+        s = self.state
+        return s is QpState.RTS or s is QpState.RTR or s is QpState.SQD or s is QpState.SQE
 
 
 class EngineCtx(Protocol):

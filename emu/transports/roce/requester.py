@@ -151,7 +151,15 @@ class Requester:
         self.sq.append(w)
 
     def has_work(self) -> bool:
-        return self.qp.state is QpState.RTS and not self.rnr_wait and self.tx < len(self.sq)
+        if self.rnr_wait or self.tx >= len(self.sq):
+            return False
+        st = self.qp.state
+        return st is QpState.RTS or (st is QpState.SQD and self.sq[self.tx].psn is not None)
+
+    def drained(self) -> bool:
+        """Every WQE this QP started is complete (SQD: the send queue has drained; the
+        rest wait, unstarted, for RTS)."""
+        return self.head >= len(self.sq) or self.sq[self.head].psn is None
 
     # -- transmit -----------------------------------------------------------
 
@@ -265,6 +273,8 @@ class Requester:
                 self._sent(psn_ext, psn_ext + 1, now)
                 return buf
         if w.psn is None:
+            if qp.state is QpState.SQD:
+                return None  # draining: finish what was started, start nothing new
             w.psn = self.next_psn
             w.npkts = max(1, -(-w.length // pmtu)) if not w.op.is_atomic else 1
             self.next_psn += w.npkts

@@ -155,7 +155,9 @@ def test_qp_state_machine():
         e.modify_qp(q, mtu=1024)
     e.modify_qp(q, retry_cnt=3)
     assert e.qp_attr(q)[1].retry_cnt == 3
-    e.modify_qp(q, "SQE")
+    with pytest.raises(VerbsError, match="RTS -> SQE"):
+        e.modify_qp(q, "SQE")  # only the NIC enters SQE (and RC never does)
+    e.modify_qp(q, "SQD")
     e.modify_qp(q, "RTS")
     e.modify_qp(q, "ERR")
     with pytest.raises(VerbsError):
