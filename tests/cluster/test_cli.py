@@ -244,7 +244,9 @@ def test_capture_refuses_a_duration_or_count_that_is_not_positive(tmp_path, flag
 RECV = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", 9000)); s.settimeout(3)
+# generous: a passing run ends at the 200th flow; only a failing one waits it out (the
+# sender is a whole `emu exec` + interpreter start, seconds on a loaded machine)
+s.bind(("0.0.0.0", 9000)); s.settimeout(60)
 print("ready", flush=True)
 got = set()
 try:
@@ -270,7 +272,7 @@ def _flows_delivered(cluster: str) -> int:
                           text=True)
     assert rx.stdout.readline().strip() == "ready"
     emu("exec", f"{cluster}:h1", "--", sys.executable, "-c", SEND)
-    out, _ = rx.communicate(timeout=30)
+    out, _ = rx.communicate(timeout=120)
     return int(out.strip())
 
 
