@@ -33,7 +33,11 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="store_true",
                    help="NIC daemons write their engines' event traces (JSON lines) to "
                         "/run/emu/logs/<cluster>.nicd-<host>.trace.jsonl")
-    p.add_argument("--json", action="store_true", help="print the status as JSON when up")
+    p.add_argument("--json", action="store_true",
+                   help="print the status as JSON when up (with --dry-run: the plan)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (rates and delays per port, time scale, each NIC's "
+                        "and switch's settings) and build nothing; needs no root")
     p.add_argument("--force", action="store_true",
                    help="go ahead although the topology exceeds a limit of this machine "
                         "(memory, namespaces, processes, open files)")
@@ -156,15 +160,19 @@ def need_root() -> None:
 
 
 def _up(a: argparse.Namespace) -> int:
+    if a.dry_run:
+        return _dry_run(a)
     need_root()
     topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
     from emu.cluster import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
+    from emu.plan import build
 
     t0 = time.perf_counter()
     try:
+        plan = build(topo)
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
-                      trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
+                      trace=a.trace, progress=lambda m: print(m, file=sys.stderr), plan=plan)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
     def n(k: int, what: str) -> str:
@@ -177,9 +185,31 @@ def _up(a: argparse.Namespace) -> int:
     return 0
 
 
+def _dry_run(a: argparse.Namespace) -> int:
+    """``emu up --dry-run``: the plan ``emu up`` would start the cluster from, printed;
+    nothing is made (no namespace, state file, process or file), so no root is needed.
+    The plan is :func:`emu.plan.build`'s, the very one ``emu up`` uses."""
+    from emu.plan import build
+    from emu.plan import render as render_plan
+
+    topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
+    try:
+        plan = build(topo)
+    except (ValueError, KeyError) as e:  # a setting no checker caught: one line, exit 2
+        raise UserError(f"{a.topology}: {one_line(e)}") from None
+    if a.json:
+        print(json.dumps(plan.to_dict(), indent=1))
+    else:
+        print(render_plan(plan))
+    print(f"dry run: nothing was made (emu up without --dry-run brings up cluster "
+          f"{a.name or topo.name})", file=sys.stderr)
+    return 0
+
+
 def _size_check(a: argparse.Namespace):
     """The loader's hook that refuses a topology this machine cannot run, before it is
-    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning."""
+    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning, and so
+    does ``--dry-run`` (it builds nothing, and says what ``emu up`` would refuse)."""
     from emu import limits
 
     def check(size, has_switch: bool) -> None:
@@ -188,6 +218,10 @@ def _size_check(a: argparse.Namespace):
         try:
             limits.check(need)
         except limits.LimitError as e:
+            if getattr(a, "dry_run", False) and not a.force:
+                print(f"emu up: warning: emu up would refuse this: too big for this machine: "
+                      f"{e} (--force to try anyway)", file=sys.stderr)
+                return
             if not a.force:
                 raise UserError(f"too big for this machine: {e} (--force to try "
                                 f"anyway)") from None
