@@ -282,6 +282,9 @@ def _credible_lines(s: dict) -> str:
     cr = s.get("credible") or {}
     if cr.get("line"):
         lines.append(cr["line"])
+    t = s.get("time") or {}
+    if cr.get("line") and "scale" in t:
+        lines.append(f"time scale {t['scale']:g}: {t.get('why', '')}")
     ov = s.get("overload") or {}
     bad = {k: v for k, v in ov.items() if v.get("total")}
     if ov and not bad:
@@ -291,6 +294,15 @@ def _credible_lines(s: dict) -> str:
             f"{c} {n}" for c, n in overload_causes(v).items() if n)
             + " — runs it overlapped are NOT CREDIBLE (emu perf judges each run alone)")
     return ("\n" + "\n".join(lines)) if lines else ""
+
+
+def _planned(st: dict, key: str) -> dict:
+    """``key`` of the plan a cluster's state file keeps (``credible``, ``serializers``),
+    else the key of that name beside it (a cluster brought up by an emu before plans)."""
+    plan = st.get("plan")
+    if isinstance(plan, dict) and isinstance(plan.get(key), dict):
+        return plan[key]
+    return st.get(key) or {}
 
 
 def _with_links(s: dict, name: str) -> dict:
@@ -307,9 +319,13 @@ def _with_links(s: dict, name: str) -> dict:
     from emu.fabric import state
 
     st = state.load(name) or {}
-    if st.get("credible"):
-        s["credible"] = {k: st["credible"][k] for k in ("line", "fits", "proposed", "max_rate",
-                                                       "base_rtt") if k in st["credible"]}
+    cr = _planned(st, "credible") if st.get("credible") else {}  # set once NICs started
+    if cr:
+        s["credible"] = {k: cr[k] for k in ("line", "fits", "proposed", "max_rate",
+                                           "base_rtt") if k in cr}
+    if isinstance(st.get("plan"), dict) and "time" in st["plan"]:
+        s["time"] = st["plan"]["time"]  # the scale beside every figure (DESIGN: Fabric time)
+    serializers = _planned(st, "serializers")
     snap = snapshot(name, timeout=2.0)
     s["overload"] = {**{f"nicd {h}": v["overload"] for h, v in snap["nic"].items()},
                      **{f"switchd {n}": v["overload"] for n, v in snap["switch"].items()}}
@@ -326,8 +342,8 @@ def _with_links(s: dict, name: str) -> dict:
             d = getattr(lk, label)
             rec[label] = dataclasses.asdict(d)
             # the rate is a NIC port's line rate (its serializer), not an impairment
-            rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == (
-                st.get("serializers") or {}).get(f"{lk.name} {label}")
+            rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == serializers.get(
+                f"{lk.name} {label}")
             if not d.is_default():
                 try:
                     rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
@@ -420,7 +436,7 @@ def _impair(a: argparse.Namespace) -> int:
         if a.clear:
             # back to the cable as `emu up` built it: a host port keeps its line rate
             # (its serializer, not an impairment: emu.credible.rates.serializers)
-            base = (state.load(name) or {}).get("serializers") or {}
+            base = _planned(state.load(name) or {}, "serializers")
             for label in ("a_to_b", "b_to_a"):
                 if direction in (label, "both"):
                     setattr(lk, label, Direction(rate_bps=base.get(f"{lk.name} {label}")))

@@ -23,7 +23,6 @@ from emu.credible import capacity, rates
 from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
 from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
 from emu.switch import kernel
-from emu.switch import topology as switch_topology
 from emu.switch.config import SwitchConfig
 from emu.topology.model import Topology
 
@@ -45,15 +44,19 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
     Reads files but changes nothing, so ``emu up --dry-run`` can call it freely."""
     time = time or TimePlan()
     costs = costs or capacity.load()
-    cfgs = switch_topology.configs(topology) if switch_topology.enabled(topology) else {}
-    switches = {n: _switch_plan(n, c, time) for n, c in cfgs.items()}
+    # the switch pipeline (each switch's configuration, which run in user space) and
+    # the fabric's longest path: derived here once, and handed to every use below
+    switching = rates.switching(topology)
+    path = rates.longest_path(topology)
+    cfgs = switching.configs
+    switches = {n: _switch_plan(n, c, n in switching.user, time) for n, c in cfgs.items()}
 
     credible: dict[str, Any] = {}
     host_ports: list[rates.HostPort] = []
     serializers: dict[str, int] = {}
     line_args: dict[str, tuple[str, ...]] = {}
     if topology.hosts():
-        line_args, credible, host_ports = _nic_rates(topology, costs, time)
+        line_args, credible, host_ports = _nic_rates(topology, costs, time, switching, path)
         serializers = rates.serializers(topology, host_ports)
 
     # what every daemon gets: the transports, the DSCPs these switches write on trimmed
@@ -84,16 +87,18 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
                          "kernel_datapath": kernel.available() or "available"})
 
 
-def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan
+def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
+               switching: rates.Switching, path: list[tuple[str, str]]
                ) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list[rates.HostPort]]:
     """Each host's ``emu nicd`` arguments for its ports' line rates and the fabric's
     base round trip (:mod:`emu.credible`), the capacity verdict ``emu up`` records and
     prints, and the ports (:class:`emu.credible.rates.HostPort`)."""
-    res = capacity.fit(topology, costs)
-    ports = rates.host_ports(topology, res["proposed"])
+    res = capacity.fit(topology, costs, switching, path)
+    # the ports fit() found at the rate it proposes (not host_ports() a second time)
+    ports = [rates.HostPort(**p) for p in res["ports"]]
     # the round trip is the fabric's (engines' timers are fabric time)
     rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology), costs.nic_turnaround,
-                         costs.switch_turnaround)
+                         costs.switch_turnaround, switching, path)
     uet = topology.nic.get("uet") or {}
     per_host: dict[str, tuple[str, ...]] = {}
     for p in ports:
@@ -111,10 +116,10 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan
     return per_host, res, ports
 
 
-def _switch_plan(node: str, cfg: SwitchConfig, time: TimePlan) -> SwitchPlan:
-    """A switch's datapath as :func:`emu.switch.kernel.predict` expects it, the reason,
-    and its daemon's configuration in wall units."""
-    datapath = kernel.predict(cfg)
+def _switch_plan(node: str, cfg: SwitchConfig, user: bool, time: TimePlan) -> SwitchPlan:
+    """A switch's datapath as :func:`emu.switch.kernel.predict` expected it (``user``),
+    the reason, and its daemon's configuration in wall units."""
+    datapath = "user" if user else "kernel"
     if cfg.datapath == "user":
         why = "datapath = \"user\" configured"
     elif (needs := kernel.reasons(cfg, cfg.ports)):
