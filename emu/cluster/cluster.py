@@ -280,14 +280,13 @@ def need_switch(cluster: str, node: str) -> None:
 
 
 def _why_no_daemon(cluster: str) -> str:
-    """Why a switch of ``cluster`` has no daemon's control socket."""
-    from emu.switch.topology import enabled
-
+    """Why a switch of ``cluster`` has no daemon's control socket (its plan says whether
+    the cluster has a switch pipeline at all)."""
     try:
-        topo = model(cluster)
+        plan = plan_of(cluster)
     except ClusterError:
         return "no control socket (topology without [switch]?)"
-    if not enabled(topo):
+    if not plan.switches:
         return "its topology has no [switch] section (or pipeline = false)"
     return "its daemon's control socket is gone (emu status shows whether it died)"
 
