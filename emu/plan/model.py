@@ -141,11 +141,6 @@ class Plan:
             credible=d["credible"], serializers=d["serializers"],
             machine=d.get("machine", {}), version=d["version"])
 
-    def trimmed_dscps(self) -> list[int]:
-        """The DSCPs the switches write on trimmed packets (the NICs recognise them)."""
-        return sorted({int(s.config[k]) for s in self.switches.values()
-                       for k in ("trimmed_dscp", "trimmed_lasthop")})
-
     def port(self, node: str, ifname: str) -> PortPlan | None:
         """The egress port ``node:ifname`` (None: no such port)."""
         for p in self.ports:
