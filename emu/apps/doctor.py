@@ -321,6 +321,15 @@ def busy_with() -> list[str]:
     return [c for c in state.clusters() if not c.startswith(f"dr{os.getpid()}")]
 
 
+def _verdict(topo: Any, costs: capacity.Costs) -> dict[str, Any]:
+    """The capacity verdict of ``topo`` as ``emu up`` would plan it (:func:`emu.plan.build`:
+    the same derivation, so doctor and up never disagree; with the base round trip)."""
+    from emu.plan import build
+
+    res = build(topo, costs).credible
+    return res or capacity.fit(topo, costs)  # no host, no NIC to plan for: the bare fit
+
+
 def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
     """What :func:`capacity.fit` proposes for each :data:`SHIPPED` topology: the rate to
     give every port, the ceiling it was rounded down from, the ``--set`` to use it."""
@@ -332,7 +341,7 @@ def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
         path = os.path.join(NAMESPACES, name)
         if not os.path.exists(path):
             continue
-        res = capacity.fit(load(path, list(sets)), costs)
+        res = _verdict(load(path, list(sets)), costs)
         rate = format_rate(int(res["proposed"]))
         out.append({"topology": f"namespaces/{name}", "label": label, "sets": list(sets),
                     "proposed": res["proposed"], "max_rate": res["max_rate"],
@@ -376,7 +385,7 @@ def main(a: argparse.Namespace) -> int:
         except (TopologyError, OSError) as e:
             print(f"emu doctor: {e}", file=sys.stderr)
             return 2
-        res = capacity.fit(topo, costs)
+        res = _verdict(topo, costs)
         out["topology"] = res
         for line in report(res):
             say(line)

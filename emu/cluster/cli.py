@@ -33,7 +33,11 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="store_true",
                    help="NIC daemons write their engines' event traces (JSON lines) to "
                         "/run/emu/logs/<cluster>.nicd-<host>.trace.jsonl")
-    p.add_argument("--json", action="store_true", help="print the status as JSON when up")
+    p.add_argument("--json", action="store_true",
+                   help="print the status as JSON when up (with --dry-run: the plan)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (rates and delays per port, time scale, each NIC's "
+                        "and switch's settings) and build nothing; needs no root")
     p.add_argument("--force", action="store_true",
                    help="go ahead although the topology exceeds a limit of this machine "
                         "(memory, namespaces, processes, open files)")
@@ -156,15 +160,19 @@ def need_root() -> None:
 
 
 def _up(a: argparse.Namespace) -> int:
+    if a.dry_run:
+        return _dry_run(a)
     need_root()
     topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
     from emu.cluster import cluster as C  # after the size check: a refusal costs no fabric imports
     from emu.fabric import render, status
+    from emu.plan import build
 
     t0 = time.perf_counter()
     try:
+        plan = build(topo)
         fabric = C.up(topo, a.name, schedule=not a.no_schedule, daemons=not a.no_daemons,
-                      trace=a.trace, progress=lambda m: print(m, file=sys.stderr))
+                      trace=a.trace, progress=lambda m: print(m, file=sys.stderr), plan=plan)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
     def n(k: int, what: str) -> str:
@@ -177,9 +185,31 @@ def _up(a: argparse.Namespace) -> int:
     return 0
 
 
+def _dry_run(a: argparse.Namespace) -> int:
+    """``emu up --dry-run``: the plan ``emu up`` would start the cluster from, printed;
+    nothing is made (no namespace, state file, process or file), so no root is needed.
+    The plan is :func:`emu.plan.build`'s, the very one ``emu up`` uses."""
+    from emu.plan import build
+    from emu.plan import render as render_plan
+
+    topo = _load(a.topology, a.set, a.name, check_size=_size_check(a))
+    try:
+        plan = build(topo)
+    except (ValueError, KeyError) as e:  # a setting no checker caught: one line, exit 2
+        raise UserError(f"{a.topology}: {one_line(e)}") from None
+    if a.json:
+        print(json.dumps(plan.to_dict(), indent=1))
+    else:
+        print(render_plan(plan))
+    print(f"dry run: nothing was made (emu up without --dry-run brings up cluster "
+          f"{a.name or topo.name})", file=sys.stderr)
+    return 0
+
+
 def _size_check(a: argparse.Namespace):
     """The loader's hook that refuses a topology this machine cannot run, before it is
-    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning."""
+    generated (:mod:`emu.limits`); ``--force`` turns the refusal into a warning, and so
+    does ``--dry-run`` (it builds nothing, and says what ``emu up`` would refuse)."""
     from emu import limits
 
     def check(size, has_switch: bool) -> None:
@@ -188,6 +218,10 @@ def _size_check(a: argparse.Namespace):
         try:
             limits.check(need)
         except limits.LimitError as e:
+            if getattr(a, "dry_run", False) and not a.force:
+                print(f"emu up: warning: emu up would refuse this: too big for this machine: "
+                      f"{e} (--force to try anyway)", file=sys.stderr)
+                return
             if not a.force:
                 raise UserError(f"too big for this machine: {e} (--force to try "
                                 f"anyway)") from None
@@ -248,6 +282,9 @@ def _credible_lines(s: dict) -> str:
     cr = s.get("credible") or {}
     if cr.get("line"):
         lines.append(cr["line"])
+    t = s.get("time") or {}
+    if cr.get("line") and "scale" in t:
+        lines.append(f"time scale {t['scale']:g}: {t.get('why', '')}")
     ov = s.get("overload") or {}
     bad = {k: v for k, v in ov.items() if v.get("total")}
     if ov and not bad:
@@ -257,6 +294,15 @@ def _credible_lines(s: dict) -> str:
             f"{c} {n}" for c, n in overload_causes(v).items() if n)
             + " — runs it overlapped are NOT CREDIBLE (emu perf judges each run alone)")
     return ("\n" + "\n".join(lines)) if lines else ""
+
+
+def _planned(st: dict, key: str) -> dict:
+    """``key`` of the plan a cluster's state file keeps (``credible``, ``serializers``),
+    else the key of that name beside it (a cluster brought up by an emu before plans)."""
+    plan = st.get("plan")
+    if isinstance(plan, dict) and isinstance(plan.get(key), dict):
+        return plan[key]
+    return st.get(key) or {}
 
 
 def _with_links(s: dict, name: str) -> dict:
@@ -273,9 +319,13 @@ def _with_links(s: dict, name: str) -> dict:
     from emu.fabric import state
 
     st = state.load(name) or {}
-    if st.get("credible"):
-        s["credible"] = {k: st["credible"][k] for k in ("line", "fits", "proposed", "max_rate",
-                                                       "base_rtt") if k in st["credible"]}
+    cr = _planned(st, "credible") if st.get("credible") else {}  # set once NICs started
+    if cr:
+        s["credible"] = {k: cr[k] for k in ("line", "fits", "proposed", "max_rate",
+                                           "base_rtt") if k in cr}
+    if isinstance(st.get("plan"), dict) and "time" in st["plan"]:
+        s["time"] = st["plan"]["time"]  # the scale beside every figure (DESIGN: Fabric time)
+    serializers = _planned(st, "serializers")
     snap = snapshot(name, timeout=2.0)
     s["overload"] = {**{f"nicd {h}": v["overload"] for h, v in snap["nic"].items()},
                      **{f"switchd {n}": v["overload"] for n, v in snap["switch"].items()}}
@@ -292,8 +342,8 @@ def _with_links(s: dict, name: str) -> dict:
             d = getattr(lk, label)
             rec[label] = dataclasses.asdict(d)
             # the rate is a NIC port's line rate (its serializer), not an impairment
-            rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == (
-                st.get("serializers") or {}).get(f"{lk.name} {label}")
+            rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == serializers.get(
+                f"{lk.name} {label}")
             if not d.is_default():
                 try:
                     rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
@@ -386,7 +436,7 @@ def _impair(a: argparse.Namespace) -> int:
         if a.clear:
             # back to the cable as `emu up` built it: a host port keeps its line rate
             # (its serializer, not an impairment: emu.credible.rates.serializers)
-            base = (state.load(name) or {}).get("serializers") or {}
+            base = _planned(state.load(name) or {}, "serializers")
             for label in ("a_to_b", "b_to_a"):
                 if direction in (label, "both"):
                     setattr(lk, label, Direction(rate_bps=base.get(f"{lk.name} {label}")))

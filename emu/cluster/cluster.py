@@ -16,18 +16,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from emu.errors import UserError
 from emu.fabric import Fabric, state
 from emu.fabric import down as fabric_down
-from emu.nic.topology import (  # (the transports every daemon serves)
-    NIC_TRANSPORTS,
-    coalesce_arg,
-    sched_arg,
-)
 from emu.topology import Topology
 from emu.topology.serialize import from_dict, to_dict
+
+if TYPE_CHECKING:
+    from emu.plan import Plan
 
 
 class ClusterError(RuntimeError):
@@ -40,32 +38,31 @@ def event_log(cluster: str) -> str:
 
 
 def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
-       daemons: bool = True, trace: bool = False, progress=print) -> Fabric:
+       daemons: bool = True, trace: bool = False, progress=print,
+       plan: Plan | None = None) -> Fabric:
     """Build the cluster, apply its link settings, start its schedule and NIC daemons.
+
+    Everything is started from ``plan`` (:func:`emu.plan.build` of ``topology`` unless
+    given), which the state file keeps under ``plan``: the kernel gets the plan's wall
+    rates (:func:`emu.plan.wall_model`), each daemon its part of the plan, and
+    nothing here asks the topology for a setting again.
 
     All or nothing. Crash-safe: the state file names every object before it is
     made, and its ``phase`` stays "starting" (with ``step`` naming what is under
     way) until the last daemon is ready, so a SIGKILLed ``up`` reads as unfinished
     in ``emu status`` and ``emu clean`` removes it. ``trace``: every NIC daemon
     writes its engines' event trace to :func:`trace_path` (``emu up --trace``)."""
+    from emu import plan as planning
     from emu.fabric import linkctl
     from emu.fabric.progress import Progress
-    from emu.switch import topology as switch_topology
 
+    plan = plan or planning.build(topology)
+    # each host port's line rate goes in a kernel tbf on its egress too (the port's
+    # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
+    topology = planning.wall_model(topology, plan)
     steps = Progress(emit=progress)
-    per_host: dict[str, tuple[str, ...]] = {}
-    credible: dict[str, Any] = {}
-    serializers: dict[str, int] = {}
-    if topology.hosts():
-        from emu.credible import rates
-
-        # each host port's line rate goes in a kernel tbf on its egress too (the port's
-        # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
-        per_host, credible, ports = nic_rates(topology)
-        serializers = rates.serializers(topology, ports)
-        topology = rates.serialized(topology, ports)
-    n_switchd = len(switch_topology.configs(topology)) if switch_topology.enabled(topology) else 0
-    steps.add_total(n_switchd + (len(topology.hosts()) if daemons else 0))
+    n_switchd = len(plan.switches)
+    steps.add_total(n_switchd + (len(plan.nics) if daemons else 0))
     fabric = Fabric(topology, cluster=cluster, progress=steps, final_phase="starting")
     fabric.up()
     name = fabric.cluster
@@ -78,7 +75,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             st = state.load(name)
             assert st is not None
             st["model"] = to_dict(topology)
-            st["serializers"] = serializers  # what `emu impair --clear` goes back to
+            st["plan"] = plan.to_dict()
+            st["serializers"] = plan.serializers  # what `emu impair --clear` goes back to
             st["event_log"] = log
             st["step"] = "applying link settings"
             state.save(st)
@@ -96,30 +94,22 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
                      f"({linkctl.features().describe()})")
         state.update(name, up_done=time.time())
 
-        extra: tuple[str, ...] = ("--optional-transports",)
         if n_switchd:
             state.update(name, step="starting switch daemons")
-            n = start_switch_daemons(name, topology, progress=steps)
+            n = start_switch_daemons(name, plan, progress=steps)
             paths = sorted({str(c.get("datapath", "?")) for c in switch_counters(name).values()})
             progress(f"switch pipeline running on {n} switch(es), {'/'.join(paths)} datapath "
                      f"(emu switch NODE to inspect)")
-            # the NICs recognise trimmed packets by the DSCPs these switches write
-            dscps = sorted({d for c in switch_topology.configs(topology).values()
-                            for d in (c.trimmed_dscp, c.trimmed_lasthop)})
-            extra += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
         if schedule and topology.events:
             state.update(name, step="starting the scheduler")
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log})")
-        if daemons and topology.hosts():
-            from emu.nic.topology import daemon_args
-
-            state.update(name, credible=credible, step="starting NIC daemons")
-            progress(credible["line"])
-            started = start_nic_daemons(name, [h.name for h in topology.hosts()],
-                                        extra_args=extra + daemon_args(topology.nic),
-                                        trace=trace, per_host=per_host, progress=steps)
+        if daemons and plan.nics:
+            state.update(name, credible=plan.credible, step="starting NIC daemons")
+            progress(plan.credible["line"])
+            started = start_nic_daemons(name, {h: n.args for h, n in plan.nics.items()},
+                                        trace=trace, progress=steps)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
@@ -137,6 +127,20 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         remove_run_dirs(name, fabric_namespaces(topology, name))
         raise
     return fabric
+
+
+def plan_of(cluster: str) -> Plan:
+    """The plan ``cluster`` was started from (its state file's ``plan``)."""
+    from emu.plan import Plan
+
+    st = state.load(cluster)
+    if st is None or "plan" not in st:
+        raise ClusterError(f"cluster {cluster!r} has no plan in its state file "
+                           f"(still coming up, or built by an older emu)")
+    try:
+        return Plan.from_dict(st["plan"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ClusterError(f"cluster {cluster!r}: its plan cannot be read: {e}") from None
 
 
 def fabric_namespaces(topology: Topology, cluster: str) -> list[str]:
@@ -217,21 +221,21 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
                 p.stdout.close()
 
 
-def start_switch_daemons(cluster: str, topology: Topology, timeout: float = 30.0,
+def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
                          progress=None) -> int:
-    """Start ``emu switchd`` in every switch's namespace and wait until each is ready."""
+    """Start ``emu switchd`` in every switch's namespace, each with its configuration from
+    ``plan``, and wait until each is ready."""
     import json
 
     from emu.fabric.naming import ns_name
-    from emu.switch.topology import configs
 
     jobs = {}
-    for node, cfg in configs(topology).items():
+    for node, sw in plan.switches.items():
         d = switch_dir(cluster, node)
         os.makedirs(d, mode=0o700, exist_ok=True)
         cfg_path = os.path.join(d, "config.json")
         with open(cfg_path, "w") as f:
-            json.dump(cfg.to_dict(), f, indent=1)
+            json.dump(sw.config, f, indent=1)
         jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
                        "--config", cfg_path], os.path.join(d, "daemon.log"), f"switchd {node}")
     ready = spawn_ready(cluster, jobs, timeout, "switch daemon", progress)
@@ -276,14 +280,13 @@ def need_switch(cluster: str, node: str) -> None:
 
 
 def _why_no_daemon(cluster: str) -> str:
-    """Why a switch of ``cluster`` has no daemon's control socket."""
-    from emu.switch.topology import enabled
-
+    """Why a switch of ``cluster`` has no daemon's control socket (its plan says whether
+    the cluster has a switch pipeline at all)."""
     try:
-        topo = model(cluster)
+        plan = plan_of(cluster)
     except ClusterError:
         return "no control socket (topology without [switch]?)"
-    if not enabled(topo):
+    if not plan.switches:
         return "its topology has no [switch] section (or pipeline = false)"
     return "its daemon's control socket is gone (emu status shows whether it died)"
 
@@ -462,62 +465,21 @@ def trace_path(cluster: str, host: str) -> str:
     return os.path.join(state.STATE_DIR, "logs", f"{cluster}.nicd-{host}.trace.jsonl")
 
 
-#: how far ahead of the wire a NIC daemon may feed a port whose line rate a kernel tbf
-#: serializes (``emu nicd --tx-lead``): well inside the tbf's ~10 ms queue
-#: (:func:`emu.fabric.linkctl.tbf_sizes`), longer than most of the daemons' stalls, and
-#: short, since what waits there is queueing delay a UET sender's NSCC reads as
-#: congestion. Measured (README default, fresh pair clusters): 4 ms left UET at
-#: 0.77-0.84 of the line rate in 4 of 10 runs with no overload; 2 ms, 0.97-0.99 in 10 of 10
-TX_LEAD = 2e-3
-
-
-def nic_rates(topology: Topology) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list]:
-    """Each host's ``emu nicd`` arguments for its ports' line rates and the fabric's base
-    round trip (:mod:`emu.credible`), what ``emu up`` records and prints about them, and
-    the ports (:class:`emu.credible.rates.HostPort`)."""
-    from emu.credible import capacity, rates
-
-    costs = capacity.load()
-    res = capacity.fit(topology, costs)
-    ports = rates.host_ports(topology, res["proposed"])
-    rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology), costs.nic_turnaround,
-                         costs.switch_turnaround)
-    uet = topology.nic.get("uet") or {}
-    per_host: dict[str, tuple[str, ...]] = {}
-    for p in ports:
-        per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate", f"{p.ifname}={p.rate:.0f}")
-    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}", *coalesce_arg(topology.nic),
-                               *sched_arg(topology.nic))
-    if topology.nic.get("family") in (4, 6):
-        common += ("--family", str(topology.nic["family"]))
-    if "base_rtt" not in uet:
-        common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
-    per_host = {h: a + common for h, a in per_host.items()}
-    res["base_rtt"] = rtt
-    res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"
-    return per_host, res, ports
-
-
-def start_nic_daemons(cluster: str, hosts: list[str], timeout: float = 20.0,
-                      extra_args: tuple[str, ...] = ("--optional-transports",),
-                      trace: bool = False,
-                      per_host: dict[str, tuple[str, ...]] | None = None,
-                      progress=None) -> dict[str, float]:
-    """Start ``emu nicd`` in every host; return each one's time to ready (seconds).
+def start_nic_daemons(cluster: str, args: dict[str, tuple[str, ...]], timeout: float = 20.0,
+                      trace: bool = False, progress=None) -> dict[str, float]:
+    """Start ``emu nicd`` in every host of ``args`` (host → its arguments after
+    ``--cluster C --host H``: :attr:`emu.plan.NicPlan.args`); return each one's time to
+    ready (seconds).
 
     Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
     readiness, so ``emu down`` — or the rollback of a failed ``up`` — stops it
     (SIGTERM: the daemon drains and exits 0). They start in parallel; a daemon
     says ``ready …`` on stdout once its sockets and control socket exist.
-    ``--optional-transports``: a transport whose engine is not installed yet is
-    skipped with a warning in the log instead of failing the cluster. Each
-    daemon serves :data:`NIC_TRANSPORTS` (one engine and UDP port each);
     ``trace``: each writes its event trace to :func:`trace_path`.
     """
-    transports = [a for t in NIC_TRANSPORTS for a in ("-t", t)]
     logdir = os.path.join(state.STATE_DIR, "logs")
-    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *transports, *extra_args,
-                 *(per_host or {}).get(h, ()),
+    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *a,
                  *(("--trace", trace_path(cluster, h)) if trace else ())],
-                os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}") for h in hosts}
+                os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}")
+            for h, a in args.items()}
     return spawn_ready(cluster, jobs, timeout, "NIC daemon", progress)

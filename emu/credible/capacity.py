@@ -23,9 +23,12 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emu.topology.model import Topology
+
+if TYPE_CHECKING:
+    from emu.credible.rates import Switching
 
 #: where ``emu doctor`` keeps what it measured (tmpfs: a machine's figures, until reboot);
 #: a folder of its own, since every ``*.json`` in /run/emu is a cluster's state file
@@ -104,16 +107,20 @@ def frame_bytes(mtu: int) -> int:
     return pmtu_for(mtu) + 12 + 16 + 4 + 8 + 40 + 14
 
 
-def switches_on_path(topo: Topology, datapath: str = "user") -> int:
+def switches_on_path(topo: Topology, datapath: str = "user",
+                     switches: Switching | None = None,
+                     path: list[tuple[str, str]] | None = None) -> int:
     """Switches of the pipeline's ``datapath`` (``user``: switch daemons; ``kernel``: tc
-    BPF) a packet passes on the longest path (0 without the pipeline)."""
-    from emu.credible.rates import longest_path
-    from emu.switch import topology as sw
+    BPF) a packet passes on the longest path (0 without the pipeline). ``switches``,
+    ``path``: as derived already (:func:`emu.credible.rates.switching`, ``longest_path``)."""
+    from emu.credible.rates import longest_path, switching
 
-    if not sw.enabled(topo):
+    switches = switches or switching(topo)
+    if not switches.configs:
         return 0
-    user = sw.user_space(topo)
-    return sum(1 for node, _ in longest_path(topo)
+    user = switches.user
+    path = longest_path(topo) if path is None else path
+    return sum(1 for node, _ in path
                if topo.nodes[node].kind == "switch" and (node in user) == (datapath == "user"))
 
 
@@ -151,25 +158,29 @@ def propose(topo: Topology, costs: Costs | None = None) -> float:
                                switches_on_path(topo, "kernel")))
 
 
-def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
+def fit(topo: Topology, costs: Costs | None = None, switches: Switching | None = None,
+        path: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Whether the topology's rates fit this machine: ``{"fits", "proposed", "max_rate",
-    "ports": [...], "advice"}``; ``advice`` is the ``--set`` that would make them fit."""
-    from emu.credible.rates import host_ports
-    from emu.switch import topology as sw
+    "ports": [...], "advice"}``; ``advice`` is the ``--set`` that would make them fit.
+    ``switches``, ``path``: as derived already (:func:`emu.credible.rates.switching`,
+    ``longest_path``), else derived here."""
+    from emu.credible.rates import host_ports, longest_path, switching
 
     costs = costs or load()
-    hops = switches_on_path(topo)
+    switches = switches or switching(topo)
+    path = longest_path(topo) if path is None else path
+    hops = switches_on_path(topo, "user", switches, path)
     mtu = mtu_of(topo)
-    limit = max_rate(costs, hops, mtu, switches_on_path(topo, "kernel"))
+    limit = max_rate(costs, hops, mtu, switches_on_path(topo, "kernel", switches, path))
     proposed = nice_floor(limit)
-    ports = host_ports(topo, proposed)
+    ports = host_ports(topo, proposed, switches)
     too_fast = [p for p in ports if p.rate > limit * 1.001]
     advice = []
     if too_fast:
         from emu.topology.units import format_rate
 
         r = format_rate(int(proposed))
-        if sw.enabled(topo):
+        if switches.configs:
             advice.append(f"--set switch.port.rate={r}")
         if any(p.source == "link" for p in too_fast):
             advice.append(f"--set link.rate={r}")
@@ -177,20 +188,21 @@ def fit(topo: Topology, costs: Costs | None = None) -> dict[str, Any]:
             advice.append(f"--set nic.line_rate={r}")
     return {"fits": not too_fast, "proposed": proposed,
             "max_rate": limit, "switch_hops": hops, "frame_bytes": frame_bytes(mtu),
-            "switch_datapaths": datapaths(topo),
+            "switch_datapaths": datapaths(topo, switches),
             "costs": costs.to_dict(),
             "ports": [{"host": p.host, "ifname": p.ifname, "rate": p.rate, "source": p.source}
                       for p in ports],
             "too_fast": [f"{p.host}:{p.ifname}" for p in too_fast], "advice": advice}
 
 
-def datapaths(topo: Topology) -> dict[str, int]:
+def datapaths(topo: Topology, switches: Switching | None = None) -> dict[str, int]:
     """How many switches will run each switch-pipeline datapath ({} without one)."""
-    from emu.switch import topology as sw
+    from emu.credible.rates import switching
 
-    if not sw.enabled(topo):
+    switches = switches or switching(topo)
+    if not switches.configs:
         return {}
-    user = sw.user_space(topo)
+    user = switches.user
     n = len(topo.switches())
     return {k: v for k, v in (("kernel", n - len(user)), ("user", len(user))) if v}
 

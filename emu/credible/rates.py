@@ -34,8 +34,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from emu.topology.model import Topology
+
+if TYPE_CHECKING:
+    from emu.switch.config import SwitchConfig
 
 #: bytes of a small control packet (ACK) on the wire, for the return half of a round trip
 ACK_FRAME = 14 + 40 + 8 + 32
@@ -51,14 +55,36 @@ class HostPort:
     source: str  # "link", "switch", "nic.line_rate", "default"
 
 
-def _switch_port_rates(topo: Topology) -> dict[tuple[str, str], float]:
-    """(host, host ifname) → the pipeline rate of the switch port facing it."""
+@dataclass(frozen=True)
+class Switching:
+    """The switch pipeline as the capacity model needs it, derived from a topology once
+    (:func:`switching`): each switch's configuration (empty without a pipeline) and the
+    switches whose daemons do per-packet work in user space. Passed to the functions
+    here so that one derivation serves them all (``emu.plan``); without it each derives
+    its own."""
+
+    configs: dict[str, SwitchConfig]
+    user: frozenset[str]
+
+
+def switching(topo: Topology) -> Switching:
+    """``topo``'s switch pipeline (:class:`Switching`)."""
     from emu.switch import topology as sw
+    from emu.switch.kernel import predict
 
     if not sw.enabled(topo):
+        return Switching({}, frozenset())
+    cfgs = sw.configs(topo)
+    return Switching(cfgs, frozenset(n for n, c in cfgs.items() if predict(c) == "user"))
+
+
+def _switch_port_rates(topo: Topology, switches: Switching | None = None
+                       ) -> dict[tuple[str, str], float]:
+    """(host, host ifname) → the pipeline rate of the switch port facing it."""
+    cfgs = (switches or switching(topo)).configs
+    if not cfgs:
         return {}
     out: dict[tuple[str, str], float] = {}
-    cfgs = sw.configs(topo)
     for lk in topo.links:
         for here, there in ((lk.a, lk.b), (lk.b, lk.a)):
             if topo.nodes[here.node].kind == "host" and there.node in cfgs:
@@ -68,9 +94,10 @@ def _switch_port_rates(topo: Topology) -> dict[tuple[str, str], float]:
     return out
 
 
-def host_ports(topo: Topology, default: float) -> list[HostPort]:
+def host_ports(topo: Topology, default: float,
+               switches: Switching | None = None) -> list[HostPort]:
     """Every host port with its line rate (rules in the module docstring)."""
-    sw = _switch_port_rates(topo)
+    sw = _switch_port_rates(topo, switches)
     nic_rate = topo.nic.get("line_rate")  # bits/s (the loader parsed it)
     out = []
     for lk in topo.links:
@@ -170,25 +197,24 @@ def _hop_rate(topo: Topology, node: str, ifname: str, ports: dict[tuple[str, str
 
 
 def base_rtt(topo: Topology, ports: list[HostPort], mtu: int, nic_turnaround: float,
-             switch_turnaround: float) -> float:
+             switch_turnaround: float, switches: Switching | None = None,
+             path: list[tuple[str, str]] | None = None) -> float:
     """The unloaded round trip (seconds) of the longest host-to-host path: a full frame
     there, an ACK back, serialization and delay per hop, plus the emulator's turnaround
     (``nic_turnaround`` for the two NIC daemons together, ``switch_turnaround`` per
-    switch daemon on the path, there and back)."""
-    from emu.switch import topology as sw
-
-    path = longest_path(topo)
+    switch daemon on the path, there and back). ``switches``, ``path``: as derived
+    already (:func:`switching`, :func:`longest_path`)."""
+    switches = switches or switching(topo)
+    path = longest_path(topo) if path is None else path
     by_port = {(p.host, p.ifname): p.rate for p in ports}
     sw_rates: dict[tuple[str, str], float] = {}
-    pipeline = sw.enabled(topo)
-    if pipeline:
-        for name, cfg in sw.configs(topo).items():
-            for ifname, pc in cfg.ports.items():
-                if pc.rate:
-                    sw_rates[(name, ifname)] = float(pc.rate)
+    for name, cfg in switches.configs.items():
+        for ifname, pc in cfg.ports.items():
+            if pc.rate:
+                sw_rates[(name, ifname)] = float(pc.rate)
     t = nic_turnaround
     frame = mtu + 14
-    user = sw.user_space(topo)
+    user = switches.user
     for node, ifname in path:
         rate, delay = _hop_rate(topo, node, ifname, by_port, sw_rates)
         if rate:

@@ -55,7 +55,6 @@ class Cluster:
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
                  network: networks.Network = networks.PAIR, directory: str = ".") -> None:
         from emu.cluster import cluster
-        from emu.nic.topology import daemon_args
         from emu.topology import load
 
         self.name = name
@@ -67,8 +66,9 @@ class Cluster:
             self.traces = {h: cluster.trace_path(name, h) for h in emu_hosts}
             self.logs = {h: os.path.join(os.path.dirname(self.traces[h]),
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
-            self.per_host, _, _ = cluster.nic_rates(self.topology)
-            self.extra = ("--optional-transports", *daemon_args(self.topology.nic))
+            # the NIC daemons' arguments from the plan ``up`` kept (as emu up's own)
+            plan = cluster.plan_of(name)
+            self.args = {h: plan.nics[h].args for h in emu_hosts}
             self.start_daemons()
         except BaseException:
             self.down()
@@ -80,8 +80,7 @@ class Cluster:
         from emu.cluster import cluster
 
         if self.emu_hosts:
-            cluster.start_nic_daemons(self.name, self.emu_hosts, trace=True,
-                                      per_host=self.per_host, extra_args=self.extra)
+            cluster.start_nic_daemons(self.name, self.args, trace=True)
 
     def restart_daemons(self) -> None:
         """Fresh ``emu nicd``s for the next case: a daemon that outlives the case keeps

@@ -112,9 +112,18 @@ def available() -> str | None:
         return f"bpf(2) syscall number unknown on {platform.machine()}"
     if shutil.which("tc") is None:
         return "no tc (apt-get install iproute2)"
-    if not any(CACHE.glob(f"port-{_source_hash()}.o")) and shutil.which("clang") is None:
+    if not _cached() and shutil.which("clang") is None:
         return "no clang (apt-get install clang libbpf-dev)"
     return None
+
+
+def _cached() -> bool:
+    """Whether the compiled program is in :data:`CACHE` (a cache this user may not read,
+    as root's for ``emu up --dry-run`` run by another user, is no cache)."""
+    try:
+        return any(CACHE.glob(f"port-{_source_hash()}.o"))
+    except OSError:
+        return False
 
 
 def predict(cfg: SwitchConfig) -> str:

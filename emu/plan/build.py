@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Resolve a loaded topology into a :class:`~emu.plan.model.Plan`, once.
+
+Before the plan, ``emu up`` handed the topology to ``credible/``, ``switch/`` and
+``nic/`` and each derived rates and per-node settings from it again (every switch's
+configuration was rebuilt at each use, the host ports' line rates twice). Here the
+derivations run once, in one order, and what they give is written down: per-port
+rates and delays (fabric and wall units), the time scale and why, each NIC
+daemon's arguments, each switch daemon's configuration and expected datapath,
+and the capacity verdict. ``emu up`` and the tools read the plan, and nothing
+downstream asks the topology again for a setting.
+
+What this machine adds (its measured per-packet costs, whether the kernel
+datapath can load here) is read here too, so a plan states what it was made for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from emu.credible import capacity, rates
+from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
+from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
+from emu.switch import kernel
+from emu.switch.config import SwitchConfig
+from emu.topology.model import Topology
+
+#: how far ahead of the wire a NIC daemon may feed a port whose line rate a kernel tbf
+#: serializes (``emu nicd --tx-lead``): well inside the tbf's ~10 ms queue
+#: (:func:`emu.fabric.linkctl.tbf_sizes`), longer than most of the daemons' stalls, and
+#: short, since what waits there is queueing delay a UET sender's NSCC reads as
+#: congestion. Measured (README default, fresh pair clusters): 4 ms left UET at
+#: 0.77-0.84 of the line rate in 4 of 10 runs with no overload; 2 ms, 0.97-0.99 in 10 of 10
+TX_LEAD = 2e-3
+
+
+def build(topology: Topology, costs: capacity.Costs | None = None,
+          time: TimePlan | None = None) -> Plan:
+    """The plan of ``topology`` (already loaded, ``--set`` applied) on this machine.
+
+    ``costs``: this machine's per-packet costs (default: what ``emu doctor``
+    measured, else the reference VM's); ``time``: the clock (default: real time).
+    Reads files but changes nothing, so ``emu up --dry-run`` can call it freely."""
+    time = time or TimePlan()
+    costs = costs or capacity.load()
+    # the switch pipeline (each switch's configuration, which run in user space) and
+    # the fabric's longest path: derived here once, and handed to every use below
+    switching = rates.switching(topology)
+    path = rates.longest_path(topology)
+    cfgs = switching.configs
+    switches = {n: _switch_plan(n, c, n in switching.user, time) for n, c in cfgs.items()}
+
+    credible: dict[str, Any] = {}
+    host_ports: list[rates.HostPort] = []
+    serializers: dict[str, int] = {}
+    line_args: dict[str, tuple[str, ...]] = {}
+    if topology.hosts():
+        line_args, credible, host_ports = _nic_rates(topology, costs, time, switching, path)
+        serializers = rates.serializers(topology, host_ports)
+
+    # what every daemon gets: the transports, the DSCPs these switches write on trimmed
+    # packets (so the NICs recognise them), the [nic] section's engine options
+    common: tuple[str, ...] = (*(a for t in NIC_TRANSPORTS for a in ("-t", t)),
+                               "--optional-transports")
+    dscps = sorted({int(s.config[k]) for s in switches.values()
+                    for k in ("trimmed_dscp", "trimmed_lasthop")})
+    common += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
+    common += daemon_args(topology.nic)
+    by_host: dict[str, list[NicPort]] = {}
+    for p in host_ports:
+        wall = time.wall_rate(p.rate)
+        assert wall is not None
+        by_host.setdefault(p.host, []).append(NicPort(p.ifname, p.rate, wall, p.source))
+    nics = {h.name: NicPlan(h.name, tuple(by_host.get(h.name, ())),
+                            common + line_args.get(h.name, ()))
+            for h in topology.hosts()}
+
+    sources = {(p.host, p.ifname): p.source for p in host_ports}
+    ports = tuple(_ports(topology, serializers, sources, cfgs, time))
+    if time.scale != 1:  # the state file's serializers are what the kernel goes back to
+        serializers = {k: round(v / time.scale) for k, v in serializers.items()}
+    return Plan(topology=topology.declared_name or topology.name, kind=topology.kind,
+                source=topology.source, time=time, ports=ports, nics=nics,
+                switches=switches, credible=credible, serializers=serializers,
+                machine={"costs": costs.source, "cores": costs.cores,
+                         "kernel_datapath": kernel.available() or "available"})
+
+
+def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
+               switching: rates.Switching, path: list[tuple[str, str]]
+               ) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list[rates.HostPort]]:
+    """Each host's ``emu nicd`` arguments for its ports' line rates and the fabric's
+    base round trip (:mod:`emu.credible`), the capacity verdict ``emu up`` records and
+    prints, and the ports (:class:`emu.credible.rates.HostPort`)."""
+    res = capacity.fit(topology, costs, switching, path)
+    # the ports fit() found at the rate it proposes (not host_ports() a second time)
+    ports = [rates.HostPort(**p) for p in res["ports"]]
+    # the round trip is the fabric's (engines' timers are fabric time)
+    rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology), costs.nic_turnaround,
+                         costs.switch_turnaround, switching, path)
+    uet = topology.nic.get("uet") or {}
+    per_host: dict[str, tuple[str, ...]] = {}
+    for p in ports:
+        per_host[p.host] = per_host.get(p.host, ()) + (
+            "--line-rate", f"{p.ifname}={time.wall_rate(p.rate):.0f}")
+    common: tuple[str, ...] = ("--tx-lead", f"{time.wall_delay(TX_LEAD):g}",
+                               *coalesce_arg(topology.nic), *sched_arg(topology.nic))
+    if topology.nic.get("family") in (4, 6):
+        common += ("--family", str(topology.nic["family"]))
+    if "base_rtt" not in uet:
+        common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+    per_host = {h: a + common for h, a in per_host.items()}
+    res["base_rtt"] = rtt
+    res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"
+    return per_host, res, ports
+
+
+def _switch_plan(node: str, cfg: SwitchConfig, user: bool, time: TimePlan) -> SwitchPlan:
+    """A switch's datapath as :func:`emu.switch.kernel.predict` expected it (``user``),
+    the reason, and its daemon's configuration in wall units."""
+    datapath = "user" if user else "kernel"
+    if cfg.datapath == "user":
+        why = "datapath = \"user\" configured"
+    elif (needs := kernel.reasons(cfg, cfg.ports)):
+        why = "the kernel path cannot serve " + "; ".join(needs)
+    elif (missing := kernel.available()) is not None:
+        why = f"the kernel path cannot load here: {missing}"
+    else:
+        why = ("datapath = \"kernel\" configured" if cfg.datapath == "kernel" else
+               "auto: the kernel path serves this configuration (tc BPF + tbf)")
+    return SwitchPlan(node, datapath, why, _wall_config(cfg, time).to_dict())
+
+
+def _wall_config(cfg: SwitchConfig, time: TimePlan) -> SwitchConfig:
+    """``cfg`` with its ports' rates, delays and jitters in wall units (``cfg`` itself
+    at scale 1, so the daemon's configuration is byte-for-byte what it always was)."""
+    if time.scale == 1:
+        return cfg
+    ports = {}
+    for name, p in cfg.ports.items():
+        ports[name] = replace(p, rate=None if p.rate is None else round(p.rate / time.scale),
+                              delay=time.wall_delay(p.delay), jitter=time.wall_delay(p.jitter))
+    return replace(cfg, ports=ports, pfc_quantum=time.wall_delay(cfg.pfc_quantum))
+
+
+def _ports(topology: Topology, serializers: dict[str, int],
+           sources: dict[tuple[str, str], str], cfgs: dict[str, SwitchConfig],
+           time: TimePlan) -> list[PortPlan]:
+    """Every link direction as the egress port it leaves by."""
+    out = []
+    for lk in topology.links:
+        for label, here, there, d in (("a_to_b", lk.a, lk.b, lk.a_to_b),
+                                      ("b_to_a", lk.b, lk.a, lk.b_to_a)):
+            serial = serializers.get(f"{lk.name} {label}")
+            rate: float | None
+            if d.rate_bps:
+                rate, src = float(d.rate_bps), "link"
+            elif serial:
+                rate, src = float(serial), f"line rate ({sources.get((here.node, here.ifname))})"
+            else:
+                rate, src = None, ""
+            pr: float | None = None
+            pdelay = 0.0
+            if here.node in cfgs:
+                pc = cfgs[here.node].ports.get(here.ifname)
+                if pc is not None:
+                    pr = float(pc.rate) if pc.rate else None
+                    pdelay = pc.delay
+            out.append(PortPlan(
+                link=lk.name, direction=label, node=here.node, ifname=here.ifname,
+                peer=f"{there.node}:{there.ifname}", mtu=lk.mtu, rate=rate,
+                wall_rate=time.wall_rate(rate), rate_source=src, serializer=bool(serial),
+                delay=d.delay_s, wall_delay=time.wall_delay(d.delay_s),
+                pipeline_rate=pr, wall_pipeline_rate=time.wall_rate(pr),
+                pipeline_delay=pdelay, wall_pipeline_delay=time.wall_delay(pdelay)))
+    return out
+
+
+def wall_model(topology: Topology, plan: Plan) -> Topology:
+    """``topology`` as the kernel is to run it: each link direction at the plan's wall
+    rate and delay (a host port's line rate where the link has none of its own:
+    :func:`emu.credible.rates.serialized`). A copy; the caller's model is left alone."""
+    by_dir = {(p.link, p.direction): p for p in plan.ports}
+    scaled = plan.time.scale != 1
+    links = []
+    for lk in topology.links:
+        for label in ("a_to_b", "b_to_a"):
+            p = by_dir[(lk.name, label)]
+            d = getattr(lk, label)
+            new = d
+            if p.wall_rate is not None and (p.serializer or scaled):
+                new = replace(new, rate_bps=int(p.wall_rate))
+            if scaled:  # at scale 1 the model's own values, untouched (its JSON too)
+                new = replace(new, delay_s=p.wall_delay,
+                              jitter_s=plan.time.wall_delay(d.jitter_s))
+            if new is not d:
+                lk = replace(lk, **{label: new})
+        links.append(lk)
+    return replace(topology, links=links)

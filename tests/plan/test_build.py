@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The plan gives every daemon and the fabric exactly what ``emu up`` derived before it.
+
+:func:`_before_the_plan` is a frozen copy of what ``emu.cluster.cluster.up`` (with
+``nic_rates`` and ``start_switch_daemons``) derived from a topology before the plan
+existed: the NIC daemons' arguments, the switch daemons' configuration files, the
+link serializers, the capacity verdict and the model written to the state file. The
+plan must give the same for every shipped topology, as shipped and with the
+settings that change what is derived (switch pipeline, datapath, rates, trimming,
+engine options). No root, no namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers)
+from emu import plan as P
+from emu.credible import capacity, rates
+from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
+from emu.switch import topology as switch_topology
+from emu.topology.loader import load
+from emu.topology.model import Topology
+from emu.topology.serialize import to_dict
+
+NS = Path(__file__).resolve().parents[2] / "namespaces"
+SHIPPED = sorted(p.name for p in NS.glob("*.toml"))
+
+#: --set lists that change what emu up derives (each also on every shipped file)
+VARIANTS: dict[str, list[str]] = {
+    "as shipped": [],
+    "nic line rate": ["nic.line_rate=300mbit"],
+    "link rate and delay": ["link.rate=50mbit", "link.delay=1ms"],
+    "engine options": ["nic.uet.cc=rccc", "nic.rx_coalesce=off", "nic.sched=slice",
+                       "nic.family=6", "nic.roce.line_rate=25gbit"],
+    "uet base_rtt given": ["nic.uet.base_rtt=0.001"],
+    "switch pipeline": ["switch.pipeline=true"],
+    "user datapath": ["switch.pipeline=true", "switch.datapath=user"],
+    "switch rate, trim, own DSCPs": ["switch.pipeline=true", "switch.port.rate=1gbit",
+                                     "switch.port.trim=true", "switch.trimmed_dscp=20",
+                                     "switch.trimmed_lasthop=21", "switch.port.delay=10us"],
+}
+
+#: fixed costs, so both paths see the same machine whatever emu doctor measured here
+COSTS = capacity.REFERENCE
+
+
+def _before_the_plan(topology: Topology, costs: capacity.Costs) -> dict[str, Any]:
+    """What emu up derived from ``topology`` before the plan (frozen copy, see above)."""
+    credible: dict[str, Any] = {}
+    per_host: dict[str, tuple[str, ...]] = {}
+    serializers: dict[str, int] = {}
+    if topology.hosts():
+        # emu.cluster.cluster.nic_rates, as it was
+        res = capacity.fit(topology, costs)
+        ports = rates.host_ports(topology, res["proposed"])
+        rtt = rates.base_rtt(topology, ports, capacity.mtu_of(topology),
+                             costs.nic_turnaround, costs.switch_turnaround)
+        uet = topology.nic.get("uet") or {}
+        for p in ports:
+            per_host[p.host] = per_host.get(p.host, ()) + ("--line-rate",
+                                                           f"{p.ifname}={p.rate:.0f}")
+        common: tuple[str, ...] = ("--tx-lead", f"{2e-3:g}", *coalesce_arg(topology.nic),
+                                   *sched_arg(topology.nic))
+        if topology.nic.get("family") in (4, 6):
+            common += ("--family", str(topology.nic["family"]))
+        if "base_rtt" not in uet:
+            common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+        per_host = {h: a + common for h, a in per_host.items()}
+        res["base_rtt"] = rtt
+        res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"
+        credible = res
+        serializers = rates.serializers(topology, ports)
+        topology = rates.serialized(topology, ports)
+    enabled = switch_topology.enabled(topology)
+    switch_cfgs = switch_topology.configs(topology) if enabled else {}
+    extra: tuple[str, ...] = ("--optional-transports",)
+    if switch_cfgs:
+        dscps = sorted({d for c in switch_topology.configs(topology).values()
+                        for d in (c.trimmed_dscp, c.trimmed_lasthop)})
+        extra += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
+    transports = [a for t in NIC_TRANSPORTS for a in ("-t", t)]
+    nicd = {h.name: [*transports, *extra, *daemon_args(topology.nic), *per_host.get(h.name, ())]
+            for h in topology.hosts()}
+    return {"nicd": nicd,
+            "switchd": {n: json.dumps(c.to_dict(), indent=1) for n, c in switch_cfgs.items()},
+            "serializers": serializers, "credible": json.dumps(credible, sort_keys=True),
+            "model": json.dumps(to_dict(topology), sort_keys=True)}
+
+
+def _from_the_plan(topology: Topology, plan: P.Plan) -> dict[str, Any]:
+    """The same things, as emu up now takes them from the plan."""
+    return {"nicd": {h: list(n.args) for h, n in plan.nics.items()},
+            "switchd": {n: json.dumps(s.config, indent=1) for n, s in plan.switches.items()},
+            "serializers": plan.serializers,
+            "credible": json.dumps(plan.credible, sort_keys=True),
+            "model": json.dumps(to_dict(P.wall_model(topology, plan)), sort_keys=True)}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_plan_gives_what_up_derived_before_it(name, variant):
+    if name == "pair.toml" and variant.startswith(("switch", "user")):
+        pytest.skip("a pair has no switch for a pipeline (the loader refuses it)")
+    topo = load(NS / name, VARIANTS[variant])
+    old = _before_the_plan(topo, COSTS)
+    plan = P.build(topo, COSTS)
+    new = _from_the_plan(topo, plan)
+    for key in old:
+        assert new[key] == old[key], key
+    # and a plan read back from the state file is the same plan
+    assert P.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+
+
+def test_every_shipped_topology_is_covered():
+    assert {"pair.toml", "leaf-spine.toml", "rail-optimized.toml",
+            "multi-plane.toml"} <= set(SHIPPED)
+
+
+def test_time_is_real_time_and_wall_units_equal_fabric_units():
+    plan = P.build(load(NS / "leaf-spine.toml", ["link.rate=50mbit", "link.delay=1ms"]), COSTS)
+    assert plan.time.scale == 1 and "fabric time not implemented" in plan.time.why
+    for p in plan.ports:
+        assert p.wall_rate == p.rate and p.wall_delay == p.delay
+    for n in plan.nics.values():
+        assert all(q.wall_rate == q.rate for q in n.ports)
+
+
+def test_a_scale_changes_wall_units_in_one_place():
+    """What time dilation will do, checked now so the one place stays the one place:
+    wall rate = fabric rate / scale, delay x scale, in the ports, the NIC arguments,
+    the switch configuration and the model the kernel is given."""
+    topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true", "switch.port.rate=1gbit",
+                                         "switch.port.delay=10us", "link.delay=1ms"])
+    plan = P.build(topo, COSTS, time=P.TimePlan(scale=4, why="test"))
+    h1 = plan.port("h1", "eth0")
+    assert h1 is not None and h1.rate == 1e9 and h1.wall_rate == 250e6
+    assert h1.delay == 1e-3 and h1.wall_delay == 4e-3
+    assert "eth0=250000000" in " ".join(plan.nics["h1"].args)
+    assert "--tx-lead 0.008" in " ".join(plan.nics["h1"].args)
+    port = plan.switches["leaf1"].config["ports"]["h1"]
+    assert port["rate"] == 250_000_000 and port["delay"] == pytest.approx(40e-6)
+    wall = P.wall_model(topo, plan)
+    lk = next(lk for lk in wall.links if lk.a.node == "h1")
+    assert lk.a_to_b.rate_bps == 250_000_000 and lk.a_to_b.delay_s == pytest.approx(4e-3)
+
+
+def test_the_plan_says_why_each_switch_takes_its_datapath():
+    user = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
+                                                 "switch.datapath=user"]), COSTS)
+    assert {s.datapath for s in user.switches.values()} == {"user"}
+    assert all("configured" in s.why for s in user.switches.values())
+    trim = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
+                                                 "switch.port.trim=true"]), COSTS)
+    assert all(s.datapath == "user" and "trimming" in s.why for s in trim.switches.values())
+    assert P.build(load(NS / "pair.toml"), COSTS).switches == {}
+
+
+def test_render_shows_every_port_nic_and_switch():
+    plan = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true"]), COSTS)
+    text = P.render(plan)
+    assert "scale 1" in text and "fabric time not implemented" in text
+    for p in plan.ports:
+        assert f"{p.node}:{p.ifname}" in text
+    for h in plan.nics:
+        assert f"\n{h} " in text
+    for s in plan.switches:
+        assert f"\n{s} " in text
