@@ -78,12 +78,15 @@ def _wc_error(wc: Any) -> TransportError:
 def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *,
                iters: int, duration: float | None, tx_depth: int, cq_mod: int,
                pattern: Pattern | None, chan: Channel | None, timeout: float,
-               progress: bool = True, clock: Callable[[], float] = time.perf_counter
-               ) -> BwRun:
+               progress: bool = True, clock: Callable[[], float] = time.perf_counter,
+               remote_at: tuple[int, int] | None = None) -> BwRun:
     """Post ``iters`` messages per QP (or for ``duration`` s) and time every completion.
 
     ``pattern`` set: WRITE/SEND sources are filled per iteration, READ
     results are checked as they complete (:class:`DataError` on a mismatch).
+    ``remote_at`` = ``(slots, stride)``: iteration ``k`` targets the peer's
+    ``va + (k % slots) * stride`` (perftest's cycle buffer, whose addresses are on
+    the wire), not emu's slot of the same size as ours.
     """
     nq = len(ep.qps)
     slots = slot_count(size, tx_depth)
@@ -92,6 +95,7 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
     opcode = OPCODES[verb]
     posted, completed, last_signaled = [0] * nq, [0] * nq, [-1] * nq
     views = [mr.view for mr in ep.mrs]
+    rslots, rstride = remote_at or (slots, size)
     run = BwRun(size)
     tp, tc = run.tposted, run.tcompleted
     t0 = clock()
@@ -114,7 +118,7 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
             wr: dict[str, Any] = {"wr_id": k, "opcode": opcode, "signaled": sig,
                                   "sg_list": [[mr.va + off, size, mr.lkey]]}
             if verb != "send":
-                wr["remote_addr"] = rem["va"] + off
+                wr["remote_addr"] = rem["va"] + (k % rslots) * rstride
                 wr["rkey"] = rem["rkey"]
             wrs.append(wr)
             if sig:
@@ -162,7 +166,7 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
                 view = views[q]
                 for j in range(completed[q], k + 1):
                     off = (j % slots) * size
-                    pattern.check(view[off:off + size], server_stream(q), j % slots,
+                    pattern.check(view[off:off + size], server_stream(q), j % rslots,
                                   f"QP {q} iteration {j} (READ into slot {j % slots})")
             completed[q] = k + 1
             tc.extend([now] * n)
@@ -182,28 +186,30 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
 # -- server side -----------------------------------------------------------------------
 
 
-def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern | None
-                        ) -> None:
-    """Fill every slot the client will READ with its stream's pattern for that slot."""
+def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern | None,
+                        at: tuple[int, int] | None = None) -> None:
+    """Fill every slot the client will READ with its stream's pattern for that slot
+    (``at`` = ``(slots, stride)`` of perftest's layout, else emu's)."""
     if pattern is None:
         return
-    slots = slot_count(size, tx_depth)
+    slots, stride = at or (slot_count(size, tx_depth), size)
     for q, mr in enumerate(ep.mrs):
         view = mr.view
         for s in range(slots):
-            pattern.fill(view[s * size:(s + 1) * size], server_stream(q), s)
+            pattern.fill(view[s * stride:s * stride + size], server_stream(q), s)
 
 
 def verify_writes(ep: Endpoint, size: int, tx_depth: int, counts: list[int],
-                  pattern: Pattern) -> None:
-    """After a WRITE run: each slot holds the last iteration that targeted it."""
-    slots = slot_count(size, tx_depth)
+                  pattern: Pattern, at: tuple[int, int] | None = None) -> None:
+    """After a WRITE run: each slot holds the last iteration that targeted it (``at`` as
+    in :func:`prepare_read_source`)."""
+    slots, stride = at or (slot_count(size, tx_depth), size)
     for q, mr in enumerate(ep.mrs):
         n = counts[q]
         view = mr.view
         for s in range(min(slots, n)):
             k = s + ((n - 1 - s) // slots) * slots
-            pattern.check(view[s * size:(s + 1) * size], client_stream(q), k,
+            pattern.check(view[s * stride:s * stride + size], client_stream(q), k,
                           f"QP {q} iteration {k} (WRITE into slot {s}, checked after the run)")
 
 
