@@ -86,7 +86,9 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
     results are checked as they complete (:class:`DataError` on a mismatch).
     ``remote_at`` = ``(slots, stride)``: iteration ``k`` targets the peer's
     ``va + (k % slots) * stride`` (perftest's cycle buffer, whose addresses are on
-    the wire), not emu's slot of the same size as ours.
+    the wire), not emu's slot of the same size as ours; a READ then expects the
+    bytes at that offset of the peer's region, which holds message 0 of the peer's
+    stream from its start (:func:`fill_region`: one fill serves every size of ``-a``).
     """
     nq = len(ep.qps)
     slots = slot_count(size, tx_depth)
@@ -166,8 +168,12 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
                 view = views[q]
                 for j in range(completed[q], k + 1):
                     off = (j % slots) * size
-                    pattern.check(view[off:off + size], server_stream(q), j % rslots,
-                                  f"QP {q} iteration {j} (READ into slot {j % slots})")
+                    what = f"QP {q} iteration {j} (READ into slot {j % slots})"
+                    if remote_at is None:
+                        pattern.check(view[off:off + size], server_stream(q), j % slots, what)
+                    else:  # the peer's region is one message of its stream, from its VA
+                        roff = (j % rslots) * rstride
+                        pattern.check_at(view[off:off + size], server_stream(q), roff, what)
             completed[q] = k + 1
             tc.extend([now] * n)
             timeline.add(now, n * size)
@@ -186,23 +192,29 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
 # -- server side -----------------------------------------------------------------------
 
 
-def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern | None,
-                        at: tuple[int, int] | None = None) -> None:
-    """Fill every slot the client will READ with its stream's pattern for that slot
-    (``at`` = ``(slots, stride)`` of perftest's layout, else emu's)."""
+def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern | None
+                        ) -> None:
+    """Fill every slot the client will READ with its stream's pattern for that slot."""
     if pattern is None:
         return
-    slots, stride = at or (slot_count(size, tx_depth), size)
+    slots = slot_count(size, tx_depth)
     for q, mr in enumerate(ep.mrs):
         view = mr.view
         for s in range(slots):
-            pattern.fill(view[s * stride:s * stride + size], server_stream(q), s)
+            pattern.fill(view[s * size:(s + 1) * size], server_stream(q), s)
+
+
+def fill_region(ep: Endpoint, length: int, pattern: Pattern) -> None:
+    """The READ source in perftest's layout: each QP's first ``length`` bytes are message 0
+    of its server stream, whatever the size and slot a READ then takes from it."""
+    for q, mr in enumerate(ep.mrs):
+        pattern.fill(mr.view[:length], server_stream(q), 0)
 
 
 def verify_writes(ep: Endpoint, size: int, tx_depth: int, counts: list[int],
                   pattern: Pattern, at: tuple[int, int] | None = None) -> None:
-    """After a WRITE run: each slot holds the last iteration that targeted it (``at`` as
-    in :func:`prepare_read_source`)."""
+    """After a WRITE run: each slot holds the last iteration that targeted it (``at`` =
+    ``(slots, stride)`` of perftest's layout, else emu's: ``size`` apart)."""
     slots, stride = at or (slot_count(size, tx_depth), size)
     for q, mr in enumerate(ep.mrs):
         n = counts[q]

@@ -119,7 +119,11 @@ class Session:
     # -- the steps -----------------------------------------------------------------------
     def versions(self) -> None:
         """Exchange versions; :class:`OobError` below 5.70, as perftest exits there."""
-        raw = self.xchg(W.encode_version(), W.MAX_VERSION, "version exchange")
+        try:
+            raw = self.xchg(W.encode_version(), W.MAX_VERSION, "version exchange")
+        except OobError as e:
+            raise OobError(f"{e} (is the peer perftest, or emu perf with --oob perftest?)"
+                           ) from None
         try:
             self.peer_version, self.peer_number, self.peer_is_emu = W.decode_version(raw)
         except W.WireError as e:
@@ -161,7 +165,11 @@ class Session:
         """One key message per QP each way; the peer's, decoded."""
         out = []
         for i, k in enumerate(mine):
-            raw = self.xchg(W.encode_key(k), W.KEY_MSG_SIZE_GID, f"{what}, QP {i}")
+            try:
+                raw = self.xchg(W.encode_key(k), W.KEY_MSG_SIZE_GID, f"{what}, QP {i}")
+            except OobError as e:
+                raise OobError(f"{e} (perftest stops when the two sides' QPs differ: "
+                               f"do both run the same test with the same -q?)") from None
             try:
                 out.append(W.decode_key(raw))
             except W.WireError as e:

@@ -73,6 +73,7 @@ class _PerftestSide(_Side):
         region = W.region_size(max(o.sizes), self.cycle, self.line)
         self.ep = ep = Endpoint(dev, o.qps, max(region, buffer_size(o.sizes, o.tx_depth, False)),
                                 mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params), transport="roce")
+        self._prepare(ep)  # before the peer learns our keys: it may start at once after
         mtu = sess.mtu(ep.mtu)
         infos = [qp.local_info() for qp in ep.qps]
         gid = W.gid_of(str(infos[0]["address"]))
@@ -99,6 +100,9 @@ class _PerftestSide(_Side):
         ep.local = [_info(k) for k in self.mine]
         ep.remote = [{**_info(k), "len": W.region_size(max(o.sizes), self.cycle, self.line)}
                      for k in theirs]
+
+    def _prepare(self, ep: Endpoint) -> None:
+        """Fill buffers before the exchange (the server's READ source, its sentinel)."""
 
     def _check_gid_index(self, ep: Endpoint, info: dict[str, Any]) -> None:
         want = self.opts.gid_index
@@ -144,7 +148,8 @@ class PerftestClient(_PerftestSide):
         assert sess is not None and ep is not None
         self._banner_and_addresses()
         emu_peer = sess.peer_is_emu
-        pattern = Pattern(max(o.sizes)) if o.verify else None
+        pattern = Pattern(W.region_size(max(o.sizes), self.cycle, self.line)) \
+            if o.verify else None
         verb = self.test.verb
         for size in o.sizes:
             if verb == "send":  # the server has posted its receives
@@ -182,6 +187,7 @@ class PerftestClient(_PerftestSide):
 
 class PerftestServer(_PerftestSide):
     role = "server"
+    before: list[bytes] = []  # the region per QP before the run (verification)
 
     def _perftest(self) -> None:
         o = self.opts
@@ -204,21 +210,31 @@ class PerftestServer(_PerftestSide):
         self.sess.hand_shake(self.mine[0], "closing hand shake")
         self.say(report.RESULT_LINE)
 
+    def _prepare(self, ep: Endpoint) -> None:
+        """READ: the source, in perftest's layout; WRITE: a sentinel in the whole region,
+        which perftest's writes must replace (where they should, and nowhere else)."""
+        o = self.opts
+        if self.test.verb == "send" or not o.verify:
+            return
+        size = max(o.sizes)
+        region = W.region_size(size, self.cycle, self.line)
+        if self.test.verb == "read":
+            bw.fill_region(ep, region, Pattern(region))
+        else:
+            sentinel = Pattern(region)
+            for q, mr in enumerate(ep.mrs):
+                sentinel.fill(mr.view[:region], server_stream(q), 0)
+        self.before = [bytes(mr.view[:region]) for mr in ep.mrs]
+
     def _write_read(self) -> None:
-        """WRITE/READ: prepare the region, wait for the client's end, take its report."""
+        """WRITE/READ: wait for the client's end, take its report, check the region."""
         o, ep, sess = self.opts, self.ep, self.sess
         assert ep is not None and sess is not None
         size = max(o.sizes)  # with -a the last size is the one left in the buffer
         emu_peer = sess.peer_is_emu
         pattern = Pattern(size) if o.verify else None
         region = W.region_size(size, self.cycle, self.line)
-        if self.test.verb == "read" and pattern is not None:
-            bw.prepare_read_source(ep, size, o.tx_depth, pattern, at=self._at(size))
-        elif pattern is not None:  # a sentinel: what perftest's writes must replace
-            sentinel = Pattern(region)
-            for q, mr in enumerate(ep.mrs):
-                sentinel.fill(mr.view[:region], server_stream(q), 0)
-        before = [bytes(mr.view[:region]) for mr in ep.mrs]
+        before = self.before
         sess.hand_shake(self.mine[0], "waiting for the client to finish", timeout=math.inf)
         rep = sess.reports(W.BwReport(0, 0, 0.0, 0.0, 0.0))
         row = _report_row(rep, o.report_gbits)
