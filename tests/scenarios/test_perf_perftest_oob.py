@@ -40,7 +40,8 @@ def perf(cluster: str, test: str, *args: str, check: bool = True, env: dict | No
     ("write-bw", ("-s", "65536", "-n", "200"), "checked every slot's data"),
     ("write-bw", ("-s", "100", "-n", "50", "-q", "2"), "checked every slot's data"),
     ("read-bw", ("-s", "1000", "-n", "100"), None),
-    ("send-bw", ("-s", "4096", "-n", "100", "-q", "2"), "checked every message's data"),
+    # more messages than the send queue is deep: the receive slots follow -r, not -t
+    ("send-bw", ("-s", "4096", "-n", "300", "-q", "2"), "checked every message's data"),
 ])
 def test_bw_tests_over_perftests_side_channel(cluster, test, args, note):
     p, doc = perf(cluster, test, *args)

@@ -71,7 +71,10 @@ class _PerftestSide(_Side):
         sess.versions()
         self.cycle, self.line = sess.sys_data()
         region = W.region_size(max(o.sizes), self.cycle, self.line)
-        self.ep = ep = Endpoint(dev, o.qps, max(region, buffer_size(o.sizes, o.tx_depth, False)),
+        # the sender's slots (tx depth), a SEND server's receive slots (rx depth), and
+        # the region perftest's address rule may touch from our VA
+        depth = max(o.tx_depth, o.rx_depth if self.test.verb == "send" else 0)
+        self.ep = ep = Endpoint(dev, o.qps, max(region, buffer_size(o.sizes, depth, False)),
                                 mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params), transport="roce")
         self._prepare(ep)  # before the peer learns our keys: it may start at once after
         mtu = sess.mtu(ep.mtu)
@@ -255,6 +258,9 @@ class PerftestServer(_PerftestSide):
             for q, mr in enumerate(ep.mrs):
                 if bytes(mr.view[:region]) != before[q]:
                     raise DataError(f"QP {q}: the READ source changed during a READ test")
+            self._note("its READs completed on its side (perftest reports no data); the "
+                       "READ source is unchanged" if not emu_peer else
+                       "it checked every READ against this side's pattern")
 
     def _send(self) -> None:
         """SEND: per size, post receives, hand shake, receive ``iters`` per QP."""
