@@ -66,7 +66,26 @@ def test_all_sizes_write_and_read(cluster):
         assert [r["size"] for r in doc["results"]] == [2 ** k for k in range(1, 24)]
 
 
-@pytest.mark.parametrize("test", ["write-bw", "read-bw", "send-bw"])
+@pytest.mark.parametrize("test, args", [("write-lat", ("-n", "100")),
+                                        ("read-lat", ("-n", "100", "-s", "64")),
+                                        ("write-lat", ("-a", "-n", "5"))])
+def test_latency_tests_over_perftests_side_channel(cluster, test, args):
+    """perftest's loops: write-lat stamps each message's last byte with the iteration as
+    a C char and polls for it (both sides report rows); read-lat READs one at a time."""
+    p, doc = perf(cluster, test, *args)
+    assert doc["passed"] is True and doc["errors"] == []
+    sizes = [2 ** k for k in range(1, 24)] if "-a" in args else [int(args[3]) if len(args) > 2
+                                                               else 2]
+    assert [r["size"] for r in doc["results"]] == sizes
+    r = doc["results"][0]
+    assert r["iterations"] == int(args[args.index("-n") + 1])
+    assert 0 < r["t_min"] <= r["t_typical"] <= r["t_max"]
+    if test == "write-lat":  # the server ran the same loop and printed its rows
+        assert sum(x.startswith(f"[h2]  {s} ") for x in p.stderr.splitlines()
+                   for s in sizes[:1]) == 1
+
+
+@pytest.mark.parametrize("test", ["write-bw", "read-bw", "send-bw", "write-lat", "read-lat"])
 def test_a_corrupted_byte_fails_the_run(cluster, test):
     p, doc = perf(cluster, test, "-s", "1000", "-n", "20", check=False,
                   env={"EMU_PERF_TEST_CORRUPT": "1"})

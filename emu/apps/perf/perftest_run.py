@@ -32,13 +32,14 @@ import time
 from typing import Any
 
 from emu.apps.perf import EXIT_FAILED, bw, report
+from emu.apps.perf import perftest_lat as PL
 from emu.apps.perf import perftest_wire as W
 from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_size, open_device
 from emu.apps.perf.options import Options
-from emu.apps.perf.pattern import DataError, Pattern, server_stream
+from emu.apps.perf.pattern import DataError, Pattern, client_stream, server_stream
 from emu.apps.perf.perftest_oob import OobError, Session
 from emu.apps.perf.run import WAITING, _cqe, _Side
-from emu.apps.perf.stats import BwResult, bw_result
+from emu.apps.perf.stats import BwResult, bw_result, latency_stats
 
 MB = 1 << 20
 
@@ -71,19 +72,29 @@ class _PerftestSide(_Side):
         sess.versions()
         self.cycle, self.line = sess.sys_data()
         region = W.region_size(max(o.sizes), self.cycle, self.line)
+        # latency tests publish their receive area one region in (perftest: the second
+        # half of its buffer); BW tests their region's start
+        self.recv_off = 0 if self.test.is_bw else region
         # the sender's slots (tx depth), a SEND server's receive slots (rx depth), and
         # the region perftest's address rule may touch from our VA
         depth = max(o.tx_depth, o.rx_depth if self.test.verb == "send" else 0)
-        self.ep = ep = Endpoint(dev, o.qps, max(region, buffer_size(o.sizes, depth, False)),
+        self.ep = ep = Endpoint(dev, o.qps, max(self.recv_off + region,
+                                                buffer_size(o.sizes, depth, False)),
                                 mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params), transport="roce")
         self._prepare(ep)  # before the peer learns our keys: it may start at once after
         mtu = sess.mtu(ep.mtu)
         infos = [qp.local_info() for qp in ep.qps]
         gid = W.gid_of(str(infos[0]["address"]))
         self._check_gid_index(ep, infos[0])
-        self.mine = [W.KeyMsg(0, o.outs, qp.qpn, int(info["psn"]), mr.rkey, mr.va, gid)
+        self.mine = [W.KeyMsg(0, o.outs, qp.qpn, int(info["psn"]), mr.rkey,
+                              mr.va + self.recv_off, gid)
                      for qp, mr, info in zip(ep.qps, ep.mrs, infos, strict=True)]
+        if not self.test.is_bw:  # write_lat/read_lat: a hand shake opens the exchange
+            first = sess.keys(self.mine[:1], "first QP exchange")
         theirs = sess.keys(self.mine, "QP exchange")
+        if not self.test.is_bw and first[0] != theirs[0]:
+            raise OobError("the peer's QP exchange differs from its opening hand shake: it "
+                           "runs another test (a latency test opens with a hand shake)")
         if W.is_v4_mapped(gid) != W.is_v4_mapped(theirs[0].gid or b""):
             raise SetupError(
                 f"GID types differ (perftest: \"Found Incompatibility issue with GID types\"): "
@@ -101,11 +112,44 @@ class _PerftestSide(_Side):
             raise OobError("the peer's second QP exchange differs from its first: it runs "
                            "another test or number of QPs (-q)")
         ep.local = [_info(k) for k in self.mine]
-        ep.remote = [{**_info(k), "len": W.region_size(max(o.sizes), self.cycle, self.line)}
-                     for k in theirs]
+        ep.remote = [{**_info(k), "len": region} for k in theirs]
 
     def _prepare(self, ep: Endpoint) -> None:
-        """Fill buffers before the exchange (the server's READ source, its sentinel)."""
+        """Fill buffers before the exchange (the server's READ source, its sentinel;
+        write-lat's send area: both sides' pattern, its last byte the stamp later)."""
+        if self.test.name == "write-lat" and self.opts.verify:
+            size = max(self.opts.sizes)
+            mine = server_stream(0) if self.role == "server" else client_stream(0)
+            Pattern(size).fill(ep.mrs[0].view[:size], mine, 0)
+
+    def _latency(self, server: bool) -> None:
+        """Every size of write-lat (both sides) or read-lat (the client): perftest's loops
+        (:mod:`.perftest_lat`), one row each."""
+        o, ep, sess = self.opts, self.ep, self.sess
+        assert ep is not None and sess is not None
+        peer_stream = client_stream(0) if server else server_stream(0)
+        check = (Pattern(W.region_size(max(o.sizes), self.cycle, self.line)), peer_stream) \
+            if o.verify and sess.peer_is_emu else None
+        for size in o.sizes:
+            if self.test.verb == "write":
+                tp = PL.write_lat(ep, ep.remote[0], self.recv_off, size, o.iters, server,
+                                  o.timeout, check)
+                if o.verify:  # the stamp overwrote a pattern byte the next size sends
+                    self._prepare(ep)
+            else:
+                tp = PL.read_lat(ep, ep.remote[0], size, o.iters, o.timeout, check)
+            res = latency_stats(PL.samples(tp, 2 if self.test.verb == "write" else 1), size,
+                                o.iters)
+            self.results.append(res)
+            self.say(report.row(res, o.report_gbits))
+        self.say(report.RESULT_LINE)
+        if check is None and o.verify:
+            print(f"emu perf {self.test.name}: the peer is perftest {sess.peer_version}: "
+                  "its data is not emu's pattern; every message's stamp arrived"
+                  if self.test.verb == "write" else
+                  f"emu perf {self.test.name}: the server is perftest "
+                  f"{sess.peer_version}: every READ completed successfully",
+                  file=self.err, flush=True)
 
     def _check_gid_index(self, ep: Endpoint, info: dict[str, Any]) -> None:
         want = self.opts.gid_index
@@ -151,6 +195,11 @@ class PerftestClient(_PerftestSide):
         assert sess is not None and ep is not None
         self._banner_and_addresses()
         emu_peer = sess.peer_is_emu
+        if not self.test.is_bw:
+            self._latency(server=False)
+            if self.test.verb == "read":  # read_lat's client closes with a hand shake
+                sess.hand_shake(self.mine[0], "closing hand shake")
+            return
         pattern = Pattern(W.region_size(max(o.sizes), self.cycle, self.line)) \
             if o.verify else None
         verb = self.test.verb
@@ -205,11 +254,20 @@ class PerftestServer(_PerftestSide):
             if self.ep is None:
                 dev.close()
         self._banner_and_addresses()
+        assert self.sess is not None
+        if self.test.name == "write-lat":  # the server pongs; no closing hand shake
+            self._latency(server=True)
+            return
+        if self.test.name == "read-lat":  # the server only waits for the client's end
+            self.sess.hand_shake(self.mine[0], "waiting for the client to finish",
+                                 timeout=math.inf)
+            self._read_source_unchanged()
+            self._note("its READs completed on its side; the READ source is unchanged")
+            return
         if self.test.verb == "send":
             self._send()
         else:
             self._write_read()
-        assert self.sess is not None
         self.sess.hand_shake(self.mine[0], "closing hand shake")
         self.say(report.RESULT_LINE)
 
@@ -221,6 +279,12 @@ class PerftestServer(_PerftestSide):
             return
         size = max(o.sizes)
         region = W.region_size(size, self.cycle, self.line)
+        if not self.test.is_bw:
+            super()._prepare(ep)  # write-lat's send area
+            if self.test.verb == "read":  # read-lat's source: the published receive area
+                Pattern(region).fill(ep.mrs[0].view[region:2 * region], server_stream(0), 0)
+                self.before = [bytes(ep.mrs[0].view[region:2 * region])]
+            return
         if self.test.verb == "read":
             bw.fill_region(ep, region, Pattern(region))
         else:
@@ -255,12 +319,18 @@ class PerftestServer(_PerftestSide):
             self._note("checked placement: every slot perftest's address rule names was "
                        "written, nothing else changed")
         else:
-            for q, mr in enumerate(ep.mrs):
-                if bytes(mr.view[:region]) != before[q]:
-                    raise DataError(f"QP {q}: the READ source changed during a READ test")
+            self._read_source_unchanged()
             self._note("its READs completed on its side (perftest reports no data); the "
                        "READ source is unchanged" if not emu_peer else
                        "it checked every READ against this side's pattern")
+
+    def _read_source_unchanged(self) -> None:
+        ep = self.ep
+        assert ep is not None
+        for q, mr in enumerate(ep.mrs):
+            lo = self.recv_off
+            if self.before and bytes(mr.view[lo:lo + len(self.before[q])]) != self.before[q]:
+                raise DataError(f"QP {q}: the READ source changed during a READ test")
 
     def _send(self) -> None:
         """SEND: per size, post receives, hand shake, receive ``iters`` per QP."""
