@@ -92,3 +92,49 @@ def read_lat(ep: Endpoint, remote: dict[str, Any], size: int, iters: int, timeou
 def samples(tposted: list[float], factor: int) -> list[float]:
     """perftest's latency samples: consecutive post times' differences (µs) / factor."""
     return [(b - a) * 1e6 / factor for a, b in zip(tposted, tposted[1:], strict=False)]
+
+
+def post_receives(ep: Endpoint, recv_off: int, size: int, n: int) -> None:
+    """``ctx_set_recv_wqes`` for send-lat: ``n`` receives, all into the receive area."""
+    mr, qp = ep.mrs[0], ep.qps[0]
+    sge = [[mr.va + recv_off, size, mr.lkey]]
+    qp.post_many([{"wr_id": k, "sg_list": sge} for k in range(n)], recv=True)
+
+
+def send_lat(ep: Endpoint, recv_off: int, size: int, iters: int, posted: int, server: bool,
+             timeout: float, check: tuple[Pattern, int] | None) -> list[float]:
+    """One size of ``run_iter_lat_send`` (receives already posted: ``posted`` of them):
+    the server receives first, the client sends first; each received message is answered
+    by a send; a receive is reposted while more messages are due. The post times (s)."""
+    mr, qp = ep.mrs[0], ep.qps[0]
+    recv = mr.view[recv_off:recv_off + size]
+    sge = [mr.va, size, mr.lkey]
+    rsge = [[mr.va + recv_off, size, mr.lkey]]
+    wait = Waiter(ep, None, timeout)
+    tposted: list[float] = []
+    scnt = rcnt = 0
+    with ep.dev.conn.busy_poll():
+        while scnt < iters or rcnt < iters:
+            if rcnt < iters and not (scnt < 1 and not server):
+                wait.until(lambda: len(ep.recv_cq) > 0, f"SEND {rcnt + 1} from the peer",
+                           poll_every=1)
+                for wc in ep.recv_cq.poll(1):
+                    if wc.status != WcStatus.SUCCESS or wc.byte_len != size:
+                        raise TransportError(f"receive {rcnt + 1}: {WcStatus(wc.status).name}, "
+                                             f"{wc.byte_len} of {size} bytes")
+                rcnt += 1
+                if check is not None:
+                    check[0].check(recv, check[1], 0, f"send-lat message {rcnt}")
+                if posted < iters:
+                    qp.post_recv(rsge, wr_id=posted, wait=False)
+                    posted += 1
+            if scnt < iters:
+                tposted.append(time.perf_counter())
+                scnt += 1
+                qp.post_send(sge, wr_id=scnt, wait=False)
+            for wc in ep.send_cq.poll(1 << 10):
+                if wc.status != WcStatus.SUCCESS:
+                    raise TransportError(f"send: work completion error: "
+                                         f"{WcStatus(wc.status).describe()}")
+            ep.check()
+    return tposted

@@ -89,10 +89,11 @@ class _PerftestSide(_Side):
         self.mine = [W.KeyMsg(0, o.outs, qp.qpn, int(info["psn"]), mr.rkey,
                               mr.va + self.recv_off, gid)
                      for qp, mr, info in zip(ep.qps, ep.mrs, infos, strict=True)]
-        if not self.test.is_bw:  # write_lat/read_lat: a hand shake opens the exchange
+        opens = self.test.name in ("write-lat", "read-lat")
+        if opens:  # write_lat/read_lat: a hand shake opens the exchange
             first = sess.keys(self.mine[:1], "first QP exchange")
         theirs = sess.keys(self.mine, "QP exchange")
-        if not self.test.is_bw and first[0] != theirs[0]:
+        if opens and first[0] != theirs[0]:
             raise OobError("the peer's QP exchange differs from its opening hand shake: it "
                            "runs another test (a latency test opens with a hand shake)")
         if W.is_v4_mapped(gid) != W.is_v4_mapped(theirs[0].gid or b""):
@@ -117,7 +118,7 @@ class _PerftestSide(_Side):
     def _prepare(self, ep: Endpoint) -> None:
         """Fill buffers before the exchange (the server's READ source, its sentinel;
         write-lat's send area: both sides' pattern, its last byte the stamp later)."""
-        if self.test.name == "write-lat" and self.opts.verify:
+        if self.test.name in ("write-lat", "send-lat") and self.opts.verify:
             size = max(self.opts.sizes)
             mine = server_stream(0) if self.role == "server" else client_stream(0)
             Pattern(size).fill(ep.mrs[0].view[:size], mine, 0)
@@ -131,25 +132,29 @@ class _PerftestSide(_Side):
         check = (Pattern(W.region_size(max(o.sizes), self.cycle, self.line)), peer_stream) \
             if o.verify and sess.peer_is_emu else None
         for size in o.sizes:
-            if self.test.verb == "write":
+            if self.test.verb == "send":  # receives first, then the hand shake
+                n = min(o.iters, o.rx_depth)
+                PL.post_receives(ep, self.recv_off, size, n)
+                sess.hand_shake(self.mine[0], "hand shake before the run")
+                tp = PL.send_lat(ep, self.recv_off, size, o.iters, n, server, o.timeout, check)
+            elif self.test.verb == "write":
                 tp = PL.write_lat(ep, ep.remote[0], self.recv_off, size, o.iters, server,
                                   o.timeout, check)
                 if o.verify:  # the stamp overwrote a pattern byte the next size sends
                     self._prepare(ep)
             else:
                 tp = PL.read_lat(ep, ep.remote[0], size, o.iters, o.timeout, check)
-            res = latency_stats(PL.samples(tp, 2 if self.test.verb == "write" else 1), size,
+            res = latency_stats(PL.samples(tp, 1 if self.test.verb == "read" else 2), size,
                                 o.iters)
             self.results.append(res)
             self.say(report.row(res, o.report_gbits))
         self.say(report.RESULT_LINE)
         if check is None and o.verify:
-            print(f"emu perf {self.test.name}: the peer is perftest {sess.peer_version}: "
-                  "its data is not emu's pattern; every message's stamp arrived"
-                  if self.test.verb == "write" else
-                  f"emu perf {self.test.name}: the server is perftest "
-                  f"{sess.peer_version}: every READ completed successfully",
-                  file=self.err, flush=True)
+            got = {"write": "every message's stamp (its last byte) arrived in turn",
+                   "send": "every message arrived, with its length",
+                   "read": "every READ completed successfully"}[self.test.verb]
+            print(f"emu perf {self.test.name}: the peer is perftest {sess.peer_version}: it "
+                  f"sends no pattern emu knows; {got}", file=self.err, flush=True)
 
     def _check_gid_index(self, ep: Endpoint, info: dict[str, Any]) -> None:
         want = self.opts.gid_index
@@ -197,7 +202,7 @@ class PerftestClient(_PerftestSide):
         emu_peer = sess.peer_is_emu
         if not self.test.is_bw:
             self._latency(server=False)
-            if self.test.verb == "read":  # read_lat's client closes with a hand shake
+            if self.test.verb != "write":  # read_lat's, send_lat's close with a hand shake
                 sess.hand_shake(self.mine[0], "closing hand shake")
             return
         pattern = Pattern(W.region_size(max(o.sizes), self.cycle, self.line)) \
@@ -258,6 +263,10 @@ class PerftestServer(_PerftestSide):
         if self.test.name == "write-lat":  # the server pongs; no closing hand shake
             self._latency(server=True)
             return
+        if self.test.name == "send-lat":
+            self._latency(server=True)
+            self.sess.hand_shake(self.mine[0], "closing hand shake")
+            return
         if self.test.name == "read-lat":  # the server only waits for the client's end
             self.sess.hand_shake(self.mine[0], "waiting for the client to finish",
                                  timeout=math.inf)
@@ -275,12 +284,12 @@ class PerftestServer(_PerftestSide):
         """READ: the source, in perftest's layout; WRITE: a sentinel in the whole region,
         which perftest's writes must replace (where they should, and nowhere else)."""
         o = self.opts
-        if self.test.verb == "send" or not o.verify:
+        if not o.verify or self.test.name == "send-bw":
             return
         size = max(o.sizes)
         region = W.region_size(size, self.cycle, self.line)
         if not self.test.is_bw:
-            super()._prepare(ep)  # write-lat's send area
+            super()._prepare(ep)  # write-lat's, send-lat's send area
             if self.test.verb == "read":  # read-lat's source: the published receive area
                 Pattern(region).fill(ep.mrs[0].view[region:2 * region], server_stream(0), 0)
                 self.before = [bytes(ep.mrs[0].view[region:2 * region])]
