@@ -136,3 +136,12 @@ def test_unreachable_server_is_one_line_and_status_2(cluster):
     [line] = [x for x in p.stderr.splitlines() if x.strip()]
     assert line.startswith("emu perf write-bw (client): cannot reach the server 10.9.9.9 "
                            "port 18515")
+
+
+def test_a_gid_index_the_nic_does_not_send_from_is_status_2(cluster):
+    """-x names the GID the QPs must use; emu's engine has one source GID per host, so any
+    other index is a setup error that says which one it uses."""
+    p = emu_cli("exec", f"{cluster}:h1", "--", sys.executable, "-m", "emu", "perf", "write-bw",
+                H2, "--oob", "perftest", "-x", "99", "--timeout", "5", check=False)
+    assert p.returncode == 2
+    assert "-x 99: that is no GID, but this NIC's RoCE engine sends from GID index 0 (" in p.stderr

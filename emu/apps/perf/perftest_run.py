@@ -85,7 +85,6 @@ class _PerftestSide(_Side):
         mtu = sess.mtu(ep.mtu)
         infos = [qp.local_info() for qp in ep.qps]
         gid = W.gid_of(str(infos[0]["address"]))
-        self._check_gid_index(ep, infos[0])
         self.mine = [W.KeyMsg(0, o.outs, qp.qpn, int(info["psn"]), mr.rkey,
                               mr.va + self.recv_off, gid)
                      for qp, mr, info in zip(ep.qps, ep.mrs, infos, strict=True)]
@@ -156,15 +155,18 @@ class _PerftestSide(_Side):
             print(f"emu perf {self.test.name}: the peer is perftest {sess.peer_version}: it "
                   f"sends no pattern emu knows; {got}", file=self.err, flush=True)
 
-    def _check_gid_index(self, ep: Endpoint, info: dict[str, Any]) -> None:
+    def _check_gid_index(self, dev: Any) -> None:
+        """``-x``, before the peer is contacted: the NIC daemon's engines send from its
+        first address, GID index 0 (``emu nicd``: "engines take the first address as
+        their own"), so any other index is a setup error that says which GID that is."""
         want = self.opts.gid_index
-        have = ep.gid_index()
-        if want is not None and want != have:
-            gids = ep.dev.gids
+        gids = list(dev.gids)
+        if want is not None and want != 0:
             named = gids[want] if want < len(gids) else "no GID"
             raise SetupError(f"-x {want}: that is {named}, but this NIC's RoCE engine sends "
-                             f"from GID index {have} ({info.get('gid')}); emu has one source "
-                             "GID per host (an IPv6 one: the cluster's [nic] family = 6)")
+                             f"from GID index 0 ({gids[0] if gids else '?'}); emu has one "
+                             "source GID per host (an IPv6 one: the cluster's [nic] family "
+                             "= 6)")
 
     def _banner_and_addresses(self) -> None:
         ep = self.ep
@@ -191,6 +193,7 @@ class PerftestClient(_PerftestSide):
         assert o.server is not None
         dev = open_device(o.timeout)
         try:
+            self._check_gid_index(dev)
             self.sess = Session.connect(o.server, o.port, o.timeout)
             self._setup(dev)
         finally:
@@ -250,6 +253,7 @@ class PerftestServer(_PerftestSide):
         o = self.opts
         dev = open_device(o.timeout)
         try:
+            self._check_gid_index(dev)
             if not o.json:
                 for line in WAITING:
                     self.say(line)

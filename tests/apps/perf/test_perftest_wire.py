@@ -232,3 +232,11 @@ def test_no_server_is_one_line():
     ls.close()
     with pytest.raises(OobError, match=f"cannot reach the server 127.0.0.1 port {port}"):
         Session.connect("127.0.0.1", port, 0.3)
+
+
+def test_latency_samples_are_consecutive_post_gaps():
+    """print_report_lat: delta[i] = tposted[i+1] - tposted[i], halved for ping-pong."""
+    from emu.apps.perf.perftest_lat import samples
+
+    assert samples([0.0, 0.001, 0.003], 2) == pytest.approx([500.0, 1000.0])
+    assert samples([0.0, 0.001], 1) == pytest.approx([1000.0])
