@@ -78,12 +78,17 @@ def _wc_error(wc: Any) -> TransportError:
 def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int, *,
                iters: int, duration: float | None, tx_depth: int, cq_mod: int,
                pattern: Pattern | None, chan: Channel | None, timeout: float,
-               progress: bool = True, clock: Callable[[], float] = time.perf_counter
-               ) -> BwRun:
+               progress: bool = True, clock: Callable[[], float] = time.perf_counter,
+               remote_at: tuple[int, int] | None = None) -> BwRun:
     """Post ``iters`` messages per QP (or for ``duration`` s) and time every completion.
 
     ``pattern`` set: WRITE/SEND sources are filled per iteration, READ
     results are checked as they complete (:class:`DataError` on a mismatch).
+    ``remote_at`` = ``(slots, stride)``: iteration ``k`` targets the peer's
+    ``va + (k % slots) * stride`` (perftest's cycle buffer, whose addresses are on
+    the wire), not emu's slot of the same size as ours; a READ then expects the
+    bytes at that offset of the peer's region, which holds message 0 of the peer's
+    stream from its start (:func:`fill_region`: one fill serves every size of ``-a``).
     """
     nq = len(ep.qps)
     slots = slot_count(size, tx_depth)
@@ -92,6 +97,7 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
     opcode = OPCODES[verb]
     posted, completed, last_signaled = [0] * nq, [0] * nq, [-1] * nq
     views = [mr.view for mr in ep.mrs]
+    rslots, rstride = remote_at or (slots, size)
     run = BwRun(size)
     tp, tc = run.tposted, run.tcompleted
     t0 = clock()
@@ -114,7 +120,7 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
             wr: dict[str, Any] = {"wr_id": k, "opcode": opcode, "signaled": sig,
                                   "sg_list": [[mr.va + off, size, mr.lkey]]}
             if verb != "send":
-                wr["remote_addr"] = rem["va"] + off
+                wr["remote_addr"] = rem["va"] + (k % rslots) * rstride
                 wr["rkey"] = rem["rkey"]
             wrs.append(wr)
             if sig:
@@ -162,8 +168,12 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
                 view = views[q]
                 for j in range(completed[q], k + 1):
                     off = (j % slots) * size
-                    pattern.check(view[off:off + size], server_stream(q), j % slots,
-                                  f"QP {q} iteration {j} (READ into slot {j % slots})")
+                    what = f"QP {q} iteration {j} (READ into slot {j % slots})"
+                    if remote_at is None:
+                        pattern.check(view[off:off + size], server_stream(q), j % slots, what)
+                    else:  # the peer's region is one message of its stream, from its VA
+                        roff = (j % rslots) * rstride
+                        pattern.check_at(view[off:off + size], server_stream(q), roff, what)
             completed[q] = k + 1
             tc.extend([now] * n)
             timeline.add(now, n * size)
@@ -194,16 +204,24 @@ def prepare_read_source(ep: Endpoint, size: int, tx_depth: int, pattern: Pattern
             pattern.fill(view[s * size:(s + 1) * size], server_stream(q), s)
 
 
+def fill_region(ep: Endpoint, length: int, pattern: Pattern) -> None:
+    """The READ source in perftest's layout: each QP's first ``length`` bytes are message 0
+    of its server stream, whatever the size and slot a READ then takes from it."""
+    for q, mr in enumerate(ep.mrs):
+        pattern.fill(mr.view[:length], server_stream(q), 0)
+
+
 def verify_writes(ep: Endpoint, size: int, tx_depth: int, counts: list[int],
-                  pattern: Pattern) -> None:
-    """After a WRITE run: each slot holds the last iteration that targeted it."""
-    slots = slot_count(size, tx_depth)
+                  pattern: Pattern, at: tuple[int, int] | None = None) -> None:
+    """After a WRITE run: each slot holds the last iteration that targeted it (``at`` =
+    ``(slots, stride)`` of perftest's layout, else emu's: ``size`` apart)."""
+    slots, stride = at or (slot_count(size, tx_depth), size)
     for q, mr in enumerate(ep.mrs):
         n = counts[q]
         view = mr.view
         for s in range(min(slots, n)):
             k = s + ((n - 1 - s) // slots) * slots
-            pattern.check(view[s * size:(s + 1) * size], client_stream(q), k,
+            pattern.check(view[s * stride:s * stride + size], client_stream(q), k,
                           f"QP {q} iteration {k} (WRITE into slot {s}, checked after the run)")
 
 

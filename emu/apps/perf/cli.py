@@ -11,6 +11,7 @@ examples:
   emu exec h1 -- emu perf write-bw 10.0.1.12       # client
   emu perf write-bw --from h1 --to h2 -s 1M -D 5 --report_gbits
   emu perf write-lat --from h1 --to h2 -n 1000 --json
+  emu exec h1 -- emu perf write-bw 10.0.1.12 --oob perftest   # against ib_write_bw
 
 exit status: 0 passed; 1 the test failed (data corruption, --min-bw missed, a
 work completion error, the peer failed); 2 usage or setup error.

@@ -18,6 +18,9 @@ MIN_ITER = 5  # perftest's MIN_ITER
 MAX_TX_DEPTH = 4096  # the daemon's send queue (max_send_wr)
 MAX_QPS = 64
 PMTUS = (256, 512, 1024, 2048, 4096)
+OOBS = ("emu", "perftest")
+#: what ``--oob perftest`` runs: all six
+PERFTEST_TESTS = ("write-bw", "read-bw", "send-bw", "write-lat", "read-lat", "send-lat")
 TRANSPORTS = ("roce", "uet")  # what ``emu up`` daemons serve (emu.cluster.NIC_TRANSPORTS)
 BW_PEAK_MAX_ITERS = 20000  # perftest skips the peak above this many iterations
 
@@ -76,6 +79,11 @@ class Options:
     plot: str | None = None
     transport: str = "roce"
     ping_count: int = 50  # latency tests: ICMP echoes for the kernel RTT beside the result
+    #: the side channel: "emu" (JSON lines; the server takes the client's parameters) or
+    #: "perftest" (perftest's own bytes: runs against ib_write_bw & co.; both sides are
+    #: given the same parameters, as with perftest)
+    oob: str = "emu"
+    gid_index: int | None = None  # -x: the GID the QPs must use (perftest mode checks it)
     # --from/--to mode
     src: str | None = None
     dst: str | None = None
@@ -149,7 +157,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="report bandwidth in Gb/s (default MB/s, 1 MB = 2^20 bytes)")
     g.add_argument("-N", "--noPeak", dest="no_peak", action="store_true",
                    help="do not compute the BW peak")
+    g.add_argument("-x", "--gid-index", dest="gid_index", type=int,
+                   help="the GID index the QPs use (emu: checked against the NIC's one "
+                        "source GID; IPv6 GIDs need the cluster's [nic] family = 6)")
     e = p.add_argument_group("emu options")
+    e.add_argument("--oob", choices=OOBS,
+                   help="side channel: emu (default; JSON, the server takes the client's "
+                        "parameters) or perftest (perftest's own bytes, to run against "
+                        "ib_write_bw & co.; give both sides the same parameters)")
     e.add_argument("--json", action="store_true",
                    help="results as one JSON document on stdout (banner to stderr)")
     e.add_argument("--min-bw", dest="min_bw", type=float, metavar="GBITS",
@@ -222,6 +237,8 @@ def from_args(a: argparse.Namespace) -> Options:
     o.transport = a.transport or "roce"
     o.ping_count = a.ping_count if a.ping_count is not None else 50
     o.src, o.dst, o.cluster, o.verbose = a.src, a.dst, a.cluster, bool(a.verbose)
+    o.oob = a.oob or "emu"
+    o.gid_index = a.gid_index
     validate(o)
     _check_plot(o)
     return o
@@ -264,6 +281,13 @@ def validate(o: Options) -> None:
     need(o.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}")
     need(o.transport != "uet" or o.mtu is None,
          "--mtu sets a RoCE path MTU; UET's payload per packet is the NIC's (from the link MTU)")
+    need(o.gid_index is None or o.gid_index >= 0, "--gid-index must be >= 0")
+    if o.oob == "perftest":
+        need(o.test.name in PERFTEST_TESTS, f"--oob perftest runs {', '.join(PERFTEST_TESTS)} "
+             f"(got {o.test.name})")
+        need(o.transport == "roce", "--oob perftest is RoCEv2 (perftest has no UET)")
+        need(o.duration is None or (o.test.is_bw and o.test.verb != "send"),
+             f"--oob perftest: {o.test.name} with --duration is not done yet (use -n)")
     if o.orchestrated:
         need(o.src is not None and o.dst is not None, "give both --from and --to")
         _split_cluster(o)
@@ -301,9 +325,24 @@ def client_argv(o: Options, server: str) -> list[str]:
         argv += ["--transport", o.transport]
     if o.ping_count != 50:
         argv += ["--ping-count", str(o.ping_count)]
+    return argv + _perftest_argv(o)
+
+
+def _perftest_argv(o: Options) -> list[str]:
+    argv = ["--oob", "perftest"] if o.oob == "perftest" else []
+    if o.gid_index is not None:
+        argv += ["-x", str(o.gid_index)]
     return argv
 
 
 def server_argv(o: Options) -> list[str]:
-    """The server's command line: it learns the test parameters from the client."""
+    """The server's command line: it learns the test parameters from the client — but
+    perftest's side channel carries none, so there the server gets them too."""
+    if o.oob == "perftest":
+        argv = [a for a in client_argv(o, "") if a not in ("", "--json")]
+        for client_only in ("--min-bw", "--plot"):
+            if client_only in argv:
+                i = argv.index(client_only)
+                del argv[i:i + 2]
+        return argv
     return [o.test.name, "-p", str(o.port), "--timeout", f"{o.timeout:g}"]

@@ -89,6 +89,19 @@ class Pattern:
                             f"{m.offset} is 0x{m.got:02x}, expected 0x{m.expected:02x}")
 
 
+    def check_at(self, got: memoryview, stream: int, offset: int, what: str) -> None:
+        """:meth:`check` against bytes ``offset`` on of message 0 of ``stream`` (a region
+        filled once, read in pieces: perftest's layout)."""
+        if self._corrupt_pending and len(got):
+            self._corrupt_pending = False
+            got[len(got) // 2] ^= 0xFF
+        want = self.data(stream, 0, offset + len(got))[offset:]
+        if got.tobytes() != want.tobytes():
+            m = first_difference(got, want)
+            raise DataError(f"data verification failed: {what}, {len(got)} bytes: byte "
+                            f"{m.offset} is 0x{m.got:02x}, expected 0x{m.expected:02x}")
+
+
 def first_difference(got: memoryview, want: memoryview, chunk: int = 4096) -> Mismatch:
     """The first differing byte of two equally long buffers that are known to differ."""
     n = min(len(got), len(want))

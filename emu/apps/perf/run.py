@@ -339,7 +339,13 @@ def main(opts: Options) -> int:
         from emu.apps.perf import cluster
 
         return cluster.run(opts)
-    side = Client(opts) if opts.is_client else Server(opts)
+    side: _Side
+    if opts.oob == "perftest":
+        from emu.apps.perf.perftest_run import PerftestClient, PerftestServer
+
+        side = PerftestClient(opts) if opts.is_client else PerftestServer(opts)
+    else:
+        side = Client(opts) if opts.is_client else Server(opts)
     old = signal.signal(signal.SIGTERM, _interrupt)  # buffers are unlinked on SIGTERM too
     try:
         return side.run()
