@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -114,7 +115,10 @@ def _run(a: argparse.Namespace) -> int:
         for impl in {i.name: i for i in servers + clients}.values():
             if impl.setup:
                 print(f"setup {impl.name}: {impl.setup}", flush=True)
-                if os.system(f"cd {impl.dir} && {impl.setup}") != 0:
+                # this interpreter's bin first, as for the commands ("python3" is emu's)
+                path = os.pathsep.join((os.path.dirname(sys.executable), os.environ["PATH"]))
+                if subprocess.run(impl.setup, shell=True, cwd=impl.dir,
+                                  env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
                      prefix=a.prefix, progress=lambda s: print(s, flush=True))
