@@ -37,6 +37,10 @@ from emu.ifinfo import feature, if_mtu
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
+#: accept IPv6 datagrams whose UDP checksum is 0: Linux rdma_rxe sends RoCEv2 over IPv6
+#: so (the ICRC covers the packet; RFC 6936 allows it for tunnels), and without this
+#: option the kernel drops every one of them before the daemon could read it
+UDP_NO_CHECK6_RX = 102
 #: a plain int: ``socket.MSG_TRUNC`` is an IntFlag, whose ``&`` runs in Python (per read)
 _MSG_TRUNC = int(socket.MSG_TRUNC)
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2
@@ -196,6 +200,8 @@ class PortSocket:
                 with contextlib.suppress(OSError):
                     s.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
                 s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+                with contextlib.suppress(OSError):
+                    s.setsockopt(SOL_UDP, UDP_NO_CHECK6_RX, 1)
                 if tos is not None:
                     s.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, tos)
             for opt, force, size in ((socket.SO_RCVBUF, 33, rcvbuf), (socket.SO_SNDBUF, 32,
