@@ -36,6 +36,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                    "(default: ./logs/interop-<time>)")
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per case and side")
     r.add_argument("--prefix", default="io", help="cluster name prefix (default io)")
+    r.add_argument("--ip", type=int, choices=(4, 6), default=4,
+                   help="the hosts' address family: LOCAL/PEER and the transports' "
+                        "addresses (RoCEv2 GIDs) are IPv4 (default) or IPv6")
     r.set_defaults(func=_run)
     ls = isub.add_parser("list", help="registered implementations and what they support")
     ls.add_argument("--implementations", "-i")
@@ -121,7 +124,7 @@ def _run(a: argparse.Namespace) -> int:
                                   env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
-                     prefix=a.prefix, progress=lambda s: print(s, flush=True))
+                     prefix=a.prefix, family=a.ip, progress=lambda s: print(s, flush=True))
     print()
     print(res.compact())
     fails = res.failures()
