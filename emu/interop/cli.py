@@ -39,6 +39,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--ip", type=int, choices=(4, 6), default=4,
                    help="the hosts' address family: LOCAL/PEER and the transports' "
                         "addresses (RoCEv2 GIDs) are IPv4 (default) or IPv6")
+    r.add_argument("--pmtu", type=int, choices=(256, 512, 1024, 2048, 4096), default=4096,
+                   help="RoCEv2 path MTU of every QP (PMTU in the environment; emu nicd's "
+                        "roce.default_pmtu); default 4096")
     r.set_defaults(func=_run)
     ls = isub.add_parser("list", help="registered implementations and what they support")
     ls.add_argument("--implementations", "-i")
@@ -124,7 +127,8 @@ def _run(a: argparse.Namespace) -> int:
                                   env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
-                     prefix=a.prefix, family=a.ip, progress=lambda s: print(s, flush=True))
+                     prefix=a.prefix, family=a.ip, pmtu=a.pmtu,
+                     progress=lambda s: print(s, flush=True))
     print()
     print(res.compact())
     fails = res.failures()

@@ -56,7 +56,7 @@ class Cluster:
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
                  network: networks.Network = networks.PAIR, directory: str = ".",
-                 family: int = 4) -> None:
+                 family: int = 4, pmtu: int = 4096) -> None:
         from emu.cluster import cluster
         from emu.nic.topology import daemon_args
         from emu.topology import load
@@ -65,7 +65,7 @@ class Cluster:
         self.network = network
         self.topology = load(network.topology_file(directory, name), name=name)
         self.emu_hosts = emu_hosts
-        self.family = family
+        self.family, self.pmtu = family, pmtu
         self.server_addr, self.client_addr = ADDRS[family]
         self.fabric = cluster.up(self.topology, name, daemons=False, progress=lambda s: None)
         try:
@@ -74,7 +74,9 @@ class Cluster:
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
             self.per_host, _, _ = cluster.nic_rates(self.topology)
             self.extra = ("--optional-transports", *daemon_args(self.topology.nic),
-                          *(("--family", "6") if family == 6 else ()))
+                          *(("--family", "6") if family == 6 else ()),
+                          *(("--engine-opt", f"roce.default_pmtu={pmtu}") if pmtu != 4096
+                            else ()))
             self.start_daemons()
         except BaseException:
             self.down()
@@ -223,16 +225,16 @@ class PairClusters:
     """One server × client pair's clusters, one per network, each brought up on first use."""
 
     def __init__(self, base: str, emu_hosts: list[str], progress: Callable[[str], None],
-                 directory: str, family: int = 4) -> None:
+                 directory: str, family: int = 4, pmtu: int = 4096) -> None:
         self.base, self.emu_hosts, self.progress = base, emu_hosts, progress
-        self.directory, self.family = directory, family
+        self.directory, self.family, self.pmtu = directory, family, pmtu
         self.up: dict[str, Cluster] = {}
 
     def get(self, net: str) -> Cluster:
         if net not in self.up:  # cluster name: base + the network's initial (p, r, t)
             self.up[net] = Cluster(f"{self.base}{net[0]}", self.emu_hosts, self.progress,
                                    networks.BY_NAME[net], self.directory,
-                                   self.family)
+                                   self.family, self.pmtu)
         return self.up[net]
 
     def down(self) -> None:
@@ -337,7 +339,7 @@ def run_pair(cl: Cluster, server: Impl, client: Impl, transport: str, case_name:
         dirs[side] = d
     base = {"TRANSPORT": transport, "TESTCASE": case_name, "EXCHANGE_PORT": str(port),
             "TIMEOUT": f"{timeout:g}", "SERVER_PARAMS": server.server_params,
-            "CLIENT_PARAMS": client.client_params}
+            "CLIENT_PARAMS": client.client_params, "PMTU": str(cl.pmtu)}
     procs = {
         "server": _spawn(server, cl.name, SERVER_HOST, {
             **base, "ROLE": "server", "LOCAL": cl.server_addr, "PEER": cl.client_addr,
@@ -412,8 +414,8 @@ def judge(case: TestCase, s: int | None, c: int | None, tails: dict[str, str],
 
 def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         cases: list[type[TestCase]], log_dir: str, *, timeout: float = 120.0,
-        prefix: str = "io", progress: Callable[[str], None] = print, family: int = 4
-        ) -> RunResult:
+        prefix: str = "io", progress: Callable[[str], None] = print, family: int = 4,
+        pmtu: int = 4096) -> RunResult:
     """The whole matrix; clusters are always taken down, also on errors."""
     res = RunResult(servers=[i.name for i in servers], clients=[i.name for i in clients],
                     transports=transports, cases=[c.name for c in cases], log_dir=log_dir)
@@ -427,7 +429,7 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
         os.makedirs(pair_dir, exist_ok=True)
         clusters = PairClusters(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress,
-                                pair_dir, family)
+                                pair_dir, family, pmtu)
         try:
             for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:

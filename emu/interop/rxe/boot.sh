@@ -24,8 +24,13 @@ dev=$(for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$EMU_MAC" ] && base
 echo 0 > /proc/sys/net/ipv6/conf/$dev/accept_dad      # the address is ours already
 echo 0 > /proc/sys/net/ipv6/conf/$dev/autoconf
 ip link set "$dev" mtu "$EMU_MTU" up || fail "mtu $EMU_MTU on $dev"
-for a in $EMU_ADDRS; do ip addr add "$a" dev "$dev" || fail "address $a"; done
-for r in $EMU_ROUTES; do ip route add "${r%%,*}" via "${r#*,}" dev "$dev" || fail "route $r"; done
+for a in $EMU_ADDRS; do            # CIDR[,noprefixroute]
+    f=""; case $a in *,*) f=${a#*,};; esac
+    ip addr add "${a%%,*}" dev "$dev" $f || fail "address $a"
+done
+for r in $EMU_ROUTES; do           # dst,gateway (empty: on-link), on-link ones first
+    gw=${r#*,}; ip route add "${r%%,*}" ${gw:+via "$gw"} dev "$dev" || fail "route $r"
+done
 modprobe rdma_rxe || fail "modprobe rdma_rxe"
 rdma link add rxe0 type rxe netdev "$dev" || fail "rdma link add rxe0"
 # the GID table follows the addresses asynchronously: wait until every address is in it

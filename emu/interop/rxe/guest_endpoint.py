@@ -9,7 +9,7 @@ pyverbs is rdma-core's own binding of libibverbs, so every packet on the wire is
 built by the kernel's rdma_rxe — which is the point of the implementation.
 
 Settings a peer may want (``SERVER_PARAMS``/``CLIENT_PARAMS``, space-separated
-``key=value``): ``mtu=1024|2048|4096`` (the RC path MTU; contract default 4096),
+``key=value``): ``mtu=1024|2048|4096`` (the RC path MTU; default ``$PMTU``, else 4096),
 ``dev=rxe0`` (the verbs device, for a host with a real RDMA NIC).
 """
 
@@ -425,7 +425,8 @@ def main() -> int:
         return C.EXIT_UNSUPPORTED
     p = _params(env.params)
     try:
-        dev = Dev(p.get("dev", "rxe0"), env.local, int(p.get("mtu", 4096)))
+        mtu = int(p.get("mtu") or os.environ.get("PMTU") or 4096)
+        dev = Dev(p.get("dev", "rxe0"), env.local, mtu)
         (server if env.role == "server" else client)(env, dev)
     except (CaseError, C.ProtocolError) as err:
         print(f"linux-rxe {env.role} {env.testcase}: {err}", file=sys.stderr)

@@ -55,8 +55,8 @@ class Port:
     ifname: str
     mac: str
     mtu: int
-    addrs: list[str]                               # CIDR, IPv4 and global IPv6
-    routes: list[tuple[str, str]] = field(default_factory=list)   # (dst, gateway)
+    addrs: list[str]           # CIDR[,noprefixroute], IPv4 and global IPv6
+    routes: list[tuple[str, str]] = field(default_factory=list)   # (dst, gateway or "")
 
     @classmethod
     def holding(cls, address: str | None) -> Port:
@@ -67,13 +67,20 @@ class Port:
             if not ips or link["ifname"] == "lo":
                 continue
             if address is None or any(a["local"] == address for a in ips):
+                # the routes the fabric made (not the kernel's connected ones): host ports
+                # of a switch have noprefixroute addresses and reach their subnet through
+                # the gateway, so a guest with a connected route would ARP for its peer
                 routes = []
                 for fam in ("-4", "-6"):
                     for r in json.loads(_ip("-j", fam, "route", "show", "dev", link["ifname"])):
-                        if r.get("gateway"):
-                            routes.append((r["dst"], r["gateway"]))
+                        if r.get("protocol") in ("kernel", "ra") or r["dst"].startswith("fe80"):
+                            continue
+                        routes.append((r["dst"], r.get("gateway", "")))
+                routes.sort(key=lambda r: bool(r[1]))     # on-link routes before gateways
                 return cls(link["ifname"], link["address"], int(link["mtu"]),
-                           [f"{a['local']}/{a['prefixlen']}" for a in ips], routes)
+                           [f"{a['local']}/{a['prefixlen']}"
+                            + (",noprefixroute" if a.get("noprefixroute") else "")
+                            for a in ips], routes)
         raise GuestError(f"no interface holds {address} in this namespace" if address
                          else "no interface with a global address in this namespace")
 
@@ -167,13 +174,15 @@ class Guest:
                 except GuestError as e:
                     errors.append(str(e))
             for a in p.addrs:
-                extra = ("nodad",) if ":" in a else ()
-                r = subprocess.run(["ip", "addr", "replace", a, "dev", p.ifname, *extra],
+                cidr, _, flag = a.partition(",")
+                extra = (("nodad",) if ":" in cidr else ()) + ((flag,) if flag else ())
+                r = subprocess.run(["ip", "addr", "replace", cidr, "dev", p.ifname, *extra],
                                    capture_output=True, text=True)
                 if r.returncode:
                     errors.append(f"address {a}: {r.stderr.strip()}")
             for dst, gw in p.routes:
-                r = subprocess.run(["ip", "route", "replace", dst, "via", gw, "dev", p.ifname],
+                via = ("via", gw) if gw else ()
+                r = subprocess.run(["ip", "route", "replace", dst, *via, "dev", p.ifname],
                                    capture_output=True, text=True)
                 if r.returncode:
                     errors.append(f"route {dst} via {gw}: {r.stderr.strip()}")
