@@ -38,7 +38,10 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-CASES = set(C.CASES)
+#: rxe has no packet trimming: a trimmed WRITE_MIDDLE (payload cut by the switch) is an
+#: invalid request to it — it NAKs, the requester's QP goes to error (REM_INV_REQ_ERR) —
+#: so ``trimming`` is a case this implementation does not support, not one it fails
+CASES = set(C.CASES) - {"trimming"}
 _U64 = struct.Struct("<Q")
 #: ibv_wc_status values (libibverbs ABI) by name, for the reasons we print
 WC_STATUS = ("SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
