@@ -138,3 +138,21 @@ def test_linux_rxe_x_linux_rxe_handshake_and_transfer(tmp_path):
                                     "rxe-hw_counters.txt")
             sent = dict(line.split() for line in open(counters))
             assert int(sent["sent_pkts"]) > 0 and int(sent["rcvd_pkts"]) > 0
+
+
+@root
+def test_runner_ip6_and_pmtu_reach_both_sides(tmp_path):
+    """``--ip 6 --pmtu 1024`` (emu × emu, the cheap pair): the endpoints get IPv6
+    LOCAL/PEER and PMTU, the RoCEv2 packets on the wire are IPv6 with 1024-byte
+    payloads — what the linux-rxe matrix over IPv6 GIDs and MTU 1024 relies on."""
+    known = I.load()
+    log = str(tmp_path / "logs")
+    res = runner.run([known["emu"]], [known["emu"]], ["roce"], select("transfer-4k"), log,
+                     timeout=60, prefix=random_cluster("rx6"), progress=lambda s: None,
+                     family=6, pmtu=1024)
+    [r] = res.results
+    assert r.result == "succeeded", (r.reason, r.wire)
+    text = open(os.path.join(log, "emu_emu", "roce", "transfer-4k", "dissect.txt")).read()
+    writes = [ln for ln in text.splitlines() if "RC_WRITE" in ln]
+    assert len(writes) == 4 and all("[fd00:0:1::11]" in ln and "len=1024" in ln
+                                    for ln in writes), writes
