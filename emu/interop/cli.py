@@ -42,6 +42,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--pmtu", type=int, choices=(256, 512, 1024, 2048, 4096), default=4096,
                    help="RoCEv2 path MTU of every QP (PMTU in the environment; emu nicd's "
                         "roce.default_pmtu); default 4096")
+    r.add_argument("--rate", help="every cable's rate (tc style, e.g. 100mbit) where the "
+                   "network sets none; the NIC daemons pace to it (default: emu's line rate)")
     r.set_defaults(func=_run)
     ls = isub.add_parser("list", help="registered implementations and what they support")
     ls.add_argument("--implementations", "-i")
@@ -127,7 +129,7 @@ def _run(a: argparse.Namespace) -> int:
                                   env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
-                     prefix=a.prefix, family=a.ip, pmtu=a.pmtu,
+                     prefix=a.prefix, family=a.ip, pmtu=a.pmtu, rate=a.rate,
                      progress=lambda s: print(s, flush=True))
     print()
     print(res.compact())

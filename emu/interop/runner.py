@@ -56,14 +56,14 @@ class Cluster:
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
                  network: networks.Network = networks.PAIR, directory: str = ".",
-                 family: int = 4, pmtu: int = 4096) -> None:
+                 family: int = 4, pmtu: int = 4096, rate: str | None = None) -> None:
         from emu.cluster import cluster
         from emu.nic.topology import daemon_args
         from emu.topology import load
 
         self.name = name
         self.network = network
-        self.topology = load(network.topology_file(directory, name), name=name)
+        self.topology = load(network.topology_file(directory, name, rate), name=name)
         self.emu_hosts = emu_hosts
         self.family, self.pmtu = family, pmtu
         self.server_addr, self.client_addr = ADDRS[family]
@@ -225,16 +225,17 @@ class PairClusters:
     """One server × client pair's clusters, one per network, each brought up on first use."""
 
     def __init__(self, base: str, emu_hosts: list[str], progress: Callable[[str], None],
-                 directory: str, family: int = 4, pmtu: int = 4096) -> None:
+                 directory: str, family: int = 4, pmtu: int = 4096,
+                 rate: str | None = None) -> None:
         self.base, self.emu_hosts, self.progress = base, emu_hosts, progress
-        self.directory, self.family, self.pmtu = directory, family, pmtu
+        self.directory, self.family, self.pmtu, self.rate = directory, family, pmtu, rate
         self.up: dict[str, Cluster] = {}
 
     def get(self, net: str) -> Cluster:
         if net not in self.up:  # cluster name: base + the network's initial (p, r, t)
             self.up[net] = Cluster(f"{self.base}{net[0]}", self.emu_hosts, self.progress,
                                    networks.BY_NAME[net], self.directory,
-                                   self.family, self.pmtu)
+                                   self.family, self.pmtu, self.rate)
         return self.up[net]
 
     def down(self) -> None:
@@ -415,7 +416,7 @@ def judge(case: TestCase, s: int | None, c: int | None, tails: dict[str, str],
 def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         cases: list[type[TestCase]], log_dir: str, *, timeout: float = 120.0,
         prefix: str = "io", progress: Callable[[str], None] = print, family: int = 4,
-        pmtu: int = 4096) -> RunResult:
+        pmtu: int = 4096, rate: str | None = None) -> RunResult:
     """The whole matrix; clusters are always taken down, also on errors."""
     res = RunResult(servers=[i.name for i in servers], clients=[i.name for i in clients],
                     transports=transports, cases=[c.name for c in cases], log_dir=log_dir)
@@ -429,7 +430,7 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
         os.makedirs(pair_dir, exist_ok=True)
         clusters = PairClusters(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress,
-                                pair_dir, family, pmtu)
+                                pair_dir, family, pmtu, rate)
         try:
             for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:

@@ -156,3 +156,19 @@ def test_runner_ip6_and_pmtu_reach_both_sides(tmp_path):
     writes = [ln for ln in text.splitlines() if "RC_WRITE" in ln]
     assert len(writes) == 4 and all("[fd00:0:1::11]" in ln and "len=1024" in ln
                                     for ln in writes), writes
+
+
+def test_rate_sets_the_cables_but_not_trimmings_own(tmp_path):
+    """``--rate``: the pair and reordering networks get it on every cable (the daemons
+    pace to it); trimming keeps its own port rates."""
+    import emu.switch.topology  # noqa: F401 - the [switch] checker, as the runner has it
+    from emu.interop import networks
+    from emu.topology import load
+
+    assert networks.PAIR.topology_file(str(tmp_path), "x") == networks.PAIR_TOPOLOGY
+    for net in (networks.PAIR, networks.REORDERING):
+        text = open(net.topology_file(str(tmp_path), f"rx{net.name[0]}", "100mbit")).read()
+        assert 'rate = "100mbit"' in text
+        load(os.path.join(tmp_path, f"rx{net.name[0]}.toml"), name=f"rx{net.name[0]}")
+    text = open(networks.TRIMMING.topology_file(str(tmp_path), "rxt", "100mbit")).read()
+    assert 'rate = "100mbit"\n' not in text.split("[switch]")[0]
