@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from emu.interop.rxe.image import CACHE, Image
@@ -85,7 +86,7 @@ class Port:
                          else "no interface with a global address in this namespace")
 
 
-def detect_accel(image: Image, log=print) -> str:  # noqa: ANN001 - a print-like callable
+def detect_accel(image: Image, log: Callable[[str], object] = print) -> str:
     """``kvm`` if a stock kernel boots under ``-accel kvm`` here, else ``tcg``.
 
     Why try instead of checking ``/dev/kvm``: a host may offer /dev/kvm that cannot run
@@ -134,7 +135,7 @@ class Guest:
     path. ``port`` None runs the guest without a network (the accelerator probe)."""
 
     def __init__(self, image: Image, run_dir: str, port: Port | None, command: str,
-                 env: dict[str, str] | None = None, mounts: list[str] = (),  # type: ignore[assignment]
+                 env: dict[str, str] | None = None, mounts: Sequence[str] = (),
                  accel: str = "tcg", memory_mb: int = 512, files: dict[str, str] | None = None,
                  counters: str | None = None) -> None:
         self.image, self.dir, self.port, self.accel = image, run_dir, port, accel
