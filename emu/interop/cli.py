@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -35,6 +36,14 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                    "(default: ./logs/interop-<time>)")
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per case and side")
     r.add_argument("--prefix", default="io", help="cluster name prefix (default io)")
+    r.add_argument("--ip", type=int, choices=(4, 6), default=4,
+                   help="the hosts' address family: LOCAL/PEER and the transports' "
+                        "addresses (RoCEv2 GIDs) are IPv4 (default) or IPv6")
+    r.add_argument("--pmtu", type=int, choices=(256, 512, 1024, 2048, 4096), default=4096,
+                   help="RoCEv2 path MTU of every QP (PMTU in the environment; emu nicd's "
+                        "roce.default_pmtu); default 4096")
+    r.add_argument("--rate", help="every cable's rate (tc style, e.g. 100mbit) where the "
+                   "network sets none; the NIC daemons pace to it (default: emu's line rate)")
     r.set_defaults(func=_run)
     ls = isub.add_parser("list", help="registered implementations and what they support")
     ls.add_argument("--implementations", "-i")
@@ -114,10 +123,14 @@ def _run(a: argparse.Namespace) -> int:
         for impl in {i.name: i for i in servers + clients}.values():
             if impl.setup:
                 print(f"setup {impl.name}: {impl.setup}", flush=True)
-                if os.system(f"cd {impl.dir} && {impl.setup}") != 0:
+                # this interpreter's bin first, as for the commands ("python3" is emu's)
+                path = os.pathsep.join((os.path.dirname(sys.executable), os.environ["PATH"]))
+                if subprocess.run(impl.setup, shell=True, cwd=impl.dir,
+                                  env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
-                     prefix=a.prefix, progress=lambda s: print(s, flush=True))
+                     prefix=a.prefix, family=a.ip, pmtu=a.pmtu, rate=a.rate,
+                     progress=lambda s: print(s, flush=True))
     print()
     print(res.compact())
     fails = res.failures()

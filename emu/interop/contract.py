@@ -25,7 +25,8 @@ EXIT_OK, EXIT_FAILED, EXIT_UNSUPPORTED = 0, 1, 127
 
 TRANSPORTS = ("roce", "uet", "mrc")
 ENV_KEYS = ("ROLE", "TRANSPORT", "TESTCASE", "LOCAL", "PEER", "EXCHANGE_PORT", "DATA_DIR",
-            "LOGDIR", "SERVER_PARAMS", "CLIENT_PARAMS", "TIMEOUT", "EMU_CLUSTER", "EMU_HOST")
+            "LOGDIR", "SERVER_PARAMS", "CLIENT_PARAMS", "TIMEOUT", "EMU_CLUSTER", "EMU_HOST",
+            "PMTU")
 
 KiB, MiB = 1 << 10, 1 << 20
 #: bytes moved by each transfer-like case (the client's payload.bin)

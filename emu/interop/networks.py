@@ -98,13 +98,25 @@ class Network:
     judge: str | None = None       # the link whose packets the checks count (None: all)
     ingress: str | None = None     # compare the order on this link with ``judge``'s
 
-    def topology_file(self, directory: str, cluster: str) -> str:
-        """A file to load the topology from (written into ``directory`` if generated)."""
-        if self.topology_text is None:
+    def topology_file(self, directory: str, cluster: str, rate: str | None = None) -> str:
+        """A file to load the topology from (written into ``directory`` if generated).
+
+        ``rate`` (``emu interop run --rate``): every cable's rate where the network does
+        not set its own (``trimming`` does) — the hosts' NIC daemons pace to it. Why: a
+        peer slower than emu's line rate (linux-rxe under TCG takes ~170 Mb/s) would
+        otherwise be flooded by a sender without congestion signals."""
+        if self.topology_text is None and rate is None:
             return PAIR_TOPOLOGY
+        if self.topology_text is None:
+            with open(PAIR_TOPOLOGY) as f:
+                text = f.read()
+        else:
+            text = self.topology_text.format(name=cluster)
+        if rate is not None and self.name != "trimming":
+            text = text.replace("[defaults.link]\n", f'[defaults.link]\nrate = "{rate}"\n', 1)
         path = os.path.join(directory, f"{cluster}.toml")
         with open(path, "w") as f:
-            f.write(self.topology_text.format(name=cluster))
+            f.write(text)
         return path
 
 

@@ -39,6 +39,8 @@ from emu.interop.testcases import TestCase
 
 SERVER_HOST, CLIENT_HOST = "h2", "h1"
 SERVER_ADDR, CLIENT_ADDR = "10.0.1.12", "10.0.1.11"
+#: the same ports' IPv6 addresses (``--ip 6``: LOCAL/PEER and the daemons' ``--family 6``)
+ADDRS = {4: (SERVER_ADDR, CLIENT_ADDR), 6: ("fd00:0:1::12", "fd00:0:1::11")}
 LINK = "h1-h2"
 #: the runner's own nft table on the client's egress while a case impairs the cable
 COUNT_TABLE = "emu_interop_count"
@@ -53,22 +55,29 @@ class Cluster:
     """One network's cluster for one server × client pair, with emu nicd where wanted."""
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
-                 network: networks.Network = networks.PAIR, directory: str = ".") -> None:
+                 network: networks.Network = networks.PAIR, directory: str = ".",
+                 family: int = 4, pmtu: int = 4096, rate: str | None = None) -> None:
         from emu.cluster import cluster
         from emu.topology import load
 
         self.name = name
         self.network = network
-        self.topology = load(network.topology_file(directory, name), name=name)
+        self.topology = load(network.topology_file(directory, name, rate), name=name)
         self.emu_hosts = emu_hosts
+        self.family, self.pmtu = family, pmtu
+        self.server_addr, self.client_addr = ADDRS[family]
         self.fabric = cluster.up(self.topology, name, daemons=False, progress=lambda s: None)
         try:
             self.traces = {h: cluster.trace_path(name, h) for h in emu_hosts}
             self.logs = {h: os.path.join(os.path.dirname(self.traces[h]),
                                          f"{name}.nicd-{h}.log") for h in emu_hosts}
-            # the NIC daemons' arguments from the plan ``up`` kept (as emu up's own)
+            # the NIC daemons' arguments from the plan ``up`` kept (as emu up's own), with
+            # the runner's address family and path MTU for the matrix
             plan = cluster.plan_of(name)
-            self.args = {h: plan.nics[h].args for h in emu_hosts}
+            extra = (*(("--family", "6") if family == 6 else ()),
+                     *(("--engine-opt", f"roce.default_pmtu={pmtu}") if pmtu != 4096
+                       else ()))
+            self.args = {h: (*plan.nics[h].args, *extra) for h in emu_hosts}
             self.start_daemons()
         except BaseException:
             self.down()
@@ -216,15 +225,17 @@ class PairClusters:
     """One server × client pair's clusters, one per network, each brought up on first use."""
 
     def __init__(self, base: str, emu_hosts: list[str], progress: Callable[[str], None],
-                 directory: str) -> None:
+                 directory: str, family: int = 4, pmtu: int = 4096,
+                 rate: str | None = None) -> None:
         self.base, self.emu_hosts, self.progress = base, emu_hosts, progress
-        self.directory = directory
+        self.directory, self.family, self.pmtu, self.rate = directory, family, pmtu, rate
         self.up: dict[str, Cluster] = {}
 
     def get(self, net: str) -> Cluster:
         if net not in self.up:  # cluster name: base + the network's initial (p, r, t)
             self.up[net] = Cluster(f"{self.base}{net[0]}", self.emu_hosts, self.progress,
-                                   networks.BY_NAME[net], self.directory)
+                                   networks.BY_NAME[net], self.directory,
+                                   self.family, self.pmtu, self.rate)
         return self.up[net]
 
     def down(self) -> None:
@@ -329,15 +340,15 @@ def run_pair(cl: Cluster, server: Impl, client: Impl, transport: str, case_name:
         dirs[side] = d
     base = {"TRANSPORT": transport, "TESTCASE": case_name, "EXCHANGE_PORT": str(port),
             "TIMEOUT": f"{timeout:g}", "SERVER_PARAMS": server.server_params,
-            "CLIENT_PARAMS": client.client_params}
+            "CLIENT_PARAMS": client.client_params, "PMTU": str(cl.pmtu)}
     procs = {
         "server": _spawn(server, cl.name, SERVER_HOST, {
-            **base, "ROLE": "server", "LOCAL": SERVER_ADDR, "PEER": CLIENT_ADDR,
+            **base, "ROLE": "server", "LOCAL": cl.server_addr, "PEER": cl.client_addr,
             "DATA_DIR": os.path.join(dirs["server"], "data"),
             "LOGDIR": os.path.join(dirs["server"], "log")},
             os.path.join(dirs["server"], "output.txt")),
         "client": _spawn(client, cl.name, CLIENT_HOST, {
-            **base, "ROLE": "client", "LOCAL": CLIENT_ADDR, "PEER": SERVER_ADDR,
+            **base, "ROLE": "client", "LOCAL": cl.client_addr, "PEER": cl.server_addr,
             "DATA_DIR": os.path.join(dirs["client"], "data"),
             "LOGDIR": os.path.join(dirs["client"], "log")},
             os.path.join(dirs["client"], "output.txt"))}
@@ -366,7 +377,8 @@ def compliance(cl: Cluster, impl: Impl, host: str, out_dir: str, timeout: float
     with its own daemon must not meet the runner's ``emu nicd`` in the other one."""
     name = f"compliance-{uuid.uuid4().hex[:6]}"
     problems = []
-    me, other = (SERVER_ADDR, CLIENT_ADDR) if host == SERVER_HOST else (CLIENT_ADDR, SERVER_ADDR)
+    me, other = ((cl.server_addr, cl.client_addr) if host == SERVER_HOST
+                 else (cl.client_addr, cl.server_addr))
     for role, local, peer in (("server", me, other), ("client", me, other)):
         d = os.path.join(out_dir, f"compliance-{impl.name}", role)
         os.makedirs(os.path.join(d, "data"), exist_ok=True)
@@ -403,7 +415,8 @@ def judge(case: TestCase, s: int | None, c: int | None, tails: dict[str, str],
 
 def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         cases: list[type[TestCase]], log_dir: str, *, timeout: float = 120.0,
-        prefix: str = "io", progress: Callable[[str], None] = print) -> RunResult:
+        prefix: str = "io", progress: Callable[[str], None] = print, family: int = 4,
+        pmtu: int = 4096, rate: str | None = None) -> RunResult:
     """The whole matrix; clusters are always taken down, also on errors."""
     res = RunResult(servers=[i.name for i in servers], clients=[i.name for i in clients],
                     transports=transports, cases=[c.name for c in cases], log_dir=log_dir)
@@ -417,7 +430,7 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
         os.makedirs(pair_dir, exist_ok=True)
         clusters = PairClusters(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress,
-                                pair_dir)
+                                pair_dir, family, pmtu, rate)
         try:
             for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:
