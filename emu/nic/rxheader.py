@@ -111,10 +111,13 @@ def enable(sock: socket.socket) -> bool:
 
 def stamp(port: int, socks: Sequence[Any]) -> tuple[str, str | None]:
     """Have the IPv4 sockets among ``socks`` (:class:`emu.nic.udp.PortSocket`) read each
-    datagram's header word as received, installing the rule for ``port`` first.
+    datagram's header word as received, installing the rule for ``port`` first, and the
+    IPv6 ones take a zero UDP checksum (the ICRC is the check: Linux rxe sends 0).
 
     Returns the mode in force (:data:`AS_RECEIVED` or :data:`ASSUMED`) and, for the
     fallback, a warning saying why and what it costs — never a silent downgrade."""
+    for ps in socks:  # the ICRC covers what a zero UDP checksum leaves unchecked
+        ps.accept_zero_checksum()
     v4 = [ps for ps in socks if ps.family == socket.AF_INET]
     if not v4:
         return AS_RECEIVED, None  # IPv6: the ICRC masks every field a socket hides

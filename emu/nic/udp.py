@@ -204,8 +204,6 @@ class PortSocket:
                 with contextlib.suppress(OSError):
                     s.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
                 s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
-                with contextlib.suppress(OSError):
-                    s.setsockopt(SOL_UDP, UDP_NO_CHECK6_RX, 1)
                 if tos is not None:
                     s.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, tos)
             for opt, force, size in ((socket.SO_RCVBUF, 33, rcvbuf), (socket.SO_SNDBUF, 32,
@@ -395,6 +393,21 @@ class PortSocket:
             self.sock.setsockopt(SOL_UDP, UDP_GRO, 0)
             self.gro = False
         self.ip_word = 1
+        return True
+
+    def accept_zero_checksum(self) -> bool:
+        """Take IPv6 datagrams whose UDP checksum is 0 (``UDP_NO_CHECK6_RX``), for a
+        transport whose own end-to-end check covers the whole datagram (RoCEv2's ICRC):
+        Linux rdma_rxe sends RoCEv2 over IPv6 so (RFC 6936 allows it for such tunnels),
+        and without it the kernel drops every one before the daemon could read it. Not
+        for UET, whose datagrams the UDP checksum alone protects. False on IPv4 (where
+        0 means "no checksum" anyway) or if the kernel refuses."""
+        if self.family != socket.AF_INET6:
+            return False
+        try:
+            self.sock.setsockopt(SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        except OSError:
+            return False
         return True
 
     def enable_stamps(self) -> bool:

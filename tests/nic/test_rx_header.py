@@ -14,6 +14,7 @@ import collections
 import contextlib
 import os
 import secrets
+import select
 import socket
 import struct
 from collections.abc import Iterator
@@ -235,3 +236,51 @@ def test_the_rule_stamps_the_header_word_in_wire_order():
     assert "udp dport 4791 meta mark set @nh,32,32" in r
     assert "hook prerouting priority raw" in r
     assert r.index("delete table ip emu_nic_rx_4791") < r.index("chain stamp")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root")
+def test_ipv6_roce_takes_a_zero_udp_checksum_and_uet_does_not():
+    """Linux rxe sends RoCEv2 over IPv6 with UDP checksum 0: the RoCE sockets take it
+    (the ICRC, checked after, covers the datagram); a socket of a transport without
+    an end-to-end check (UET's) still has the kernel drop it."""
+    from pyroute2 import IPRoute, netns
+
+    from emu.fabric.capture import in_netns
+    from emu.nic.udp import PortSocket
+
+    ns = "emurx6" + secrets.token_hex(3)
+    netns.create(ns)
+    try:
+        with IPRoute(netns=ns) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+        def run() -> tuple[int, int]:
+            roce = PortSocket("::1", 4791, gro=False)
+            uet = PortSocket("::1", 4793, gro=False)
+            raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_UDP)
+            try:
+                assert rxheader.stamp(4791, [roce]) == (rxheader.AS_RECEIVED, None)
+                got = []
+                plain = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                for ps in (roce, uet):
+                    body = b"\x04" + bytes(27)
+                    raw.sendto(struct.pack("!HHHH", 5000, ps.port, 8 + len(body), 0) + body,
+                               ("::1", 0))
+                    # then one with a checksum: once it is there, so is the first, if taken
+                    plain.sendto(b"checksummed", ("::1", ps.port))
+                    select.select([ps.sock], [], [], 30)
+                    out: collections.deque = collections.deque()
+                    c: collections.Counter = collections.Counter()
+                    with contextlib.suppress(BlockingIOError):
+                        ps.recv_batch(out, 8, 8, c)
+                    assert bytes(out[-1][0]) == b"checksummed"
+                    got.append(c["rx_packets"] - 1)
+                plain.close()
+                return got[0], got[1]
+            finally:
+                for s in (roce, uet, raw):
+                    s.close()
+
+        assert in_netns(ns, run) == (1, 0)
+    finally:
+        netns.remove(ns)
