@@ -53,10 +53,10 @@ import math
 import mmap
 import socket
 import struct
-import time
 from typing import Any
 
 from emu.core.datagram import Gather, Run
+from emu.fabricclock import wall
 from emu.nic.netlink import Rtnl
 from emu.transports.base import TxMeta
 
@@ -155,7 +155,7 @@ class FrameTx:
         self._dests: dict[str, bool] = {}  # destination → leaves by this port
         self._neigh: dict[str, bytes] = {}
         self._retry: dict[str, float] = {}
-        self._stamp = time.monotonic()
+        self._stamp = wall()
         #: pseudo-header sum of the fixed part (source address, protocol)
         self._pseudo = _sum16(self.src) + socket.IPPROTO_UDP
         self.c = {"frames": 0, "kicks": 0, "unresolved": 0, "ring_full": 0, "send_errors": 0,
@@ -179,7 +179,7 @@ class FrameTx:
         self._prefix.clear()
         self._neigh.clear()
         self._dests.clear()
-        self._stamp = time.monotonic()
+        self._stamp = wall()
 
     def _next_hop_mac(self, dst: str, sport: int, dport: int) -> bytes | None:
         assert self.rtnl is not None
@@ -197,7 +197,7 @@ class FrameTx:
 
     def _build(self, key: tuple[Any, ...]) -> bytes | None:
         dst, dport, sport, n, tos = key
-        now = time.monotonic()
+        now = wall()
         if self._retry.get(dst, 0.0) > now:
             return None
         try:
@@ -246,7 +246,7 @@ class FrameTx:
         followed by one of the same flow while ``main`` does GSO (the socket batches
         those), or whose next hop is unresolved — the caller sends that one by socket.
         Returns ``(frames placed, their bytes, ring full)``."""
-        now = time.monotonic()
+        now = wall()
         if now - self._stamp > self.refresh:
             self.invalidate()
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames

@@ -14,11 +14,11 @@ import errno
 import math
 import socket
 import struct
-import time
 from collections import deque
 from typing import Any
 
 from emu.core.datagram import Gather, Run
+from emu.fabricclock import wall
 from emu.nic.udp import (
     GSO_MAX_BYTES,
     GSO_MAX_SEGS,
@@ -78,7 +78,7 @@ class TxPath:
         #: main socket → its port's frame ring (:mod:`emu.nic.frames`), see :meth:`use_rings`
         self.rings: dict[PortSocket, Any] = {}
         #: the head of the queue waits for its port's serializer until this time
-        #: (``time.monotonic()``); None: not waiting for a port
+        #: (``wall()``); None: not waiting for a port
         self.paced_until: float | None = None
         self._waited = False  # the next send had waited for its port (lateness counts)
 
@@ -331,7 +331,7 @@ class TxPath:
     def ports_busy(self) -> bool:
         """Every paced port still has frames to serialize (its FIFO is not empty): what an
         engine holds back now costs no link time yet."""
-        now = time.monotonic()
+        now = wall()
         return all(ps.pacer is not None and ps.pacer.t_free > now for ps in self.mains)
 
     def _budget(self, pacer: Any) -> tuple[float, float]:
@@ -339,7 +339,7 @@ class TxPath:
         waits for the port (:attr:`paced_until`: the daemon sleeps, then flushes again)."""
         if pacer is None:
             return 0.0, math.inf
-        now = time.monotonic()
+        now = wall()
         budget = pacer.room(now)
         if budget <= 0:
             self.paced_until = pacer.due()
