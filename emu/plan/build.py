@@ -57,7 +57,8 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
     serializers: dict[str, int] = {}
     line_args: dict[str, tuple[str, ...]] = {}
     if topology.hosts():
-        line_args, credible, host_ports = _nic_rates(topology, costs, time, switching, path)
+        line_args, credible, host_ports = _nic_rates(topology, fabric_costs(costs, time),
+                                                     time, switching, path)
         serializers = rates.serializers(topology, host_ports)
 
     # what every daemon gets: the transports, the DSCPs these switches write on trimmed
@@ -88,6 +89,17 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
                 switches=switches, credible=credible, serializers=serializers,
                 machine={"costs": costs.source, "cores": costs.cores,
                          "kernel_datapath": kernel.available() or "available"})
+
+
+def fabric_costs(costs: capacity.Costs, time: TimePlan) -> capacity.Costs:
+    """This machine's per-packet costs and own delays (wall seconds) in fabric time: a
+    scale-th of them (what dilation is for). The capacity verdict, the rate proposed for
+    ports with none of their own and the base round trip are then the fabric's."""
+    if time.scale == 1:
+        return costs
+    return replace(costs, **{k: time.fabric_delay(getattr(costs, k))
+                             for k in ("nic_tx", "nic_rx", "switch", "nic_turnaround",
+                                       "switch_turnaround", "kernel_hop")})
 
 
 def time_plan(topology: Topology) -> TimePlan:
