@@ -159,7 +159,7 @@ class FrameTx:
         #: pseudo-header sum of the fixed part (source address, protocol)
         self._pseudo = _sum16(self.src) + socket.IPPROTO_UDP
         self.c = {"frames": 0, "kicks": 0, "unresolved": 0, "ring_full": 0, "send_errors": 0,
-                  "resolves": 0, "wrong_format": 0, "dropped": 0}
+                  "resolves": 0, "wrong_format": 0, "dropped": 0, "kick_again": 0}
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -452,6 +452,7 @@ class FrameTx:
                 return
             except BlockingIOError:
                 self.pending = n  # no socket memory now: the next flush kicks again
+                self.c["kick_again"] += 1
                 return
             except OSError as e:
                 if e.errno == errno.ENOBUFS and self._skip_dropped():

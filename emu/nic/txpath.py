@@ -29,6 +29,9 @@ from emu.nic.udp import (
     in_netns,
 )
 
+#: how soon a kick the kernel refused for want of socket memory is tried again (seconds,
+#: wall): a few frames' time at the rates emu runs, a wake-up per retry while it lasts
+KICK_RETRY = 100e-6
 #: UDP_SEGMENT's control message: the GSO segment size (native u16)
 _U16 = struct.Struct("=H")
 #: bytes of frames placed in a port's ring before it is kicked, at most: the kernel starts
@@ -197,6 +200,14 @@ class TxPath:
                 except OSError as e:
                     self.c["tx_errors"] += 1
                     self.c["tx_last_errno"] = e.errno or 0
+                if fx.pending and self.paced_until is None:
+                    # the kernel had no socket memory for them (EAGAIN): they wait in the
+                    # ring for the next kick — and with the queue empty nothing else would
+                    # flush, so the transmit task comes back shortly. Without it the last
+                    # frames of a message sat there until a retransmission timeout (pair
+                    # RoCEv2 write-bw, a 67 ms RTO in ~1 of 3 runs; more often dilated,
+                    # where the tbf's 1 ms burst is fewer bytes)
+                    self.paced_until = wall() + KICK_RETRY
 
     def _drain_ring(self) -> bool:
         """Datagrams at the head of the queue into their port's frame ring; True
