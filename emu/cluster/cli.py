@@ -433,6 +433,11 @@ def _impair(a: argparse.Namespace) -> int:
     need_root()
     try:
         name = C.resolve(a.cluster)
+        timed = [f"--{o}" for o in ("rate", "delay", "jitter") if getattr(a, o) is not None]
+        if timed and (scale := _scale_of(name)) != 1:
+            raise UserError(f"emu impair {'/'.join(timed)}: cluster {name} runs at time scale "
+                            f"{scale:g}, and impairments in time units are not dilated yet "
+                            "(they would be wall units); --loss, --ecn and --duplicate are")
         topo = C.model(name)
         lk = topo.link(a.link)
         direction = a.direction
@@ -470,6 +475,16 @@ def _impair(a: argparse.Namespace) -> int:
         raise UserError(one_line(e)) from None
     print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
     return 0
+
+
+def _scale_of(cluster: str) -> float:
+    """The time scale ``cluster`` runs at (its plan's; 1 for a cluster from before plans)."""
+    from emu.cluster import cluster as C
+
+    try:
+        return C.plan_of(cluster).time.scale
+    except C.ClusterError:
+        return 1.0
 
 
 def _fmt_dir(d) -> str:
@@ -555,10 +570,7 @@ def _capture(a: argparse.Namespace) -> int:
     check_file(a.write)  # before "capturing …", not as open()'s traceback after it
     try:
         name = C.resolve(a.cluster)
-        try:
-            scale = C.plan_of(name).time.scale
-        except C.ClusterError:  # brought up by an emu before plans: real time
-            scale = 1.0
+        scale = _scale_of(name)
         if scale != 1:  # its timestamps would be wall time: silently wrong by the scale
             raise UserError(f"emu capture: cluster {name} runs at time scale {scale:g}, and "
                             "captures are not dilated yet (their timestamps would be wall "

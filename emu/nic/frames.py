@@ -61,6 +61,9 @@ from emu.nic.netlink import Rtnl
 from emu.transports.base import TxMeta
 
 SOL_PACKET = 263
+#: the ring socket's send buffer (bytes; the kernel caps it at net.core.wmem_max), as the
+#: daemon's UDP sockets' (NicConfig.sndbuf)
+SNDBUF = 4 << 20
 PACKET_VNET_HDR, PACKET_VERSION, PACKET_TX_RING, PACKET_LOSS = 15, 10, 13, 14
 TPACKET_V2 = 1
 TP_STATUS_SEND_REQUEST, TP_STATUS_WRONG_FORMAT = 1, 4
@@ -128,6 +131,11 @@ class FrameTx:
             s.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
             # a frame the kernel rejects is skipped and its slot freed, not left stuck
             s.setsockopt(SOL_PACKET, PACKET_LOSS, 1)
+            # room in the kernel for a port's whole transmit FIFO (the pacer's burst):
+            # with the default ~208 KiB a kick sent only part of it when the link's tbf
+            # drained slowly (a small tbf burst: low rates, dilated time), the rest
+            # waiting for the next kick (FrameTx.kick)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
             s.setsockopt(SOL_PACKET, PACKET_TX_RING, struct.pack("IIII", fs, frames, fs, frames))
             s.bind((ifname, 0))
             s.setblocking(False)
@@ -448,6 +456,14 @@ class FrameTx:
         for _ in range(n + 1):
             try:
                 self.sock.send(b"", socket.MSG_DONTWAIT)
+                last = (self.head - 1 if self.head else self.frames - 1) * self.frame_size
+                if self.ring[last] == TP_STATUS_SEND_REQUEST:
+                    # out of socket memory part-way: the kernel sent the first frames,
+                    # left the rest marked to send and said nothing (tpacket_snd returns
+                    # what it sent). The next kick sends them: TxPath comes back for it
+                    self.pending = n
+                    self.c["kick_again"] += 1
+                    return
                 self.khead = self.head
                 return
             except BlockingIOError:
