@@ -201,6 +201,10 @@ def _dry_run(a: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=1))
     else:
         print(render_plan(plan))
+    from emu.plan import undilated
+
+    if (refused := undilated(topo, plan.time)):
+        print(f"emu up: warning: emu up would refuse this: {refused}", file=sys.stderr)
     print(f"dry run: nothing was made (emu up without --dry-run brings up cluster "
           f"{a.name or topo.name})", file=sys.stderr)
     return 0
@@ -284,7 +288,9 @@ def _credible_lines(s: dict) -> str:
         lines.append(cr["line"])
     t = s.get("time") or {}
     if cr.get("line") and "scale" in t:
-        lines.append(f"time scale {t['scale']:g}: {t.get('why', '')}")
+        lines.append(f"time scale {t['scale']:g}: {t.get('why', '')}"
+                     + (f"; one fabric ms costs {t['scale']:g} ms of wall time"
+                        if t["scale"] != 1 else " (one fabric ms costs 1 ms of wall time)"))
     ov = s.get("overload") or {}
     bad = {k: v for k, v in ov.items() if v.get("total")}
     if ov and not bad:
@@ -427,6 +433,11 @@ def _impair(a: argparse.Namespace) -> int:
     need_root()
     try:
         name = C.resolve(a.cluster)
+        timed = [f"--{o}" for o in ("rate", "delay", "jitter") if getattr(a, o) is not None]
+        if timed and (scale := _scale_of(name)) != 1:
+            raise UserError(f"emu impair {'/'.join(timed)}: cluster {name} runs at time scale "
+                            f"{scale:g}, and impairments in time units are not dilated yet "
+                            "(they would be wall units); --loss, --ecn and --duplicate are")
         topo = C.model(name)
         lk = topo.link(a.link)
         direction = a.direction
@@ -464,6 +475,16 @@ def _impair(a: argparse.Namespace) -> int:
         raise UserError(one_line(e)) from None
     print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
     return 0
+
+
+def _scale_of(cluster: str) -> float:
+    """The time scale ``cluster`` runs at (its plan's; 1 for a cluster from before plans)."""
+    from emu.cluster import cluster as C
+
+    try:
+        return C.plan_of(cluster).time.scale
+    except C.ClusterError:
+        return 1.0
 
 
 def _fmt_dir(d) -> str:
@@ -549,6 +570,11 @@ def _capture(a: argparse.Namespace) -> int:
     check_file(a.write)  # before "capturing …", not as open()'s traceback after it
     try:
         name = C.resolve(a.cluster)
+        scale = _scale_of(name)
+        if scale != 1:  # its timestamps would be wall time: silently wrong by the scale
+            raise UserError(f"emu capture: cluster {name} runs at time scale {scale:g}, and "
+                            "captures are not dilated yet (their timestamps would be wall "
+                            "time); bring it up with time.scale=1 to capture")
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
     except user_errors() as e:

@@ -57,6 +57,10 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     from emu.fabric.progress import Progress
 
     plan = plan or planning.build(topology)
+    refused = planning.undilated(topology, plan.time)
+    if refused:  # before anything is made: what is not dilated yet would be silently wrong
+        raise ClusterError(refused)
+    progress(f"fabric time: {plan.time.clock().describe()}")
     # each host port's line rate goes in a kernel tbf on its egress too (the port's
     # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
     topology = planning.wall_model(topology, plan)

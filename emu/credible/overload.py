@@ -160,6 +160,11 @@ def delta(before: dict[str, Any], after: dict[str, Any],
     daemons: dict[str, Any] = {}
     nics: dict[str, dict[str, Any]] = {}
     elapsed = after.get("t", 0.0) - before.get("t", 0.0)
+    # fabric time (emu.fabricclock): the daemons' late times are fabric seconds, judged
+    # against the run's fabric length; CPU times and the ports' wall rates, against the wall
+    scale = max((float(b.get("overload", {}).get("time_scale") or 1.0)
+                 for b in after.get("nic", {}).values()), default=1.0)
+    elapsed_f = elapsed / scale
     stalls, machine = _machine(before, after)
     for kind in ("nic", "switch"):
         for name, b in after[kind].items():
@@ -192,7 +197,7 @@ def delta(before: dict[str, Any], after: dict[str, Any],
                                 "cpu_wait_s": waited,
                                 "cpu_wait_per_run_s": round(waited / runs, 6) if runs else None}
             late = d.get("ack_late_s", 0.0)
-            if kind == "nic" and elapsed > 0 and late > ACK_LATE_MAX * elapsed:
+            if kind == "nic" and elapsed > 0 and late > ACK_LATE_MAX * elapsed_f:
                 causes["ack_late"] = causes.get("ack_late", 0) + 1
                 who = f"nicd {name}"
                 daemons[who] = {**daemons.get(who, {}), "ack_late": 1, "ack_late_s": late}
@@ -218,7 +223,9 @@ def delta(before: dict[str, Any], after: dict[str, Any],
     # link time the NIC ports stood idle while frames waited for a late daemon
     lost = sum(d.get("tx_late_s", 0.0) for d in daemons.values())
     return {"total": total, "causes": causes, "daemons": daemons, "elapsed_s": round(elapsed, 6),
-            "lost_link_s": round(lost, 6), "machine": machine, "tx_packets": tx,
+            "time_scale": scale, "elapsed_fabric_s": round(elapsed_f, 9),
+            "lost_link_s": round(lost, 6 if scale == 1 else 9), "machine": machine,
+            "tx_packets": tx,
             "retransmits": retx, "retransmitted_fraction": retx / tx if tx else 0.0,
             "counted_nics": None if own is None else counted, "nics": nics,
             # the busiest of the counted ports: how near its line rate the run came
@@ -310,8 +317,10 @@ def warning(d: dict[str, Any]) -> str | None:
         # summed over the late daemons' ports: a share of *their* time, never over 100 %
         late = [n for n, v in d["daemons"].items()
                 if v.get("tx_late") or v.get("machine_stall")] or [None]
-        share = d["lost_link_s"] / (d["elapsed_s"] * len(late))
-        lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms of link time lost, "
+        scale = d.get("time_scale", 1.0)
+        share = d["lost_link_s"] / (d.get("elapsed_fabric_s", d["elapsed_s"]) * len(late))
+        fabric = f" fabric (time scale {scale:g})" if scale != 1 else ""
+        lost = (f"; {d['lost_link_s'] * 1e3:.1f} ms{fabric} of link time lost, "
                 f"{min(100.0, 100 * share):.2g} % of the late ports' time")
     starved = [f"{n} waited for a CPU {100 * v['cpu_wait_s'] / d['elapsed_s']:.0f} % of the run"
                for n, v in sorted(d["daemons"].items())

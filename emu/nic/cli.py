@@ -18,6 +18,8 @@ import signal
 import sys
 from typing import Any
 
+from emu.fabricclock import FabricClock, check_scale
+from emu.nic.clock import TrioFabricClock
 from emu.nic.protocol import DEFAULT_PORTS, RUN_DIR, daemon_hosts, overload_causes, sock_path
 
 
@@ -73,11 +75,24 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "quarter of the line rate or more, and while the port's own transmit "
                         "queue covers the wait), 0 (read at every wake-up), or a wait after "
                         "every read that found data, e.g. 200us (latency tests pay it)")
+    p.add_argument("--time-scale", type=_scale, default=1.0, metavar="N",
+                   help="run on fabric time, N wall seconds per fabric second (emu up gives "
+                        "the plan's; --line-rate and --tx-lead stay wall units; default 1)")
+    p.add_argument("--time-epoch", type=float, default=0.0, metavar="MONOTONIC_S",
+                   help="the cluster's fabric epoch (a CLOCK_MONOTONIC time; default 0)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
                    help="a DSCP the switches write on trimmed packets (repeatable; default "
                         "30 and 31, switchd's trimmed_dscp and trimmed_lasthop)")
+
+
+def _scale(v: str) -> float:
+    """``--time-scale N`` (argparse type: a bad value is one line and exit 2)."""
+    try:
+        return check_scale(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _line_rates(specs: list[str]) -> dict[str, float]:
@@ -153,6 +168,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      allowed_uids=(0, *a.allow_uid), pfc=a.pfc, pfc_quantum=a.pfc_quantum,
                      trace=a.trace, line_rates=_line_rates(a.line_rate), family=a.family,
                      tx_lead=a.tx_lead, rx_coalesce=a.rx_coalesce,
+                     time_scale=a.time_scale, time_epoch=a.time_epoch,
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 
@@ -213,7 +229,11 @@ def _run(a: argparse.Namespace) -> int:
 
     errors = (OSError, RuntimeError, ValueError, ImportError)
     try:
-        trio.run(main)
+        if cfg.time_scale != 1 or cfg.time_epoch:
+            # fabric time: trio.current_time() is the fabric clock (emu.nic.clock)
+            trio.run(main, clock=TrioFabricClock(FabricClock(cfg.time_scale, cfg.time_epoch)))
+        else:
+            trio.run(main)
     except errors as e:
         print(f"emu nicd: {e}", file=sys.stderr)
         return 1

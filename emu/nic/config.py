@@ -76,3 +76,9 @@ class NicConfig:
     #: JSON-lines event trace of every engine (``emu.core.trace``), None = off
     trace: str | None = None
     trace_flush: float = 0.5  # seconds between flushes of the trace file
+    #: fabric time (``emu.fabricclock``): wall seconds per fabric second, and the cluster's
+    #: epoch (a ``CLOCK_MONOTONIC`` time). ``line_rates`` and ``tx_lead`` are wall units
+    #: (the plan's: the port serializer stands for the dilated wire); engines are given
+    #: them in fabric units. 1 = real time, today's behaviour
+    time_scale: float = 1.0
+    time_epoch: float = 0.0

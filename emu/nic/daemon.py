@@ -33,7 +33,6 @@ import math
 import os
 import random
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -44,18 +43,21 @@ import trio
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
 from emu.cpu import policy_in_force, slice_in_force
+from emu.fabricclock import FabricClock, realtime, wall
 from emu.nic import engines, rxheader
+from emu.nic.clock import current_scale
 from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.frames import FrameTx
 from emu.nic.framing import framer_for
+from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
 from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
 from emu.nic.udp import ArrivalTimes, Iface, PortSocket, arrival, family_of, gid_of, interfaces
-from emu.proc import cpu_wait, process_age, rss_kib
+from emu.proc import process_age, rss_kib
 
 
 def _frame_ring(main: PortSocket) -> FrameTx | None:
@@ -130,7 +132,15 @@ class NicDaemon:
         self.control = ControlServer(self)
         self.warnings: list[str] = []
         self._stop = trio.Event()
-        self._t0 = time.monotonic()
+        self._t0 = wall()
+        #: fabric time (emu.fabricclock): trio's clock when run by ``emu nicd`` at a scale
+        #: (emu.nic.clock), so ``trio.current_time()`` is fabric time; this converts what
+        #: stays wall (timerfd deadlines, receive stamps, the port serializer's clock)
+        self.clock = FabricClock(cfg.time_scale, cfg.time_epoch)
+        #: PRECISE_WITHIN and HELD_RECHECK are wall durations (trio's millisecond
+        #: rounding, the daemon's own turn): as fabric time they shrink with the scale
+        self._precise = self.clock.to_fabric(PRECISE_WITHIN)
+        self._held_recheck = self.clock.to_fabric(HELD_RECHECK)
         self.ready_after: float | None = None
         self._ns_fd: int | None = None
         #: UDP ports whose IPv4 header-word stamping rule this daemon installed
@@ -183,9 +193,10 @@ class NicDaemon:
                         socks[-1].pacer = self.pacers.get(i.name)
                     opts = dict(self.cfg.engine_options.get(name, {}))
                     if rates:  # the engine's controller starts from the port's real speed
-                        opts.setdefault("line_rate", min(rates))
+                        # (rates are wall units, the engine's fabric: × scale)
+                        opts.setdefault("line_rate", min(rates) * self.clock.scale)
                         # and its timeouts cover the time a datagram may wait in the port
-                        opts.setdefault("tx_hold", self.cfg.tx_lead)
+                        opts.setdefault("tx_hold", self.clock.to_fabric(self.cfg.tx_lead))
                         # and what the port serializes on top of each datagram (its pacer
                         # then keeps the port's schedule: QueuePair.frame_overhead)
                         fam = 6 if ":" in str(addrs[0][0]) else 4
@@ -307,7 +318,7 @@ class NicDaemon:
             ports.append({"port": n, "ifname": i.name, "mtu": i.mtu, "addresses": addrs,
                           "gids": [gid_of(a) for a in addrs]})
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
-                "ports": ports,
+                "ports": ports, "time": {"scale": self.clock.scale, "epoch": self.clock.epoch},
                 "transports": {s.name: {"udp_port": s.port,
                                         "sockets": [p.describe() for p in s.tx.mains]}
                                for s in self.slots.values()}}
@@ -316,6 +327,9 @@ class NicDaemon:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until :meth:`stop`; report readiness once sockets and control socket exist."""
+        if current_scale() != self.clock.scale:  # engines would run on the wrong clock
+            raise RuntimeError(f"time scale {self.clock.scale:g} configured, but trio's clock "
+                               f"runs at {current_scale():g} (run under emu.nic.clock)")
         if not self.slots:
             self.open()
         try:
@@ -331,8 +345,9 @@ class NicDaemon:
                     n.start_soon(self._pause_loop, pp)
                 n.start_soon(self.control.serve, listener)
                 if self.trace.enabled:
-                    self.trace.event("daemon_started", trio.current_time(), wall=time.time(),
-                                     transports=list(self.slots))
+                    self.trace.event("daemon_started", trio.current_time(), wall=realtime(),
+                                     transports=list(self.slots),
+                                     time_scale=self.clock.scale, time_epoch=self.clock.epoch)
                     n.start_soon(self._trace_flush_loop)
                 self.ready_after = process_age()
                 task_status.started(self)
@@ -394,9 +409,9 @@ class NicDaemon:
         stream): wait for the socket."""
         c = slot.c
         pacer = ps.pacer
-        co.on_read(time.monotonic(), got)
+        co.on_read(wall(), got)
         found = got > 0
-        while (until := co.hold_until(time.monotonic(), pacer.t_free if pacer else 0.0,
+        while (until := co.hold_until(wall(), pacer.t_free if pacer else 0.0,
                                       found)) is not None:
             c["rx_holds"] += 1
             await timer.sleep_until(until)
@@ -430,7 +445,8 @@ class NicDaemon:
         backlog = slot.backlog
         times = slot.times  # in step with the backlog (PortSocket.recv_batch)
         if times is not None:
-            skew = time.time() - now  # the receive stamps' clock minus trio's
+            real = realtime()
+            skew = real - now  # the receive stamps' clock minus trio's
         c = slot.c
         recv = slot.engine.receive_datagram
         trimmed, takes = slot.trimmed_tos, slot.takes_trimmed
@@ -438,7 +454,7 @@ class NicDaemon:
         for _ in range(min(self.cfg.engine_batch, len(backlog))):
             data, addr, tos = backlog.popleft()
             if times is not None:
-                kw["arrived"] = arrival(times.popleft(), skew)
+                kw["arrived"] = arrival(times.popleft(), skew, self.clock, real)
             try:
                 if trimmed[tos]:  # a switch cut it to its headers (its DSCP says so)
                     c["rx_trimmed"] += 1
@@ -459,8 +475,9 @@ class NicDaemon:
         items = _take(slot.backlog, k)
         arrived = None
         if slot.times is not None:
-            skew = time.time() - now  # the receive stamps' clock minus trio's
-            arrived = ArrivalTimes(_take(slot.times, k), skew)
+            real = realtime()
+            skew = real - now  # the receive stamps' clock minus trio's
+            arrived = ArrivalTimes(_take(slot.times, k), skew, self.clock, real)
         trim = slot.trimmed_tos if any(slot.trimmed_tos) else None
         if trim is not None:
             c["rx_trimmed"] += sum(trim[tos] for _, _, tos in items)
@@ -517,11 +534,12 @@ class NicDaemon:
             else:
                 with trio.CancelScope(deadline=math.inf if t is None else t) as scope:
                     slot.timer_scope = scope
-                    if t is not None and t < now + PRECISE_WITHIN:
+                    if t is not None and t < now + self._precise:
                         if slot.eng_timer is None:
                             slot.eng_timer = TimerFd()
-                        # trio's clock and time.monotonic() differ by an offset
-                        await slot.eng_timer.sleep_until(t - now + time.monotonic())
+                        # trio's clock (fabric) and the timerfd's (wall) differ by an
+                        # offset and, dilated, by the scale
+                        await slot.eng_timer.sleep_until(wall() + self.clock.to_wall(t - now))
                     else:
                         await trio.sleep_forever()
             now = trio.current_time()
@@ -546,7 +564,7 @@ class NicDaemon:
         """Flush the trace file now and then, so ``tail -f`` / ``jq`` see a live run (the
         file is block-buffered: one write per event would cost a syscall each)."""
         while True:
-            await trio.sleep(self.cfg.trace_flush)
+            await trio.sleep(self.clock.to_fabric(self.cfg.trace_flush))  # wall s
             with contextlib.suppress(OSError, ValueError):
                 self.trace.flush()
 
@@ -633,19 +651,19 @@ class NicDaemon:
         t = eng.get_timer()
         if t is not None and held:
             # a due pacing timer would spin while held: the transmit task pumps instead
-            t = max(t, trio.current_time() + HELD_RECHECK)
+            t = max(t, trio.current_time() + self._held_recheck)
         scope = slot.timer_scope
         deadline = math.inf if t is None else t
         if deadline == scope.deadline:
             return  # trio's setter is a generator context manager: ~3 µs for nothing
-        if t is not None and t < scope.deadline and t < trio.current_time() + PRECISE_WITHIN:
+        if t is not None and t < scope.deadline and t < trio.current_time() + self._precise:
             scope.cancel()  # the timer task re-arms its precise sleep for the earlier time
         scope.deadline = deadline
 
     async def _drain(self) -> None:
         """SIGTERM: flush what is queued (bounded by ``drain_timeout``), then tell clients."""
         self.control.close_listener()
-        with trio.move_on_after(self.cfg.drain_timeout):
+        with trio.move_on_after(self.clock.to_fabric(self.cfg.drain_timeout)):  # wall s
             for slot in self.slots.values():
                 self.pump(slot)
                 while slot.tx.queue:
@@ -655,8 +673,8 @@ class NicDaemon:
                         assert slot.tx.blocked is not None
                         await trio.lowlevel.wait_writable(slot.tx.blocked.sock)
                     if slot.tx.paced_until is not None:
-                        await trio.sleep_until(trio.current_time() + max(
-                            0.0, slot.tx.paced_until - time.monotonic()))
+                        await trio.sleep_until(trio.current_time() + self.clock.to_fabric(
+                            max(0.0, slot.tx.paced_until - wall())))
             await self.control.shutdown()
 
     # -- counters -------------------------------------------------------------------
@@ -695,12 +713,14 @@ class NicDaemon:
         totals["paused_s"] = round(sum(p["paused_s"] for p in pause.values()), 6)
         ports = {n: p.counters() for n, p in self.pacers.items()}
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
-                "uptime_s": round(time.monotonic() - self._t0, 3),
+                "uptime_s": round(wall() - self._t0, 3),
+                "time": {"scale": self.clock.scale, "epoch": self.clock.epoch},
                 "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
                 "sched_slice_s": slice_in_force(),
                 "sched": policy_in_force(),
                 "rx_coalesce": describe_coalesce(self.cfg.rx_coalesce),
-                "totals": totals, "ports": ports, "overload": overload(totals, ports),
+                "totals": totals, "ports": ports,
+                "overload": overload(totals, ports, self.clock.scale),
                 "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,
                 "memory": {"regions": len(self.memory)}, "warnings": self.warnings}
@@ -731,57 +751,6 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
             yield d
         finally:
             d.stop()
-
-
-#: the overload causes an engine counts itself (its counters, summed over the daemon's
-#: engines into its totals): UET's retransmission timeouts only a late daemon caused — the
-#: original had reached the target, whose ACK was late by the target's holding alone —
-#: and RoCEv2 QPs whose pacer the daemon served later than its saved credit covers
-ENGINE_OVERLOAD = ("rto_held", "pacer_late")
-#: … and the time an engine counts (µs, judged against a run's length, not in ``total``):
-#: UET's port idle while its controller waited for an ACK that a daemon held
-ENGINE_OVERLOAD_TIME = ("ack_late_us", "pacer_late_us")
-#: what the daemon counts as its own overload, by cause → the totals key behind it
-OVERLOAD_CAUSES = {
-    "rx_socket": "rx_kernel_drops",    # a socket's receive buffer overflowed (kernel drop)
-    "rx_backlog": "rx_backlog_drops",  # the daemon's receive backlog was full
-    "tx_backlog": "tx_backlog_drops",  # the engine's output found the transmit queue full
-    **{k: k for k in ENGINE_OVERLOAD},
-}
-
-
-def overload(totals: dict[str, Any], ports: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Losses and delays the emulated NIC would not have caused, by cause.
-
-    Drops at the daemon's own queues (socket buffers, backlogs) and sends
-    later than the port's serializer schedule (``tx_late``: the daemon was
-    behind; ``tx_late_s`` link time lost). ``total`` > 0 makes any result
-    measured through this daemon not credible. ``ack_late_s`` (cumulative, not in
-    ``total``): port time a UET sender's window idled behind ACKs the daemons held
-    (``emu.transports.uet.flowctl``). ``cpu_wait_s`` (cumulative, not in
-    ``total``): time the daemon waited for a CPU; ``cpu_s``: CPU time it used (a run
-    during which it used nearly a whole core was limited by the daemon, not the port:
-    :data:`emu.credible.overload.CPU_BUSY_MAX`)."""
-    out: dict[str, Any] = {k: int(totals.get(v, 0)) for k, v in OVERLOAD_CAUSES.items()}
-    out["tx_late"] = sum(int(p.get("late", 0)) for p in ports.values())
-    out["total"] = sum(out.values())
-    out["tx_late_s"] = round(sum(float(p.get("late_s", 0.0)) for p in ports.values()), 6)
-    # each late send's times, so a stall of the whole machine can explain it
-    out["late_events"] = sorted(e for p in ports.values() for e in p.get("late_events", ()))
-    out["ack_late_s"] = round(int(totals.get("ack_late_us", 0)) / 1e6, 6)
-    out["pacer_late_s"] = round(int(totals.get("pacer_late_us", 0)) / 1e6, 6)
-    out["cpu_wait_s"], out["cpu_runs"] = cpu_wait()
-    t = os.times()
-    out["cpu_s"] = round(t.user + t.system, 6)  # the daemon's CPU time, every thread
-    # whether its ports were the limit: frames that waited for a serializer, the frame
-    # bytes sent and the bytes taken in, against the line rate — a busy daemon whose
-    # port made frames wait kept up; one whose port idled was the limit
-    # (emu.credible.overload.delta)
-    out["port_waits"] = sum(int(p.get("waits", 0)) for p in ports.values())
-    out["tx_bytes"] = sum(int(p.get("bytes", 0)) for p in ports.values())
-    out["rx_bytes"] = int(totals.get("rx_bytes", 0))
-    out["line_rate"] = max((float(p.get("line_rate") or 0) for p in ports.values()), default=0.0)
-    return out
 
 
 def _take(q: deque[Any], k: int) -> list[Any]:

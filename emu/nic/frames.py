@@ -53,14 +53,17 @@ import math
 import mmap
 import socket
 import struct
-import time
 from typing import Any
 
 from emu.core.datagram import Gather, Run
+from emu.fabricclock import wall
 from emu.nic.netlink import Rtnl
 from emu.transports.base import TxMeta
 
 SOL_PACKET = 263
+#: the ring socket's send buffer (bytes; the kernel caps it at net.core.wmem_max), as the
+#: daemon's UDP sockets' (NicConfig.sndbuf)
+SNDBUF = 4 << 20
 PACKET_VNET_HDR, PACKET_VERSION, PACKET_TX_RING, PACKET_LOSS = 15, 10, 13, 14
 TPACKET_V2 = 1
 TP_STATUS_SEND_REQUEST, TP_STATUS_WRONG_FORMAT = 1, 4
@@ -128,6 +131,11 @@ class FrameTx:
             s.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
             # a frame the kernel rejects is skipped and its slot freed, not left stuck
             s.setsockopt(SOL_PACKET, PACKET_LOSS, 1)
+            # room in the kernel for a port's whole transmit FIFO (the pacer's burst):
+            # with the default ~208 KiB a kick sent only part of it when the link's tbf
+            # drained slowly (a small tbf burst: low rates, dilated time), the rest
+            # waiting for the next kick (FrameTx.kick)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
             s.setsockopt(SOL_PACKET, PACKET_TX_RING, struct.pack("IIII", fs, frames, fs, frames))
             s.bind((ifname, 0))
             s.setblocking(False)
@@ -155,11 +163,11 @@ class FrameTx:
         self._dests: dict[str, bool] = {}  # destination → leaves by this port
         self._neigh: dict[str, bytes] = {}
         self._retry: dict[str, float] = {}
-        self._stamp = time.monotonic()
+        self._stamp = wall()
         #: pseudo-header sum of the fixed part (source address, protocol)
         self._pseudo = _sum16(self.src) + socket.IPPROTO_UDP
         self.c = {"frames": 0, "kicks": 0, "unresolved": 0, "ring_full": 0, "send_errors": 0,
-                  "resolves": 0, "wrong_format": 0, "dropped": 0}
+                  "resolves": 0, "wrong_format": 0, "dropped": 0, "kick_again": 0}
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -179,7 +187,7 @@ class FrameTx:
         self._prefix.clear()
         self._neigh.clear()
         self._dests.clear()
-        self._stamp = time.monotonic()
+        self._stamp = wall()
 
     def _next_hop_mac(self, dst: str, sport: int, dport: int) -> bytes | None:
         assert self.rtnl is not None
@@ -197,7 +205,7 @@ class FrameTx:
 
     def _build(self, key: tuple[Any, ...]) -> bytes | None:
         dst, dport, sport, n, tos = key
-        now = time.monotonic()
+        now = wall()
         if self._retry.get(dst, 0.0) > now:
             return None
         try:
@@ -246,7 +254,7 @@ class FrameTx:
         followed by one of the same flow while ``main`` does GSO (the socket batches
         those), or whose next hop is unresolved — the caller sends that one by socket.
         Returns ``(frames placed, their bytes, ring full)``."""
-        now = time.monotonic()
+        now = wall()
         if now - self._stamp > self.refresh:
             self.invalidate()
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
@@ -448,10 +456,19 @@ class FrameTx:
         for _ in range(n + 1):
             try:
                 self.sock.send(b"", socket.MSG_DONTWAIT)
+                last = (self.head - 1 if self.head else self.frames - 1) * self.frame_size
+                if self.ring[last] == TP_STATUS_SEND_REQUEST:
+                    # out of socket memory part-way: the kernel sent the first frames,
+                    # left the rest marked to send and said nothing (tpacket_snd returns
+                    # what it sent). The next kick sends them: TxPath comes back for it
+                    self.pending = n
+                    self.c["kick_again"] += 1
+                    return
                 self.khead = self.head
                 return
             except BlockingIOError:
                 self.pending = n  # no socket memory now: the next flush kicks again
+                self.c["kick_again"] += 1
                 return
             except OSError as e:
                 if e.errno == errno.ENOBUFS and self._skip_dropped():

@@ -6,7 +6,7 @@ whole millisecond, so ``trio.sleep_until`` wakes up to ~1 ms late. A port
 pacer at 1 Gb/s that sleeps between frames would then release 125 KB
 bursts, which a same-rate switch port downstream sees as a queue the
 emulated NIC never built. A ``timerfd`` armed at an absolute
-``CLOCK_MONOTONIC`` time (``time.monotonic()``'s clock) becomes readable at
+``CLOCK_MONOTONIC`` time (``emu.fabricclock.wall()``'s clock) becomes readable at
 that instant, and readability wakes ``epoll_wait`` early.
 
 Python 3.13 has ``os.timerfd_create``; 3.11 does not, so this calls libc
@@ -21,9 +21,11 @@ import ctypes
 import ctypes.util
 import math
 import os
-import time
 
 import trio
+
+from emu.fabricclock import wall
+from emu.nic.clock import current_scale
 
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = 0o4000
@@ -78,13 +80,14 @@ class TimerFd:
                                      None) == 0
 
     async def sleep_until(self, deadline: float) -> None:
-        """Return at ``deadline`` (``time.monotonic()`` seconds), microseconds late at most
+        """Return at ``deadline`` (``emu.fabricclock.wall()`` seconds), microseconds late at most
         when the process is not starved; at once when it has passed."""
-        if deadline <= time.monotonic():
+        if deadline <= wall():
             await trio.lowlevel.checkpoint()
             return
         if self.fd < 0 or not self._arm(deadline):
-            await trio.sleep(max(0.0, deadline - time.monotonic()))
+            # a wall duration; trio's clock may be fabric time (emu.nic.clock)
+            await trio.sleep(max(0.0, deadline - wall()) / current_scale())
             return
         await trio.lowlevel.wait_readable(self.fd)
         with contextlib.suppress(BlockingIOError):

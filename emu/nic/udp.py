@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.fabricclock import FabricClock
 from emu.ifinfo import feature, if_mtu
 from emu.nic import rxheader
 
@@ -80,27 +81,37 @@ def stamp_seconds(raw: bytes) -> float:
     return sec + nsec * 1e-9
 
 
-def arrival(raw: bytes | None, skew: float) -> float | None:
+def arrival(raw: bytes | None, skew: float, clock: FabricClock | None = None,
+            real: float = 0.0) -> float | None:
     """A raw receive stamp (or None) as a time on the engine's clock: ``skew`` is the
-    stamps' clock (``time.time()``) minus the engine's."""
-    return stamp_seconds(raw) - skew if raw else None
+    stamps' clock (``time.time()``) minus the engine's, read together at ``real`` (the
+    stamps' clock). ``clock``: the daemon's fabric clock, which shrinks the stamp's age
+    by its scale (:meth:`emu.fabricclock.FabricClock.stamp`); None: real time."""
+    if not raw:
+        return None
+    if clock is None:
+        return stamp_seconds(raw) - skew
+    return clock.stamp(stamp_seconds(raw), real, real - skew)
 
 
 class ArrivalTimes(Sequence):  # type: ignore[type-arg]
     """A batch's receive times for an engine's ``receive_batch(arrived=…)``, converted
     from the raw stamps when the engine reads one (:func:`stamp_seconds`)."""
 
-    __slots__ = ("raw", "skew")
+    __slots__ = ("raw", "skew", "clock", "real")
 
-    def __init__(self, raw: list[bytes | None], skew: float) -> None:
+    def __init__(self, raw: list[bytes | None], skew: float, clock: FabricClock | None = None,
+                 real: float = 0.0) -> None:
         self.raw = raw
         self.skew = skew
+        self.clock = clock  # see arrival()
+        self.real = real
 
     def __len__(self) -> int:
         return len(self.raw)
 
     def __getitem__(self, i: int) -> float | None:  # type: ignore[override]
-        return arrival(self.raw[i], self.skew)
+        return arrival(self.raw[i], self.skew, self.clock, self.real)
 
 _ANC = socket.CMSG_SPACE(4) * 5 + socket.CMSG_SPACE(_TIMESPEC.size)
 _U16 = struct.Struct("=H")

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from emu.credible import capacity, rates
+from emu.fabricclock import wall
 from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
 from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
 from emu.switch import kernel
@@ -42,7 +43,7 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
     ``costs``: this machine's per-packet costs (default: what ``emu doctor``
     measured, else the reference VM's); ``time``: the clock (default: real time).
     Reads files but changes nothing, so ``emu up --dry-run`` can call it freely."""
-    time = time or TimePlan()
+    time = time or time_plan(topology)
     costs = costs or capacity.load()
     # the switch pipeline (each switch's configuration, which run in user space) and
     # the fabric's longest path: derived here once, and handed to every use below
@@ -56,7 +57,8 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
     serializers: dict[str, int] = {}
     line_args: dict[str, tuple[str, ...]] = {}
     if topology.hosts():
-        line_args, credible, host_ports = _nic_rates(topology, costs, time, switching, path)
+        line_args, credible, host_ports = _nic_rates(topology, fabric_costs(costs, time),
+                                                     time, switching, path)
         serializers = rates.serializers(topology, host_ports)
 
     # what every daemon gets: the transports, the DSCPs these switches write on trimmed
@@ -67,6 +69,8 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
                     for k in ("trimmed_dscp", "trimmed_lasthop")})
     common += tuple(a for d in dscps for a in ("--trimmed-dscp", str(d)))
     common += daemon_args(topology.nic)
+    if time.scale != 1:  # the daemons' clock (emu.nic.clock); scale 1: trio's own, as always
+        common += ("--time-scale", f"{time.scale:g}", "--time-epoch", f"{time.epoch:.9f}")
     by_host: dict[str, list[NicPort]] = {}
     for p in host_ports:
         wall = time.wall_rate(p.rate)
@@ -85,6 +89,42 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
                 switches=switches, credible=credible, serializers=serializers,
                 machine={"costs": costs.source, "cores": costs.cores,
                          "kernel_datapath": kernel.available() or "available"})
+
+
+def fabric_costs(costs: capacity.Costs, time: TimePlan) -> capacity.Costs:
+    """This machine's per-packet costs and own delays (wall seconds) in fabric time: a
+    scale-th of them (what dilation is for). The capacity verdict, the rate proposed for
+    ports with none of their own and the base round trip are then the fabric's."""
+    if time.scale == 1:
+        return costs
+    return replace(costs, **{k: time.fabric_delay(getattr(costs, k))
+                             for k in ("nic_tx", "nic_rx", "switch", "nic_turnaround",
+                                       "switch_turnaround", "kernel_hop")})
+
+
+def time_plan(topology: Topology) -> TimePlan:
+    """The clock ``[time] scale`` (or ``--set time.scale=N``) asks for; real time without
+    it. The epoch is now: fabric time starts at 0 when the plan is made (``emu up``)."""
+    scale = float(topology.time.get("scale", 1.0))
+    if scale == 1:
+        return TimePlan()
+    return TimePlan(scale=scale, why="manual: [time] scale / --set time.scale (\"auto\" is "
+                    "not implemented yet)", epoch=wall())
+
+
+def undilated(topology: Topology, time: TimePlan) -> str | None:
+    """Why ``topology`` cannot run at ``time``'s scale yet (None: it can). What is not on
+    the fabric clock yet would be silently wrong dilated, so ``emu up`` refuses it: the
+    switch pipeline (its daemons' queues, marking and PFC run on the wall clock) and the
+    ``[[event]]`` scheduler (its ``at`` times are wall). ``emu capture`` refuses itself."""
+    if time.scale == 1:
+        return None
+    what = [w for w, has in (("[switch]", bool(topology.switch)),
+                             ("[[event]]", bool(topology.events))) if has]
+    if not what:
+        return None
+    return (f"{' and '.join(what)} cannot run at time scale {time.scale:g} yet (not dilated: "
+            "they run on the wall clock); use time.scale=1 or remove them")
 
 
 def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,

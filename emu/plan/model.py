@@ -10,14 +10,16 @@ are, in fabric units and in wall units.
 Fabric and wall units: the user writes the fabric as it is; the kernel and the
 daemons run it ``scale`` times slower (DESIGN.md, Fabric time): wall rate =
 fabric rate / scale, wall delay = fabric delay × scale. :class:`TimePlan` is the
-one place that conversion is made. Until fabric time exists ``scale`` is 1 and
-both columns are equal — kept apart already so the change is one place.
+one place that conversion is made. At scale 1 (real time, the default) both
+columns are equal.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from emu.fabricclock import FabricClock
 
 #: the plan's JSON layout; a reader refuses a plan of another version instead of
 #: misreading it
@@ -29,7 +31,15 @@ class TimePlan:
     """The cluster's clock: ``scale`` wall seconds per fabric second, and why."""
 
     scale: float = 1.0
+    #: (the scale-1 text is what the state files and the tests have always had)
     why: str = "real time (fabric time not implemented yet)"
+    #: the cluster's fabric epoch (an :func:`emu.fabricclock.wall` time, taken when the plan
+    #: was made): fabric time = (monotonic - epoch) / scale. 0 at real time
+    epoch: float = 0.0
+
+    def clock(self) -> FabricClock:
+        """The fabric clock this plan's daemons and tools run on."""
+        return FabricClock(self.scale, self.epoch)
 
     def wall_rate(self, fabric_bps: float | None) -> float | None:
         """A rate the kernel or a daemon runs at for a fabric rate (None: unlimited)."""
@@ -38,6 +48,11 @@ class TimePlan:
     def wall_delay(self, fabric_s: float) -> float:
         """A delay the kernel or a daemon holds for a fabric delay."""
         return fabric_s * self.scale
+
+    def fabric_delay(self, wall_s: float) -> float:
+        """What a wall delay (this machine's own per-packet cost) is in fabric time:
+        emu's costs shrink by the scale, which is what dilation is for."""
+        return wall_s / self.scale
 
 
 @dataclass(frozen=True)
@@ -122,8 +137,12 @@ class Plan:
     version: int = VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-ready data (tuples as lists), for the state file."""
-        return _listify(asdict(self))
+        """The plan as JSON-ready data (tuples as lists), for the state file. Real time
+        has no epoch: its plan reads as it always has."""
+        d = _listify(asdict(self))
+        if not d["time"]["epoch"]:
+            del d["time"]["epoch"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:

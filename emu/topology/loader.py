@@ -34,6 +34,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from emu.fabricclock import check_scale
 from emu.topology import addressing, sections
 from emu.topology.generators import GENERATORS, Builder, Size
 from emu.topology.locate import Locator, line_index
@@ -59,7 +60,7 @@ NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NODE_NAME = 32
 MAX_CLUSTER_NAME = 12
 _TOP = {"topology", "params", "defaults", "link", "node", "event", "routing", "switch",
-        "nic"}
+        "nic", "time"}
 _IFNAME_BAD = re.compile(r"[/:\s]")
 
 
@@ -122,11 +123,11 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
             parts = ["defaults", *parts]
         elif len(parts) == 1:
             parts = ["params", *parts]
-        if parts[0] not in ("params", "defaults", "routing", "switch", "nic") \
+        if parts[0] not in ("params", "defaults", "routing", "switch", "nic", "time") \
                 or len(parts) < 2 or not all(parts):
             raise TopologyError(f"{loc.source}: --set {arg}", f"unknown setting {key!r}: use a "
-                                "parameter name, link.<key>, routing.<key>, switch.<key> or "
-                                "nic.<transport>.<key>")
+                                "parameter name, link.<key>, routing.<key>, switch.<key>, "
+                                "time.scale or nic.<transport>.<key>")
         table = data
         for p in parts[:-1]:
             table = table.setdefault(p, {})
@@ -223,6 +224,14 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
             from emu.topology.units import parse_rate
 
             topo.nic["line_rate"] = parse_rate(topo.nic["line_rate"])  # type: ignore[assignment]
+    if "time" in data:
+        tsec = check_table(data["time"], "time", loc)
+        check_keys(tsec, {"scale"}, "time", loc)
+        if "scale" in tsec:
+            try:  # fabric time (emu.fabricclock): a number >= 1 for now, "auto" later
+                topo.time = {"scale": check_scale(tsec["scale"])}
+            except ValueError as e:
+                raise loc.error("time.scale", str(e)) from None
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))

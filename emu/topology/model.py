@@ -144,6 +144,9 @@ class Topology:
     switch: dict[str, object] = field(default_factory=dict)
     #: the file's ``[nic]`` table: engine options per transport (see :mod:`emu.nic.topology`)
     nic: dict[str, dict[str, object]] = field(default_factory=dict)
+    #: the file's ``[time]`` table (``scale``: wall seconds per fabric second, a number
+    #: >= 1; DESIGN.md, Fabric time); empty = real time
+    time: dict[str, float] = field(default_factory=dict)
     #: what the file asks for: a generator's kind (``leaf-spine`` …) or ``custom``; "" for a
     #: model built in code
     kind: str = ""

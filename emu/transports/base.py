@@ -30,8 +30,9 @@ Rules every engine keeps:
   dropped, like a NIC. Verbs calls *do* raise (:class:`VerbsError`) on misuse
   by the local application — that is a programming error, not traffic.
 * **Time is an argument.** ``now`` is seconds in the caller's clock (the
-  daemon passes ``time.monotonic()``, tests a hand-stepped float); engines
-  never read a clock and draw randomness only from an injected RNG.
+  daemon passes fabric time, ``emu.fabricclock``, through its trio clock; tests
+  a hand-stepped float); engines never read a clock and draw randomness only from
+  an injected RNG, so a dilated run is the same to them (DESIGN.md, Fabric time).
 * **Pacing through the timer.** A rate-limited engine returns only what it
   may send *now* and reports the next send time through ``get_timer()``. The
   daemon adds one thing a NIC has and an engine cannot see: each port's

@@ -138,7 +138,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--iters", type=int, help="iterations per size (default 5000 for "
                    "write-bw, else 1000)")
     g.add_argument("-D", "--duration", type=float, metavar="SECONDS",
-                   help="run for this long instead of a number of iterations")
+                   help="run for this long instead of a number of iterations (fabric "
+                        "seconds: at time scale N the run takes N times as long on the wall "
+                        "clock)")
     g.add_argument("-a", "--all", dest="all_sizes", action="store_true",
                    help="run sizes 2 .. 2^23 bytes")
     g.add_argument("-q", "--qp", dest="qps", type=int, help="number of QPs (BW tests; default 1)")

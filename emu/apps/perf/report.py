@@ -125,10 +125,30 @@ def row(r: BwResult | LatResult, gbits: bool) -> str:
     return bw_row(r, gbits) if isinstance(r, BwResult) else lat_row(r)
 
 
+def time_line(scale: float) -> str:
+    """Beside the result tables of a dilated run: their figures are fabric time."""
+    return (f" time scale {scale:g}: Gb/s and usec above are fabric time (one fabric ms cost "
+            f"{scale:g} ms of wall time; wall figures = fabric Gb/s / {scale:g}, usec x "
+            f"{scale:g})")
+
+
+def wall_figures(r: dict[str, Any], scale: float) -> dict[str, Any]:
+    """A result's main figures in wall time, for ``--json`` beside the fabric ones (the
+    kernel and a wall-clock reader saw these: fabric Gb/s / scale, fabric µs × scale)."""
+    if "gbps_average" in r:
+        return {k: r[k] / scale for k in ("bw_peak", "bw_average", "msg_rate", "gbps_average",
+                                          "gbps_peak") if k in r} | {
+            "seconds": r.get("seconds", 0.0) * scale}
+    return {k: r[k] * scale for k in ("t_min", "t_max", "t_typical", "t_avg", "t_stdev",
+                                      "p99", "p99_9") if k in r}
+
+
 def rtt_lines(test: Test, results: Sequence[LatResult], ping: PathRtt | None,
-              ping_error: str | None = None) -> list[str]:
+              ping_error: str | None = None, scale: float = 1.0) -> list[str]:
     """Beside a latency table: the kernel's round trip over the same path and, per
-    size, emu's round trip and what emu adds to the kernel's (emu's own time)."""
+    size, emu's round trip and what emu adds to the kernel's (emu's own time). The
+    kernel's ping runs on the wall clock (emu cannot dilate it): dilated, emu's round
+    trip is compared in wall time too (fabric × ``scale``)."""
     if ping is None:
         return [f" kernel RTT: not measured ({ping_error})"] if ping_error else []
     lines = [f" kernel RTT (ICMP echo, same path): avg {ping.avg_us:.2f} usec, min "
@@ -136,6 +156,11 @@ def rtt_lines(test: Test, results: Sequence[LatResult], ping: PathRtt | None,
              f"{ping.interval_s * 1e3:g} ms apart)"]
     for r in results:
         emu = emu_rtt_us(test.name, r.t_typical)
+        if scale != 1:
+            wall = emu * scale
+            lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec fabric = {wall:.2f} usec "
+                         f"wall = {wall / ping.avg_us:.1f} x kernel RTT (ping sees wall time)")
+            continue
         lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec = {emu / ping.avg_us:.1f} x "
                      f"kernel RTT; added by emu {added_rtt_us(test.name, r.t_typical, ping):.2f}"
                      f" usec per round trip")
@@ -156,23 +181,29 @@ def document(test: Test, *, role: str, params: dict[str, Any], device: str, mtu:
              local: Sequence[dict[str, Any]], remote: Sequence[dict[str, Any]],
              results: Sequence[BwResult | LatResult | dict[str, Any]], errors: Sequence[str],
              min_bw: float | None, kernel_rtt: PathRtt | None = None,
-             kernel_rtt_error: str | None = None) -> dict[str, Any]:
+             kernel_rtt_error: str | None = None,
+             time: dict[str, float] | None = None) -> dict[str, Any]:
     """The ``--json`` document (one per run, on stdout); a server's results are the
     client's (dicts, as they came over the side channel). Latency results carry
     ``emu_rtt_us``, ``kernel_rtt_us``, ``added_rtt_us`` and ``rtt_ratio``; the
     document the whole ping run as ``kernel_rtt`` (None when not measured, with
     ``kernel_rtt_error`` saying why if it failed). ``error`` is the first of ``errors``
-    (None when the run passed), as in :func:`error_document`."""
+    (None when the run passed), as in :func:`error_document`. ``time``: the fabric clock
+    the figures were measured on (``scale``, ``epoch``): results are fabric time, each
+    with ``wall`` beside it (:func:`wall_figures`)."""
     keys = ("qpn", "psn", "rkey", "va", "gid", "address")
     transport = str(params.get("transport", "roce"))
     rows = [r if isinstance(r, dict) else r.to_json() for r in results]
     if not test.is_bw:
         rows = [rtt_fields(test, r, kernel_rtt) for r in rows]
+    scale = float((time or {}).get("scale", 1.0))
+    rows = [{**r, "wall": wall_figures(r, scale)} for r in rows]
     return {
         "test": test.name, "title": test.banner, "role": role, "device": device,
         "transport": transport, "connection": kind(transport)[1], "mtu": mtu,
         "units": {"bw": bw_unit(bool(params.get("report_gbits")))[0], "latency": "usec",
-                  "msg_rate": "Mpps"},
+                  "msg_rate": "Mpps", "time": "fabric"},
+        "time": {"scale": scale, "epoch": float((time or {}).get("epoch", 0.0))},
         "params": params,
         "local": [{k: q.get(k) for k in keys if k in q} for q in local],
         "remote": [{k: q.get(k) for k in keys if k in q} for q in remote],

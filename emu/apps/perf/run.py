@@ -31,6 +31,7 @@ from emu.apps.perf.options import TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
 from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
 from emu.credible import overload
+from emu.fabricclock import FabricClock
 from emu.outpath import cannot_write
 
 WAITING = ("*" * 36, "* Waiting for client to connect... *", "*" * 36)
@@ -57,6 +58,9 @@ class _Side:
         self.ping: PathRtt | None = None  # the kernel's RTT to the server (latency client)
         self.peer_host: str | None = None  # the server's host, as its hello names it
         self.ping_error: str | None = None
+        #: the fabric clock the run is measured on: the NIC daemon's (its device info),
+        #: so Gb/s, µs and -D are fabric time; real time without a daemon's word
+        self.clock = FabricClock()
 
     def say(self, line: str = "") -> None:
         """Human output: stdout, or stderr when stdout carries the JSON document."""
@@ -107,7 +111,8 @@ class _Side:
                 device=ep.device if ep else "", mtu=ep.mtu if ep else 0,
                 local=ep.local if ep else [], remote=ep.remote if ep else [],
                 results=self.results, errors=self.errors, min_bw=self.opts.min_bw,
-                kernel_rtt=self.ping, kernel_rtt_error=self.ping_error)
+                kernel_rtt=self.ping, kernel_rtt_error=self.ping_error,
+                time={"scale": self.clock.scale, "epoch": self.clock.epoch})
             if self.overload is not None:  # the cluster's daemons during the run
                 doc["overload"] = self.overload
                 doc["credible"] = self.overload["credible"]
@@ -123,6 +128,13 @@ class _Side:
         for line in report.addresses(self.test, ep.local, ep.remote, p["outs"]):
             self.say(line)
         self.say(report.header(self.test, bool(p["report_gbits"])))
+
+
+def device_clock(attrs: dict[str, Any]) -> FabricClock:
+    """The fabric clock a NIC daemon runs on (``time`` in its device info); real time for
+    a daemon that does not say (an emu before fabric time)."""
+    t = attrs.get("time") or {}
+    return FabricClock(float(t.get("scale", 1.0)), float(t.get("epoch", 0.0)))
 
 
 def _check_transport(test: Test, sizes: list[int], ep: Endpoint) -> None:
@@ -146,6 +158,7 @@ class Client(_Side):
         o = self.opts
         assert o.server is not None
         dev = open_device(o.timeout)
+        self.clock = device_clock(dev.attrs)
         try:
             self.chan = chan = Channel.connect(o.server, o.port, o.timeout)
             chan.send("hello", params=self.params)
@@ -178,9 +191,12 @@ class Client(_Side):
         self.say(report.RESULT_LINE)
         if not o.test.is_bw and o.ping_count:
             lat_rows = [r for r in self.results if isinstance(r, LatResult)]
-            for line in report.rtt_lines(o.test, lat_rows, self.ping, self.ping_error):
+            for line in report.rtt_lines(o.test, lat_rows, self.ping, self.ping_error,
+                                         self.clock.scale):
                 self.say(line)
             self.say(report.RESULT_LINE)
+        if self.clock.scale != 1:
+            self.say(report.time_line(self.clock.scale))
         if before is not None:
             # the verdict is the whole cluster's; the packets counted, this run's two NICs
             own = [h for h in (str(dev.attrs.get("host") or ""), self.peer_host) if h]
@@ -230,7 +246,8 @@ class Client(_Side):
         if o.test.is_bw:
             run = bw.run_client(ep, ep.remote, o.test.verb, size, iters=o.iters,
                                 duration=o.duration, tx_depth=o.tx_depth, cq_mod=o.cq_mod,
-                                pattern=pattern, chan=chan, timeout=o.timeout)
+                                pattern=pattern, chan=chan, timeout=o.timeout,
+                                clock=self.clock.now)
             elapsed = run.end - run.tposted[0] if run.tposted else 0.0
             res = bw_result(size, run.tposted, run.tcompleted, o.report_gbits,
                             peak=not o.no_peak, timeline=run.timeline,
@@ -239,7 +256,7 @@ class Client(_Side):
         else:
             lrun = lat.client(ep, ep.remote, o.test.verb, size, iters=o.iters,
                               duration=o.duration, pattern=pattern, chan=chan,
-                              timeout=o.timeout)
+                              timeout=o.timeout, clock=self.clock.now)
             res = latency_stats(lrun.samples, size, lrun.iterations)
             counts = [lrun.iterations]
         chan.send("done", counts=counts, row=report.row(res, o.report_gbits),

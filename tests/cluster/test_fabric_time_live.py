@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A pair cluster run dilated gives the same fabric-time answer (issue 34's DieCast check).
+
+``emu perf write-bw`` RoCEv2 and UET at time scale 1 and 2: the fabric Gb/s of the two
+scales agree with each other and with the line rate's payload share, and the wall
+figures beside them are the fabric ones / scale. No wall-clock threshold: only the two
+scales' fabric results are compared, with each other and with the configured rate.
+What is not dilated yet (the switch pipeline, ``[[event]]``, ``emu capture``, ``emu
+impair`` in time units) is refused with one line. Clusters are removed also when a check fails."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fabric_util import ROOT, emu_cli, ns_of_cluster, pair_cluster
+
+from emu.fabric import naming, state
+
+LINE = 1e9  # the NIC line rate the test gives (bits/s, fabric)
+
+
+def payload_share(transport: str) -> float:
+    """The line rate's share that is payload, loosely (RoCEv2: 4096-byte packets with
+    BTH, ICRC, UDP, IP and Ethernet headers, 0.986; UET's packets are no smaller)."""
+    return 4096 / (4096 + 12 + 4 + 8 + 20 + 14)
+
+
+def write_bw(cluster: str, transport: str) -> dict:
+    p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster, "-s", "1M",
+                "-n", "60", "--transport", transport, "--json", timeout=300)
+    return json.loads(p.stdout)
+
+
+def test_write_bw_is_the_same_in_fabric_time_at_scale_1_and_2():
+    fabric: dict[tuple[str, int], float] = {}
+    for scale in (1, 2):
+        # the same fabric at both scales: the line rate given (with none, the plan proposes
+        # what this machine sustains at the scale, which grows with it)
+        with pair_cluster("ft", "--set", f"time.scale={scale}", "--set",
+                          "nic.line_rate=1gbit") as name:
+            st = state.load(name)
+            assert st is not None and st["plan"]["time"]["scale"] == scale
+            for transport in ("roce", "uet"):
+                doc = write_bw(name, transport)
+                assert doc["passed"], doc["errors"]
+                assert doc["time"]["scale"] == scale and doc["units"]["time"] == "fabric"
+                r = doc["results"][0]
+                fabric[(transport, scale)] = r["gbps_average"]
+                assert r["wall"]["gbps_average"] == pytest.approx(r["gbps_average"] / scale)
+            if scale != 1:
+                text = emu_cli("status", name).stdout
+                assert f"time scale {scale}: manual" in text
+                assert f"one fabric ms costs {scale} ms of wall time" in text
+                # captures would carry wall timestamps: refused, one line, nothing written
+                out = Path(f"/tmp/{name}-refused.pcapng")
+                p = emu_cli("capture", "-c", name, "-w", str(out), "--count", "1", check=False)
+                assert p.returncode != 0 and "not dilated yet" in p.stderr
+                assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
+                # impairments in time units would be wall units: refused; loss is not
+                p = emu_cli("impair", "-c", name, "h1-h2", "--rate", "100mbit", check=False)
+                assert p.returncode != 0 and "not dilated yet" in p.stderr
+                emu_cli("impair", "-c", name, "h1-h2", "--loss", "0%")
+    for transport in ("roce", "uet"):
+        one, two = fabric[(transport, 1)], fabric[(transport, 2)]
+        assert two == pytest.approx(one, rel=0.15), (transport, fabric)
+        for g in (one, two):  # near the line rate's payload share, in fabric Gb/s
+            assert 0.6 * payload_share(transport) * LINE / 1e9 < g <= LINE / 1e9, fabric
+
+
+def test_what_is_not_dilated_yet_is_refused_before_anything_is_made(tmp_path):
+    name = naming.random_cluster("fr")
+    p = emu_cli("up", "namespaces/leaf-spine.toml", "--name", name, "--set",
+                "switch.pipeline=true", "--set", "time.scale=2", check=False)
+    assert p.returncode != 0
+    assert "[switch] cannot run at time scale 2 yet (not dilated" in p.stderr
+    assert state.load(name) is None and ns_of_cluster(name) == []
+    assert not os.path.exists(f"/run/emu/nic/{name}")
+
+    topo = tmp_path / "events.toml"
+    topo.write_text((ROOT / "namespaces" / "pair.toml").read_text() + """
+[time]
+scale = 4
+
+[[event]]
+at = "1s"
+action = "down"
+target = "h1:h2"
+""")
+    p = emu_cli("up", str(topo), "--name", name, check=False)
+    assert p.returncode != 0 and "[[event]] cannot run at time scale 4 yet" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert state.load(name) is None and ns_of_cluster(name) == []
