@@ -32,7 +32,7 @@ class TimePlan:
 
     scale: float = 1.0
     #: (the scale-1 text is what the state files and the tests have always had)
-    why: str = "real time (fabric time not implemented yet)"
+    why: str = "real time (the default; --set time.scale=N dilates it)"
     #: the cluster's fabric epoch (an :func:`emu.fabricclock.wall` time, taken when the plan
     #: was made): fabric time = (monotonic - epoch) / scale. 0 at real time
     epoch: float = 0.0

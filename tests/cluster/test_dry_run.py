@@ -74,7 +74,7 @@ def test_dry_run_of_every_shipped_topology_prints_a_plan_and_makes_nothing(topol
     r = dry_run(name, f"namespaces/{topology}", *SETS[sets])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("plan of topology ")
-    assert "scale 1: real time (fabric time not implemented yet)" in r.stdout
+    assert "scale 1: real time (the default; --set time.scale=N dilates it)" in r.stdout
     assert "NIC DAEMON" in r.stdout and "--line-rate" in r.stdout
     assert "nothing was made" in r.stderr
     if sets == "nic line rate":
@@ -89,7 +89,8 @@ def test_dry_run_with_a_switch_pipeline_names_each_switch_datapath(topology):
                 "--set", "switch.port.trim=true", "--json")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
-    assert plan["time"] == {"scale": 1.0, "why": "real time (fabric time not implemented yet)"}
+    assert plan["time"] == {"scale": 1.0,
+                            "why": "real time (the default; --set time.scale=N dilates it)"}
     assert plan["switches"] and all(s["datapath"] == "user" and "trimming" in s["why"]
                                     for s in plan["switches"].values())
     assert all("--trimmed-dscp" in n["args"] for n in plan["nics"].values())

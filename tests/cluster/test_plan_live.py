@@ -45,7 +45,7 @@ def test_up_starts_every_daemon_from_the_plan_it_keeps_and_dry_run_printed():
         s = json.loads(emu_cli("status", name, "--json").stdout)
         assert s["time"]["scale"] == 1
         text = emu_cli("status", name).stdout
-        assert "time scale 1: real time (fabric time not implemented yet)" in text
+        assert "time scale 1: real time (the default; --set time.scale=N dilates it)" in text
 
 
 #: every function that derives a setting from the topology (credible/, switch/, nic/):
