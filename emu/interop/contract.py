@@ -13,6 +13,7 @@ through the documented exchange.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -136,3 +137,26 @@ class Env:
                    int(env.get("EXCHANGE_PORT") or EXCHANGE_PORT), env["DATA_DIR"],
                    env.get("LOGDIR", env["DATA_DIR"]), float(env.get("TIMEOUT") or 60),
                    env.get("SERVER_PARAMS" if role == "server" else "CLIENT_PARAMS", ""))
+
+
+def write_received(env: Env, name: str, data: bytes | memoryview) -> None:
+    """Write ``data`` as ``$DATA_DIR/received/NAME``, where the runner looks (§5)."""
+    d = os.path.join(env.data_dir, "received")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def server_files(case: str, n_conns: int) -> list[tuple[str, int, int | None]]:
+    """What a server writes to ``received/`` once a case's client is done (§5): (file
+    name, connection index, bytes from the start of its region or None for all of it).
+    One rule for every endpoint of ours (emu's, the linux-rxe guest's)."""
+    if case == "atomics":
+        return [("final.bin", 0, 8)]
+    if case == "badkey":
+        return [("target.bin", 0, None)]
+    if case == "multiconn":
+        return [(f"payload-{i}.bin", i, None) for i in range(n_conns)]
+    if case in TRANSFER_SIZES or case in ("sendrecv", "teardown"):
+        return [("payload.bin", 0, None)]
+    return []

@@ -145,11 +145,7 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def _write(env: C.Env, name: str, data: bytes | memoryview) -> None:
-    d = os.path.join(env.data_dir, "received")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(data)
+_write = C.write_received
 
 
 def _write_chunks(conn: Conn, peer: dict[str, Any], n: int, timeout: float,
@@ -346,15 +342,8 @@ def server(env: C.Env, dev: Device) -> None:
     try:
         conns = _serve_one(env, dev, s, s.recv("hello"))
         try:
-            if case == "atomics":
-                _write(env, "final.bin", conns[0].view(0, 8))
-            elif case == "badkey":
-                _write(env, "target.bin", conns[0].view())
-            elif case == "multiconn":
-                for i, c in enumerate(conns):
-                    _write(env, f"payload-{i}.bin", c.view())
-            elif case in C.TRANSFER_SIZES or case in ("sendrecv", "teardown"):
-                _write(env, "payload.bin", conns[0].view())
+            for name, i, n in C.server_files(case, len(conns)):
+                _write(env, name, conns[i].view() if n is None else conns[i].view(0, n))
         finally:
             for c in conns:
                 c.close()

@@ -217,11 +217,7 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def _write(env: C.Env, name: str, data: bytes) -> None:
-    d = os.path.join(env.data_dir, "received")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(data)
+_write = C.write_received
 
 
 def _writes(c: Conn, peer: dict[str, Any], n: int, t: float, rkey: int | None = None,
@@ -390,15 +386,8 @@ def server(env: C.Env, dev: Dev) -> None:
     try:
         conns = _serve_one(env, dev, s, s.recv("hello"))
         try:
-            if case == "atomics":
-                _write(env, "final.bin", conns[0].get(8))
-            elif case == "badkey":
-                _write(env, "target.bin", conns[0].get())
-            elif case == "multiconn":
-                for i, c in enumerate(conns):
-                    _write(env, f"payload-{i}.bin", c.get())
-            elif case in C.TRANSFER_SIZES or case in ("sendrecv", "teardown"):
-                _write(env, "payload.bin", conns[0].get())
+            for name, i, n in C.server_files(case, len(conns)):
+                _write(env, name, conns[i].get() if n is None else conns[i].get(n))
         finally:
             for c in conns:
                 c.close()
