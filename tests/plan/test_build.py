@@ -123,7 +123,7 @@ def test_every_shipped_topology_is_covered():
 
 def test_time_is_real_time_and_wall_units_equal_fabric_units():
     plan = P.build(load(NS / "leaf-spine.toml", ["link.rate=50mbit", "link.delay=1ms"]), COSTS)
-    assert plan.time.scale == 1 and "fabric time not implemented" in plan.time.why
+    assert plan.time.scale == 1 and "real time (the default" in plan.time.why
     for p in plan.ports:
         assert p.wall_rate == p.rate and p.wall_delay == p.delay
     for n in plan.nics.values():
@@ -163,7 +163,7 @@ def test_the_plan_says_why_each_switch_takes_its_datapath():
 def test_render_shows_every_port_nic_and_switch():
     plan = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true"]), COSTS)
     text = P.render(plan)
-    assert "scale 1" in text and "fabric time not implemented" in text
+    assert "scale 1" in text and "real time (the default" in text
     for p in plan.ports:
         assert f"{p.node}:{p.ifname}" in text
     for h in plan.nics:
