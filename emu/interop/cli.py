@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,10 @@ from emu.errors import UserError
 from emu.interop import impls as I
 from emu.interop.result import RunResult
 from emu.outpath import cannot_write, check_file, made_dir
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -128,6 +133,13 @@ def _run(a: argparse.Namespace) -> int:
                 if subprocess.run(impl.setup, shell=True, cwd=impl.dir,
                                   env={**os.environ, "PATH": path}).returncode != 0:
                     raise UserError(f"setup of {impl.name} failed")
+    # absolute: the implementations run in other working directories (a linux-rxe guest
+    # gets $DATA_DIR and $LOGDIR through 9p at the same paths); a relative --log-dir
+    # named nothing there
+    log_dir = os.path.abspath(log_dir)
+    # SIGTERM (a CI job's timeout, a user's kill) unwinds like ^C: the case's cluster,
+    # daemons and guests are taken down by the runner's finally blocks, not left behind
+    signal.signal(signal.SIGTERM, _terminate)
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
                      prefix=a.prefix, family=a.ip, pmtu=a.pmtu, rate=a.rate,
                      progress=lambda s: print(s, flush=True))
