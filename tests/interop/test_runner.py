@@ -362,3 +362,25 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         assert "dropped by the link client → server" in by[(tr, "loss")].wire
         assert "0 dropped by the link" in by[(tr, "duplication")].wire
     assert _clusters_left(prefix) == []
+
+
+@root
+def test_a_relative_log_dir_reaches_implementations_as_absolute_paths(tmp_path):
+    """``--log-dir logs`` from any working directory: the implementations run elsewhere
+    (their own directory; a linux-rxe guest sees them through 9p at the same paths), so
+    ``$DATA_DIR`` and ``$LOGDIR`` must be absolute and exist — a relative one named
+    nothing in the guest and every case of CI's rxe matrix failed."""
+    import subprocess
+    import sys
+
+    f = _toml(tmp_path, "[envecho]\ncommand = 'echo \"$DATA_DIR $LOGDIR\" >> "
+              f"{tmp_path}/seen.txt; exit 127'\ntransports = ['roce']\n")
+    p = subprocess.run([sys.executable, "-m", "emu", "interop", "run", "-i", f, "-s",
+                        "envecho", "-c", "envecho", "-T", "roce", "-t", "handshake",
+                        "--log-dir", "rel-logs", "--prefix", random_cluster("io")],
+                       capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": I.REPO})
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = [line.split() for line in (tmp_path / "seen.txt").read_text().splitlines()]
+    assert seen and all(os.path.isabs(d) and os.path.isabs(lg) for d, lg in seen), seen
+    assert all(d.startswith(str(tmp_path / "rel-logs")) for d, _ in seen), seen
