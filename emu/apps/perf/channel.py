@@ -26,6 +26,21 @@ VERSION = 1
 LIMIT = 1 << 20
 
 
+def dial(server: str, port: int, timeout: float, error: type[Exception]) -> socket.socket:
+    """A TCP connection to a perf server's side channel (emu's or perftest's), retried
+    until it listens or ``timeout`` passes; ``error`` at once when waiting cannot help
+    (:class:`emu.api.exchange.Unreachable`), or when the time is up."""
+    try:
+        sock = connect_retrying(server, port, timeout)
+    except Unreachable as e:
+        raise error(f"cannot reach the server {server} port {port}: {e}") from None
+    except OSError as e:
+        raise error(f"cannot reach the server {server} port {port} in {timeout:g} s "
+                    f"({e.strerror or e})") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 class ChannelError(Exception):
     """The peer went away, sent garbage, or did not answer in time."""
 
@@ -57,14 +72,7 @@ class Channel:
     def connect(cls, server: str, port: int, timeout: float) -> Channel:
         """Connect to ``server``, retrying until it listens or ``timeout`` passes; at once
         a :class:`ChannelError` when waiting cannot help (``exchange.Unreachable``)."""
-        try:
-            sock = connect_retrying(server, port, timeout)
-        except Unreachable as e:
-            raise ChannelError(f"cannot reach the server {server} port {port}: {e}") from None
-        except OSError as e:
-            raise ChannelError(f"cannot reach the server {server} port {port} in "
-                               f"{timeout:g} s ({e})") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = dial(server, port, timeout, ChannelError)
         sock.settimeout(None)
         return cls(sock, timeout)
 

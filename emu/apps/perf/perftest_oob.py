@@ -31,8 +31,9 @@ import socket
 import time
 from typing import Any
 
-from emu.api.exchange import Unreachable, accept_one, connect_retrying
+from emu.api.exchange import accept_one
 from emu.apps.perf import perftest_wire as W
+from emu.apps.perf.channel import dial
 
 
 class OobError(Exception):
@@ -54,15 +55,7 @@ class Session:
 
     @classmethod
     def connect(cls, server: str, port: int, timeout: float) -> Session:
-        try:
-            sock = connect_retrying(server, port, timeout)
-        except Unreachable as e:
-            raise OobError(f"cannot reach the server {server} port {port}: {e}") from None
-        except OSError as e:
-            raise OobError(f"cannot reach the server {server} port {port} in {timeout:g} s "
-                           f"({e.strerror or e})") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(sock, True, timeout)
+        return cls(dial(server, port, timeout, OobError), True, timeout)
 
     @classmethod
     def listen(cls, port: int, timeout: float, ready: Any = None) -> Session:
