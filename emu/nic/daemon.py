@@ -143,8 +143,6 @@ class NicDaemon:
         self._held_recheck = self.clock.to_fabric(HELD_RECHECK)
         self.ready_after: float | None = None
         self._ns_fd: int | None = None
-        #: UDP ports whose IPv4 header-word stamping rule this daemon installed
-        self._rx_rules: list[int] = []
         self.pause_ports: list[PortPause] = []
         self.pause_errors = 0
         #: ifname → the port's line-rate serializer, shared by every transport on it
@@ -233,8 +231,6 @@ class NicDaemon:
                     ip_header, why = rxheader.stamp(port, socks)
                     if why:
                         self.warnings.append(f"{name}: {why}")
-                    if ip_header == rxheader.AS_RECEIVED and why is None:
-                        self._rx_rules.append(port)
                 self.slots[name] = EngineSlot(name, engine, port, tx, c, ip_header=ip_header,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),
@@ -303,9 +299,9 @@ class NicDaemon:
             for tfd in (slot.tx_timer, slot.eng_timer, *slot.rx_timers):
                 if tfd is not None:
                     tfd.close()
-        for port in self._rx_rules:
-            rxheader.remove(port)
-        self._rx_rules = []
+        for slot in self.slots.values():  # the stamping rule of a port that reads it
+            if any(ps.ip_word for ps in slot.tx.mains):
+                rxheader.remove(slot.port)
         if self._ns_fd is not None:
             os.close(self._ns_fd)
             self._ns_fd = None

@@ -284,3 +284,44 @@ def test_ipv6_roce_takes_a_zero_udp_checksum_and_uet_does_not():
         assert in_netns(ns, run) == (1, 0)
     finally:
         netns.remove(ns)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root")
+def test_the_daemon_installs_the_rule_for_its_roce_port_and_removes_it_on_close():
+    """A NIC daemon's IPv4 RoCE socket reads header words ("as received" in its stats)
+    through its port's table, and the table goes with the daemon."""
+    from pyroute2 import IPRoute, netns
+
+    from emu.fabric.capture import in_netns
+    from emu.nic.config import NicConfig
+    from emu.nic.daemon import NicDaemon
+
+    def tables() -> str:
+        import subprocess
+
+        return subprocess.run(["nft", "list", "tables"], capture_output=True,
+                              text=True).stdout
+
+    ns = "emurxd" + secrets.token_hex(3)
+    netns.create(ns)
+    try:
+        with IPRoute(netns=ns) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+        def run() -> tuple[str, int, str, str]:
+            d = NicDaemon(NicConfig(sock_path=f"/tmp/{ns}.sock", cluster=ns, host="h",
+                                    transports=["roce"], ports={"roce": 0},
+                                    addresses=["127.0.0.1"]))
+            d.open()
+            try:
+                slot = d.slots["roce"]
+                during = tables()
+            finally:
+                d.close()
+            return slot.ip_header, slot.port, during, tables()
+
+        mode, port, during, after = in_netns(ns, run)
+        assert mode == rxheader.AS_RECEIVED
+        assert rxheader.table_name(port) in during and rxheader.table_name(port) not in after
+    finally:
+        netns.remove(ns)
