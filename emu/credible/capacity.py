@@ -124,15 +124,17 @@ def switches_on_path(topo: Topology, datapath: str = "user",
                if topo.nodes[node].kind == "switch" and (node in user) == (datapath == "user"))
 
 
-def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0) -> float:
-    """The highest line rate (bits/s) at which one flow over ``hops`` switch daemons and
-    ``khops`` kernel-datapath switches fits (the kernel hops' softirq work shared by the
-    two end daemons)."""
+def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0, flows: int = 1) -> float:
+    """The highest line rate (bits/s) at which ``flows`` flows, each over ``hops`` switch
+    daemons and ``khops`` kernel-datapath switches, fit (the kernel hops' softirq work
+    shared by the two end daemons). With more than one flow every NIC daemon may be
+    sending one and receiving another (all hosts busy), so each carries both costs."""
     k = khops * costs.kernel_hop / 2
-    pps_daemon = DAEMON_SHARE / max(costs.nic_tx + k, costs.nic_rx + k,
-                                    costs.switch if hops else 0.0)
-    pps_machine = MACHINE_SHARE * costs.cores / (costs.nic_tx + costs.nic_rx
-                                                 + hops * costs.switch + 2 * k)
+    per_daemon = (max(costs.nic_tx + k, costs.nic_rx + k) if flows <= 1
+                  else costs.nic_tx + costs.nic_rx + 2 * k)
+    pps_daemon = DAEMON_SHARE / max(per_daemon, costs.switch if hops else 0.0)
+    pps_machine = MACHINE_SHARE * costs.cores / (flows * (costs.nic_tx + costs.nic_rx
+                                                          + hops * costs.switch + 2 * k))
     return min(pps_daemon, pps_machine) * frame_bytes(mtu) * 8
 
 

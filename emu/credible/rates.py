@@ -200,7 +200,8 @@ def base_rtt(topo: Topology, ports: list[HostPort], mtu: int, nic_turnaround: fl
              switch_turnaround: float, switches: Switching | None = None,
              path: list[tuple[str, str]] | None = None) -> float:
     """The unloaded round trip (seconds) of the longest host-to-host path: a full frame
-    there, an ACK back, serialization and delay per hop, plus the emulator's turnaround
+    there, an ACK back, serialization and delay per hop, the ``[latency]`` of each NIC
+    and switch (:func:`path_delay`), plus the emulator's turnaround
     (``nic_turnaround`` for the two NIC daemons together, ``switch_turnaround`` per
     switch daemon on the path, there and back). ``switches``, ``path``: as derived
     already (:func:`switching`, :func:`longest_path`)."""
@@ -212,14 +213,83 @@ def base_rtt(topo: Topology, ports: list[HostPort], mtu: int, nic_turnaround: fl
         for ifname, pc in cfg.ports.items():
             if pc.rate:
                 sw_rates[(name, ifname)] = float(pc.rate)
-    t = nic_turnaround
+    t = nic_turnaround + 4 * topo.latency.get("nic", 0.0)  # each NIC, there and back
     frame = mtu + 14
     user = switches.user
+    fwd = topo.latency.get("switch", 0.0)
     for node, ifname in path:
         rate, delay = _hop_rate(topo, node, ifname, by_port, sw_rates)
         if rate:
             t += (frame + ACK_FRAME) * 8 / rate
         t += 2 * delay
+        if topo.nodes[node].kind == "switch":
+            t += 2 * fwd
         if node in user:
             t += 2 * switch_turnaround
     return t
+
+
+def path_delay(topo: Topology, path: list[str], latency: dict[str, float] | None = None
+               ) -> float:
+    """The fixed one-way delay (seconds) of a host-to-host path given as its nodes in
+    order: each link's propagation ``delay`` in the direction travelled, each switch's
+    forwarding latency and each end NIC's (``[latency]``). What a receiving NIC daemon
+    holds a packet for (:mod:`emu.nic.delayline`); serialization and queueing are the
+    kernel's and the switches' doing and are not part of it."""
+    lat = topo.latency if latency is None else latency
+    t = 2 * lat.get("nic", 0.0)
+    for i, (here, there) in enumerate(zip(path, path[1:], strict=False)):
+        if i and topo.nodes[here].kind == "switch":
+            t += lat.get("switch", 0.0)
+        t += _link_delay(topo, here, there)
+    return t
+
+
+def _link_delay(topo: Topology, a: str, b: str) -> float:
+    """The smallest propagation delay of an up link from ``a`` to ``b`` (parallel cables:
+    the kernel may take any; they are built alike)."""
+    best = None
+    for lk in topo.links:
+        if not lk.up:
+            continue
+        if lk.a.node == a and lk.b.node == b:
+            d = lk.a_to_b.delay_s
+        elif lk.b.node == a and lk.a.node == b:
+            d = lk.b_to_a.delay_s
+        else:
+            continue
+        best = d if best is None else min(best, d)
+    return best or 0.0
+
+
+def host_paths(topo: Topology) -> dict[tuple[str, str], list[str]]:
+    """(source host, destination host) → the nodes of one shortest path between them
+    (BFS over up links; hosts do not forward). Equal-cost paths of a Clos have the same
+    hops and, built alike, the same delays, so one stands for all."""
+    adj: dict[str, list[str]] = {n: [] for n in topo.nodes}
+    for lk in topo.links:
+        if lk.up:
+            adj[lk.a.node].append(lk.b.node)
+            adj[lk.b.node].append(lk.a.node)
+    out: dict[tuple[str, str], list[str]] = {}
+    for src in (h.name for h in topo.hosts()):
+        prev: dict[str, str] = {}
+        seen = {src}
+        q = deque([src])
+        while q:
+            n = q.popleft()
+            if n != src and topo.nodes[n].kind == "host":
+                continue
+            for m in sorted(adj[n]):
+                if m not in seen:
+                    seen.add(m)
+                    prev[m] = n
+                    q.append(m)
+        for dst in (h.name for h in topo.hosts()):
+            if dst == src or dst not in prev:
+                continue
+            p = [dst]
+            while p[-1] != src:
+                p.append(prev[p[-1]])
+            out[(src, dst)] = p[::-1]
+    return out

@@ -80,6 +80,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "the plan's; --line-rate and --tx-lead stay wall units; default 1)")
     p.add_argument("--time-epoch", type=float, default=0.0, metavar="MONOTONIC_S",
                    help="the cluster's fabric epoch (a CLOCK_MONOTONIC time; default 0)")
+    p.add_argument("--path-delay", action="append", default=[], metavar="ADDR=SECONDS",
+                   help="hold each datagram from ADDR (* = any other peer) until its kernel "
+                        "receive stamp plus this many fabric seconds: the path's propagation, "
+                        "switch and NIC latency (emu up gives the plan's; repeatable)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
@@ -93,6 +97,16 @@ def _scale(v: str) -> float:
         return check_scale(v)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _path_delays(specs: list[str]) -> dict[str, float]:
+    """``--path-delay ADDR=SECONDS`` (repeatable) → {addr or "*": fabric seconds}."""
+    from emu.nic.delayline import parse_delays
+
+    try:
+        return parse_delays(specs)
+    except ValueError as e:
+        raise SystemExit(f"emu nicd: {e}") from None
 
 
 def _line_rates(specs: list[str]) -> dict[str, float]:
@@ -169,6 +183,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      trace=a.trace, line_rates=_line_rates(a.line_rate), family=a.family,
                      tx_lead=a.tx_lead, rx_coalesce=a.rx_coalesce,
                      time_scale=a.time_scale, time_epoch=a.time_epoch,
+                     path_delays=_path_delays(a.path_delay),
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 

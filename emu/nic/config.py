@@ -82,3 +82,6 @@ class NicConfig:
     #: them in fabric units. 1 = real time, today's behaviour
     time_scale: float = 1.0
     time_epoch: float = 0.0
+    #: propagation delay held by this NIC (``emu.nic.delayline``): peer address → fabric
+    #: seconds, ``"*"`` for every other peer; empty = none
+    path_delays: dict[str, float] = field(default_factory=dict)

@@ -41,7 +41,8 @@ from emu.nic.udp import gid_of
 from emu.transports.base import Completion, StateChanged, VerbsError
 
 if TYPE_CHECKING:
-    from emu.nic.daemon import EngineSlot, NicDaemon
+    from emu.nic.daemon import NicDaemon
+    from emu.nic.slot import EngineSlot
 
 OUT_MAX = 1024  # replies waiting for the writer before we stop reading requests
 READ_STREAK = 16  # request reads in a row before the reader lets other tasks run

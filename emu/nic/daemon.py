@@ -28,14 +28,12 @@ the transmit queues and the clients' pending replies/events (each bounded by
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import random
 import sys
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -49,11 +47,13 @@ from emu.nic.clock import current_scale
 from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
+from emu.nic.delayline import DelayLine
 from emu.nic.frames import FrameTx
 from emu.nic.framing import framer_for
 from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
 from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
+from emu.nic.slot import SLOT_COUNTERS, EngineSlot, line_counters, take, takes, trimmed_table
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
 from emu.nic.udp import ArrivalTimes, Iface, PortSocket, arrival, family_of, gid_of, interfaces
@@ -71,53 +71,6 @@ PRECISE_WITHIN = 2e-3
 #: while the port holds the transmit queue, a due engine timer waits at least this long
 #: (the transmit task pumps the engine when the port has taken the queue)
 HELD_RECHECK = 1e-3
-
-
-_SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
-                  "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
-                  "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
-                  "tx_entropy_fallback", "tx_frames", "engine_errors", "engine_batches",
-                  "timer_fires", "rx_trimmed", "rx_holds")
-
-
-@dataclass(eq=False)
-class EngineSlot:
-    """One transport engine and everything the daemon keeps for it."""
-
-    name: str
-    engine: Any  # emu.transports.base.Engine + emu.nic.engines.Verbs
-    port: int
-    tx: TxPath
-    c: dict[str, int]
-    backlog: deque[tuple[bytes, Any, int]] = field(default_factory=deque)  # (data, addr, tos)
-    #: TOS byte → 1 if its DSCP says "trimmed by a switch" (256 entries; see trimmed_table)
-    trimmed_tos: bytes = bytes(256)
-    #: the engine's receive_datagram takes ``trimmed=`` (looked up once, not per packet)
-    takes_trimmed: bool = False
-    #: the backlog's raw kernel receive stamps (``udp.stamp_seconds``; None: none), in
-    #: step with it — only for an engine whose receive_datagram takes ``arrived=``
-    times: deque[bytes | None] | None = None
-    #: the engine's ``receive_batch`` (UET), which takes the backlog's items as they are
-    #: with ``trimmed_tos``, or None: one ``receive_datagram`` call per datagram
-    batch: Any = None
-    rx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
-    tx_lot: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
-    timer_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    #: the transmit task's precise sleep while the queue waits for a port's serializer
-    tx_timer: TimerFd | None = None
-    #: the timer task's precise sleep for an engine timer due soon (a QP's pacer)
-    eng_timer: TimerFd | None = None
-    #: the receive loops' coalescing sleeps (emu.nic.coalesce), one per port socket
-    rx_timers: list[TimerFd] = field(default_factory=list)
-    #: the engine's ``port_held()`` (RoCEv2), or None: told when the port holds its output
-    port_held: Any = None
-    check: Any = None  # the transport's receive framing check (RoCE ICRC), or None
-    check_buf: Any = None  # its in-place form over the receive buffer, or None
-    #: how the check learns the IPv4 header fields the ICRC covers (emu.nic.rxheader's
-    #: AS_RECEIVED or ASSUMED); "" for a transport whose check needs none
-    ip_header: str = ""
-    #: the options the engine was built with, its factory's defaults included (stats)
-    options_in_force: dict[str, Any] = field(default_factory=dict)
 
 
 class NicDaemon:
@@ -211,7 +164,7 @@ class NicDaemon:
                     self.warnings.append(f"transport {name} not available: {e}")
                     continue
                 used[port] = name
-                c = dict.fromkeys(_SLOT_COUNTERS, 0)
+                c = dict.fromkeys(SLOT_COUNTERS, 0)
                 framer = framer_for(name)
                 tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,
                             seal=framer.seal if framer else None,
@@ -231,13 +184,16 @@ class NicDaemon:
                     ip_header, why = rxheader.stamp(port, socks)
                     if why:
                         self.warnings.append(f"{name}: {why}")
+                arrived = takes(engine, "arrived")
+                line = (DelayLine(self.cfg.path_delays, self.clock.scale)
+                        if self.cfg.path_delays else None)
                 self.slots[name] = EngineSlot(name, engine, port, tx, c, ip_header=ip_header,
                                               check=framer.check if framer else None,
                                               check_buf=getattr(framer, "check_buf", None),
                                               trimmed_tos=trimmed,
                                               takes_trimmed=takes(engine, "trimmed"),
-                                              times=deque() if takes(engine, "arrived")
-                                              else None,
+                                              times=deque() if arrived or line is not None else None,
+                                              delay=line, takes_arrived=arrived,
                                               batch=getattr(engine, "receive_batch", None),
                                               port_held=getattr(engine, "port_held", None),
                                               options_in_force=ctx.options_in_force
@@ -335,6 +291,8 @@ class NicDaemon:
                     for ps in slot.tx.mains:
                         n.start_soon(self._rx_loop, slot, ps)
                     n.start_soon(self._engine_loop, slot)
+                    if slot.delay is not None:
+                        n.start_soon(self._delay_loop, slot)
                     n.start_soon(self._timer_loop, slot)
                     n.start_soon(self._tx_loop, slot)
                 for pp in self.pause_ports:
@@ -420,17 +378,63 @@ class NicDaemon:
         return 0
 
     async def _engine_loop(self, slot: EngineSlot) -> None:
-        backlog = slot.backlog
+        backlog, ready = slot.backlog, slot.ready
         while True:
-            if not backlog:
+            if not backlog and not ready:
                 await slot.rx_lot.park()
                 continue
             self._feed(slot, trio.current_time())
             self.pump(slot)
-            if backlog:  # more to take in: let the other tasks run first
+            if backlog or ready:  # more to take in: let the other tasks run first
                 await trio.lowlevel.checkpoint()
             # (an empty backlog parks at once: a checkpoint first cost a scheduler turn
             # per received packet, the most of a ping-pong's)
+
+    def _source(self, slot: EngineSlot) -> tuple[deque[Any], deque[Any] | None]:
+        """Where the engine's next datagrams come from, with their receive times (raw
+        stamps, or release times: :func:`emu.nic.udp.arrival` takes both; None for an
+        engine that takes no ``arrived=``): the backlog, or — with a propagation delay —
+        what the delay line has released by now (the backlog first goes into it)."""
+        line = slot.delay
+        if line is None:
+            return slot.backlog, slot.times
+        real = realtime()
+        if slot.backlog:
+            assert slot.times is not None
+            line.absorb(slot.backlog, slot.times, real)
+            nxt = line.next_release()
+            if nxt is not None and nxt < slot.delay_wake:  # sooner than the task sleeps
+                slot.delay_scope.cancel()
+                slot.delay_lot.unpark_all()
+        line.release(real, slot.ready, slot.ready_times, self.cfg.engine_batch - len(slot.ready))
+        if not slot.takes_arrived:
+            slot.ready_times.clear()
+            return slot.ready, None
+        return slot.ready, slot.ready_times
+
+    async def _delay_loop(self, slot: EngineSlot) -> None:
+        """Wakes when the delay line's next datagram is due (a ``timerfd`` on the wall
+        clock: the release times are receive stamps plus wall delays) and feeds it."""
+        line = slot.delay
+        assert line is not None
+        timer = TimerFd()
+        slot.rx_timers.append(timer)  # closed with the slot (close)
+        while True:
+            t = line.next_release()
+            if t is None:
+                slot.delay_wake = math.inf
+                await slot.delay_lot.park()
+                continue
+            with trio.CancelScope() as scope:
+                slot.delay_scope, slot.delay_wake = scope, t
+                await timer.sleep_until(wall() + max(0.0, t - realtime()))
+            slot.delay_wake = math.inf
+            if scope.cancelled_caught:
+                continue  # something due sooner arrived: sleep for that instead
+            self._feed(slot, trio.current_time())
+            self.pump(slot)
+            if slot.ready:
+                slot.rx_lot.unpark_all()
 
     def _feed(self, slot: EngineSlot, now: float) -> None:
         """Hand the engine up to ``engine_batch`` datagrams from the backlog; an engine
@@ -438,8 +442,9 @@ class NicDaemon:
         if slot.batch is not None:
             self._feed_batch(slot, now)
             return
-        backlog = slot.backlog
-        times = slot.times  # in step with the backlog (PortSocket.recv_batch)
+        backlog, times = self._source(slot)  # times in step with it (recv_batch)
+        if not backlog:
+            return  # the delay line holds it all
         if times is not None:
             real = realtime()
             skew = real - now  # the receive stamps' clock minus trio's
@@ -467,13 +472,16 @@ class NicDaemon:
         """:meth:`_feed` for an engine that takes a batch (``receive_batch``): the
         backlog's items as they are, the batch's kernel receive times on trio's clock."""
         c = slot.c
-        k = min(self.cfg.engine_batch, len(slot.backlog))
-        items = _take(slot.backlog, k)
+        backlog, times = self._source(slot)
+        k = min(self.cfg.engine_batch, len(backlog))
+        if not k:
+            return  # the delay line holds it all
+        items = take(backlog, k)
         arrived = None
-        if slot.times is not None:
+        if times is not None:
             real = realtime()
             skew = real - now  # the receive stamps' clock minus trio's
-            arrived = ArrivalTimes(_take(slot.times, k), skew, self.clock, real)
+            arrived = ArrivalTimes(take(times, k), skew, self.clock, real)
         trim = slot.trimmed_tos if any(slot.trimmed_tos) else None
         if trim is not None:
             c["rx_trimmed"] += sum(trim[tos] for _, _, tos in items)
@@ -496,8 +504,10 @@ class NicDaemon:
         interrupt is served before its retransmission timer."""
         for ps in slot.tx.mains:
             self._read(slot, ps)
-        while slot.backlog:
+        while slot.backlog or slot.ready:
             self._feed(slot, now)
+            if slot.delay is not None and not slot.ready:
+                break  # the rest waits out its delay
 
     def _read(self, slot: EngineSlot, ps: PortSocket) -> None:
         """What ``ps`` holds, into the backlog, outside the receive loop's own reads:
@@ -699,7 +709,8 @@ class NicDaemon:
                                      "icrc_ip_header": slot.ip_header or None,
                                      "sockets": [p.describe() for p in slot.tx.sockets()],
                                      "frame_rings": {f"{m.ifname} {m.address}": fx.counters()
-                                                     for m, fx in slot.tx.rings.items()}}
+                                                     for m, fx in slot.tx.rings.items()},
+                                     "delay_line": line_counters(slot.delay)}
         try:
             now = trio.current_time()
         except RuntimeError:  # outside the daemon's trio run (tests)
@@ -749,37 +760,6 @@ async def running(cfg: NicConfig, netns: str | None = None) -> AsyncIterator[Nic
             d.stop()
 
 
-def _take(q: deque[Any], k: int) -> list[Any]:
-    """The first ``k`` items of ``q``, removed (all of them at C speed)."""
-    if k == len(q):
-        items = list(q)
-        q.clear()
-        return items
-    return [q.popleft() for _ in range(k)]
-
-
-def trimmed_table(dscps: tuple[int, ...] | list[int]) -> bytes:
-    """A 256-entry table TOS byte → 1 when its DSCP (``tos >> 2``) is one of ``dscps``:
-    one index per datagram in the engine loop instead of a shift and a set lookup."""
-    bad = [d for d in dscps if not (isinstance(d, int) and 0 <= d < 64)]
-    if bad:
-        raise ValueError(f"trimmed DSCP {bad[0]!r} is not a DSCP (0..63)")
-    want = set(dscps)
-    return bytes(1 if tos >> 2 in want else 0 for tos in range(256))
-
-
-def takes(engine: Any, keyword: str) -> bool:
-    """Whether ``engine.receive_datagram`` accepts ``keyword=``: ``trimmed`` (UET and
-    RoCE; an engine without it gets trimmed datagrams as plain ones), ``arrived`` (UET).
-    Decided once per engine from the signature, so the hot path tests a local bool."""
-    try:
-        params = inspect.signature(engine.receive_datagram).parameters
-    except (TypeError, ValueError):
-        return False
-    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
-                                    for p in params.values())
-
-
 def main(argv: list[str] | None = None) -> int:
     from emu.nic.cli import run_main
 
@@ -789,4 +769,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["EngineSlot", "NicDaemon", "family_of", "main", "running"]
+__all__ = ["EngineSlot", "NicDaemon", "family_of", "main", "running", "takes", "trimmed_table"]

@@ -20,7 +20,7 @@ from emu.core.memory import MemoryRegion, ProtectionDomain
 from emu.core.verbs import RecvWR, SendWR, Sge, WrOpcode
 
 if TYPE_CHECKING:
-    from emu.nic.daemon import EngineSlot
+    from emu.nic.slot import EngineSlot
 
 
 class OpError(Exception):

@@ -81,17 +81,19 @@ def stamp_seconds(raw: bytes) -> float:
     return sec + nsec * 1e-9
 
 
-def arrival(raw: bytes | None, skew: float, clock: FabricClock | None = None,
+def arrival(raw: bytes | float | None, skew: float, clock: FabricClock | None = None,
             real: float = 0.0) -> float | None:
     """A raw receive stamp (or None) as a time on the engine's clock: ``skew`` is the
     stamps' clock (``time.time()``) minus the engine's, read together at ``real`` (the
     stamps' clock). ``clock``: the daemon's fabric clock, which shrinks the stamp's age
-    by its scale (:meth:`emu.fabricclock.FabricClock.stamp`); None: real time."""
+    by its scale (:meth:`emu.fabricclock.FabricClock.stamp`); None: real time. A float
+    is a time on the stamps' clock already (a delay line's release time)."""
     if not raw:
         return None
+    t = raw if raw.__class__ is float else stamp_seconds(raw)  # type: ignore[arg-type]
     if clock is None:
-        return stamp_seconds(raw) - skew
-    return clock.stamp(stamp_seconds(raw), real, real - skew)
+        return t - skew
+    return clock.stamp(t, real, real - skew)
 
 
 class ArrivalTimes(Sequence):  # type: ignore[type-arg]
@@ -100,7 +102,8 @@ class ArrivalTimes(Sequence):  # type: ignore[type-arg]
 
     __slots__ = ("raw", "skew", "clock", "real")
 
-    def __init__(self, raw: list[bytes | None], skew: float, clock: FabricClock | None = None,
+    def __init__(self, raw: list[bytes | float | None], skew: float,
+                 clock: FabricClock | None = None,
                  real: float = 0.0) -> None:
         self.raw = raw
         self.skew = skew

@@ -20,8 +20,8 @@ from dataclasses import replace
 from typing import Any
 
 from emu.credible import capacity, rates
-from emu.fabricclock import wall
 from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
+from emu.plan import scale
 from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
 from emu.switch import kernel
 from emu.switch.config import SwitchConfig
@@ -32,7 +32,9 @@ from emu.topology.model import Topology
 #: (:func:`emu.fabric.linkctl.tbf_sizes`), longer than most of the daemons' stalls, and
 #: short, since what waits there is queueing delay a UET sender's NSCC reads as
 #: congestion. Measured (README default, fresh pair clusters): 4 ms left UET at
-#: 0.77-0.84 of the line rate in 4 of 10 runs with no overload; 2 ms, 0.97-0.99 in 10 of 10
+#: 0.77-0.84 of the line rate in 4 of 10 runs with no overload; 2 ms, 0.97-0.99 in 10 of 10.
+#: Wall time at every scale: what it covers is the daemon's own stalls, which are wall (in
+#: fabric time the lead shrinks with the scale, as every cost of emu's does)
 TX_LEAD = 2e-3
 
 
@@ -41,14 +43,15 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
     """The plan of ``topology`` (already loaded, ``--set`` applied) on this machine.
 
     ``costs``: this machine's per-packet costs (default: what ``emu doctor``
-    measured, else the reference VM's); ``time``: the clock (default: real time).
+    measured, else the reference VM's); ``time``: the clock (default: what ``[time]``
+    asks for, "auto" unless it says otherwise: :mod:`emu.plan.scale`).
     Reads files but changes nothing, so ``emu up --dry-run`` can call it freely."""
-    time = time or time_plan(topology)
     costs = costs or capacity.load()
     # the switch pipeline (each switch's configuration, which run in user space) and
     # the fabric's longest path: derived here once, and handed to every use below
     switching = rates.switching(topology)
     path = rates.longest_path(topology)
+    time = time or scale.time_plan(topology, costs, switching, path)
     cfgs = switching.configs
     switches = {n: _switch_plan(n, c, n in switching.user, time) for n, c in cfgs.items()}
 
@@ -76,8 +79,9 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
         wall = time.wall_rate(p.rate)
         assert wall is not None
         by_host.setdefault(p.host, []).append(NicPort(p.ifname, p.rate, wall, p.source))
+    delays = path_delays(topology)
     nics = {h.name: NicPlan(h.name, tuple(by_host.get(h.name, ())),
-                            common + line_args.get(h.name, ()))
+                            common + line_args.get(h.name, ()) + delays.get(h.name, ()))
             for h in topology.hosts()}
 
     sources = {(p.host, p.ifname): p.source for p in host_ports}
@@ -103,13 +107,43 @@ def fabric_costs(costs: capacity.Costs, time: TimePlan) -> capacity.Costs:
 
 
 def time_plan(topology: Topology) -> TimePlan:
-    """The clock ``[time] scale`` (or ``--set time.scale=N``) asks for; real time without
-    it. The epoch is now: fabric time starts at 0 when the plan is made (``emu up``)."""
-    scale = float(topology.time.get("scale", 1.0))
-    if scale == 1:
-        return TimePlan()
-    return TimePlan(scale=scale, why="manual: [time] scale / --set time.scale (\"auto\" is "
-                    "not implemented yet)", epoch=wall())
+    """The clock ``topology`` asks for on this machine (:func:`emu.plan.scale.time_plan`
+    with the costs ``emu doctor`` measured); what :func:`build` uses unless given one."""
+    switching = rates.switching(topology)
+    return scale.time_plan(topology, capacity.load(), switching, rates.longest_path(topology))
+
+
+def path_delays(topology: Topology) -> dict[str, tuple[str, ...]]:
+    """Each host's ``emu nicd --path-delay`` arguments: for each peer address, the fabric
+    seconds its packets are held after they arrive (:func:`emu.credible.rates.path_delay`:
+    propagation, switch and NIC latency). The most common delay is given once as ``*``;
+    none at all when the fabric has no fixed delays."""
+    if not (topology.latency or any(lk.a_to_b.delay_s or lk.b_to_a.delay_s
+                                    for lk in topology.links)):
+        return {}
+    addrs: dict[str, list[str]] = {}
+    for lk in topology.links:
+        for ep in (lk.a, lk.b):
+            if topology.nodes[ep.node].kind == "host":
+                addrs.setdefault(ep.node, []).extend(
+                    str(i.ip) for i in (ep.ipv4, ep.ipv6) if i is not None)
+    out: dict[str, tuple[str, ...]] = {}
+    paths = rates.host_paths(topology)
+    for h in topology.hosts():
+        # the path each peer's packets take to h
+        by_peer = {o.name: rates.path_delay(topology, paths[(o.name, h.name)])
+                   for o in topology.hosts() if (o.name, h.name) in paths}
+        if not by_peer:
+            continue
+        vals = list(by_peer.values())
+        common = max(set(vals), key=vals.count)
+        args: list[str] = ["--path-delay", f"*={common:.6g}"]
+        for peer, d in sorted(by_peer.items()):
+            if d != common:
+                for a in addrs.get(peer, ()):
+                    args += ["--path-delay", f"{a}={d:.6g}"]
+        out[h.name] = tuple(args)
+    return out
 
 
 def undilated(topology: Topology, time: TimePlan) -> str | None:
@@ -144,7 +178,7 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + (
             "--line-rate", f"{p.ifname}={time.wall_rate(p.rate):.0f}")
-    common: tuple[str, ...] = ("--tx-lead", f"{time.wall_delay(TX_LEAD):g}",
+    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}",
                                *coalesce_arg(topology.nic), *sched_arg(topology.nic))
     if topology.nic.get("family") in (4, 6):
         common += ("--family", str(topology.nic["family"]))
@@ -219,8 +253,11 @@ def _ports(topology: Topology, serializers: dict[str, int],
 
 def wall_model(topology: Topology, plan: Plan) -> Topology:
     """``topology`` as the kernel is to run it: each link direction at the plan's wall
-    rate and delay (a host port's line rate where the link has none of its own:
-    :func:`emu.credible.rates.serialized`). A copy; the caller's model is left alone."""
+    rate (a host port's line rate where the link has none of its own:
+    :func:`emu.credible.rates.serialized`) and jitter, and no propagation delay — the
+    receiving NIC daemons hold each packet for its path's (:mod:`emu.nic.delayline`;
+    this kernel may have no netem, and a fabric's nanoseconds are below what netem
+    keeps). A copy; the caller's model is left alone."""
     by_dir = {(p.link, p.direction): p for p in plan.ports}
     scaled = plan.time.scale != 1
     links = []
@@ -231,9 +268,10 @@ def wall_model(topology: Topology, plan: Plan) -> Topology:
             new = d
             if p.wall_rate is not None and (p.serializer or scaled):
                 new = replace(new, rate_bps=int(p.wall_rate))
-            if scaled:  # at scale 1 the model's own values, untouched (its JSON too)
-                new = replace(new, delay_s=p.wall_delay,
-                              jitter_s=plan.time.wall_delay(d.jitter_s))
+            if d.delay_s:
+                new = replace(new, delay_s=0.0)
+            if scaled and d.jitter_s:  # at scale 1 the model's own values (its JSON too)
+                new = replace(new, jitter_s=plan.time.wall_delay(d.jitter_s))
             if new is not d:
                 lk = replace(lk, **{label: new})
         links.append(lk)

@@ -48,7 +48,7 @@ from emu.topology.settings import (
     parse_settings,
     parse_value,
 )
-from emu.topology.units import parse_int
+from emu.topology.units import UnitError, parse_int, parse_prob, parse_time
 
 #: ``check_size(size, has_switch_section)``: raises to refuse a topology before generation
 SizeCheck = Callable[[Size, bool], None]
@@ -60,7 +60,7 @@ NODE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NODE_NAME = 32
 MAX_CLUSTER_NAME = 12
 _TOP = {"topology", "params", "defaults", "link", "node", "event", "routing", "switch",
-        "nic", "time"}
+        "nic", "time", "latency"}
 _IFNAME_BAD = re.compile(r"[/:\s]")
 
 
@@ -123,11 +123,11 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
             parts = ["defaults", *parts]
         elif len(parts) == 1:
             parts = ["params", *parts]
-        if parts[0] not in ("params", "defaults", "routing", "switch", "nic", "time") \
+        if parts[0] not in ("params", "defaults", "routing", "switch", "nic", "time", "latency") \
                 or len(parts) < 2 or not all(parts):
             raise TopologyError(f"{loc.source}: --set {arg}", f"unknown setting {key!r}: use a "
                                 "parameter name, link.<key>, routing.<key>, switch.<key>, "
-                                "time.scale or nic.<transport>.<key>")
+                                "time.<key>, latency.<key> or nic.<transport>.<key>")
         table = data
         for p in parts[:-1]:
             table = table.setdefault(p, {})
@@ -225,13 +225,15 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
 
             topo.nic["line_rate"] = parse_rate(topo.nic["line_rate"])  # type: ignore[assignment]
     if "time" in data:
-        tsec = check_table(data["time"], "time", loc)
-        check_keys(tsec, {"scale"}, "time", loc)
-        if "scale" in tsec:
-            try:  # fabric time (emu.fabricclock): a number >= 1 for now, "auto" later
-                topo.time = {"scale": check_scale(tsec["scale"])}
-            except ValueError as e:
-                raise loc.error("time.scale", str(e)) from None
+        topo.time = _time_section(check_table(data["time"], "time", loc), loc)
+    if "latency" in data:
+        lat = check_table(data["latency"], "latency", loc)
+        check_keys(lat, {"nic", "switch"}, "latency", loc)
+        for k, v in lat.items():
+            try:
+                topo.latency[k] = parse_time(v)
+            except UnitError as e:
+                raise loc.error(f"latency.{k}", str(e)) from None
     node_index = {n: i for i, n in enumerate(topo.nodes)}
     addressing.assign(topo, lambda n: loc.where(f"node[{node_index[n]}]") if kind == "custom"
                       else loc.where("params"))
@@ -241,6 +243,39 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
 
 #: the smallest MTU of a link that carries IPv6 (RFC 8200 §5)
 IPV6_MIN_MTU = 1280
+
+
+def _time_section(tsec: dict, loc: Locator) -> dict[str, object]:
+    """``[time]`` (DESIGN.md, Fabric time): ``scale`` = "auto" or a number >= 1,
+    ``senders`` (how many host ports send at once, for "auto"; default all) and
+    ``overhead`` (the largest share of the fabric's base round trip emu's own round trip
+    may add, for "auto"; default 5 %)."""
+    check_keys(tsec, {"scale", "senders", "overhead"}, "time", loc)
+    out: dict[str, object] = {}
+    if "scale" in tsec:
+        v = tsec["scale"]
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            out["scale"] = "auto"
+        else:
+            try:
+                out["scale"] = check_scale(v)
+            except ValueError as e:
+                raise loc.error("time.scale", str(e)) from None
+    if "senders" in tsec:
+        try:
+            out["senders"] = parse_int(tsec["senders"], lo=1)
+        except UnitError as e:
+            raise loc.error("time.senders", str(e)) from None
+    if "overhead" in tsec:
+        try:
+            f = parse_prob(tsec["overhead"])
+        except UnitError as e:
+            raise loc.error("time.overhead", str(e)) from None
+        if not 0 < f < 1:
+            raise loc.error("time.overhead", f"{tsec['overhead']!r} must be above 0 % and "
+                            "below 100 % (e.g. '5%')")
+        out["overhead"] = f
+    return out
 
 
 def _check_mtu(topo: Topology, entries: list, loc: Locator, custom: bool) -> None:

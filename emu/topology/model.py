@@ -144,9 +144,14 @@ class Topology:
     switch: dict[str, object] = field(default_factory=dict)
     #: the file's ``[nic]`` table: engine options per transport (see :mod:`emu.nic.topology`)
     nic: dict[str, dict[str, object]] = field(default_factory=dict)
-    #: the file's ``[time]`` table (``scale``: wall seconds per fabric second, a number
-    #: >= 1; DESIGN.md, Fabric time); empty = real time
-    time: dict[str, float] = field(default_factory=dict)
+    #: the file's ``[time]`` table (DESIGN.md, Fabric time): ``scale`` (wall seconds per
+    #: fabric second: a number >= 1 or "auto", the default), ``senders``, ``overhead``
+    #: (what "auto" aims for: :func:`emu.plan.scale.choose`)
+    time: dict[str, object] = field(default_factory=dict)
+    #: the file's ``[latency]`` table, seconds of fabric time: ``nic`` (one NIC's pipeline,
+    #: per packet, at each end) and ``switch`` (one switch's port-to-port forwarding);
+    #: the NIC daemons hold each packet for its path's total (emu.nic.delayline)
+    latency: dict[str, float] = field(default_factory=dict)
     #: what the file asks for: a generator's kind (``leaf-spine`` …) or ``custom``; "" for a
     #: model built in code
     kind: str = ""

@@ -70,6 +70,6 @@ def from_dict(d: dict[str, Any]) -> Topology:
         params=d["params"], hash_seed=d["hash_seed"], routing=d["routing"],
         switch=d.get("switch", {}),
         nic=d.get("nic", {}),
-        time=d.get("time", {}),
+        time=d.get("time", {}), latency=d.get("latency", {}),
         kind=d.get("kind", ""), declared_name=d.get("declared_name", ""),
     )

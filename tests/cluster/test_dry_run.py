@@ -63,7 +63,7 @@ def assert_nothing_made(name: str) -> None:
         assert name.encode() not in cmd, f"process {pid} runs for {name}: {cmd}"
 
 
-SETS = {"as shipped": [], "nic line rate": ["--set", "nic.line_rate=300mbit"],
+SETS = {"as shipped": [], "scale 3": ["--set", "time.scale=3", "--set", "link.rate=300mbit"],
         "link rate": ["--set", "link.rate=50mbit", "--set", "link.delay=100us"]}
 
 
@@ -74,11 +74,15 @@ def test_dry_run_of_every_shipped_topology_prints_a_plan_and_makes_nothing(topol
     r = dry_run(name, f"namespaces/{topology}", *SETS[sets])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("plan of topology ")
-    assert "scale 1: real time (the default; --set time.scale=N dilates it)" in r.stdout
     assert "NIC DAEMON" in r.stdout and "--line-rate" in r.stdout
+    # every shipped fabric states its rates and delays: held by the NICs, on fabric time
+    assert "--path-delay" in r.stdout
     assert "nothing was made" in r.stderr
-    if sets == "nic line rate":
-        assert "--line-rate eth0=300000000" in r.stdout
+    if sets == "scale 3":  # a wall rate is the fabric's / the scale
+        assert "time: scale 3: manual" in r.stdout
+        assert "--line-rate eth0=100000000" in r.stdout and "--time-scale 3" in r.stdout
+    else:  # "auto", the default, says what it weighed
+        assert "auto: " in r.stdout and "to keep up" in r.stdout
     assert_nothing_made(name)
 
 
@@ -89,8 +93,7 @@ def test_dry_run_with_a_switch_pipeline_names_each_switch_datapath(topology):
                 "--set", "switch.port.trim=true", "--json")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
-    assert plan["time"] == {"scale": 1.0,
-                            "why": "real time (the default; --set time.scale=N dilates it)"}
+    assert plan["time"]["why"].startswith("auto: ") and plan["time"]["scale"] > 1
     assert plan["switches"] and all(s["datapath"] == "user" and "trimming" in s["why"]
                                     for s in plan["switches"].values())
     assert all("--trimmed-dscp" in n["args"] for n in plan["nics"].values())

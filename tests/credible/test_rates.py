@@ -21,10 +21,17 @@ from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
 from emu.nic.udp import PortSocket
 from emu.switch import kernel
-from emu.topology.loader import load
+from emu.topology.loader import loads
 from emu.transports.base import TxMeta
+from tests.support.fabric_util import shipped_real_time
 
 NS = Path(__file__).resolve().parents[2] / "namespaces"
+
+
+def load(path: Path, sets: list[str] | None = None):
+    """A shipped topology without its fabric units (the rules here are about rates a
+    file leaves unstated): :func:`tests.support.fabric_util.shipped_real_time`."""
+    return loads(shipped_real_time(path.name), str(path), sets)
 
 
 # -- the serializer -------------------------------------------------------------------

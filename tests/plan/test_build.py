@@ -13,6 +13,7 @@ engine options). No root, no namespaces.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from emu import plan as P
 from emu.credible import capacity, rates
 from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
 from emu.switch import topology as switch_topology
-from emu.topology.loader import load
+from emu.topology.loader import load, loads
 from emu.topology.model import Topology
 from emu.topology.serialize import to_dict
+from tests.support.fabric_util import shipped_real_time
 
 NS = Path(__file__).resolve().parents[2] / "namespaces"
 SHIPPED = sorted(p.name for p in NS.glob("*.toml"))
@@ -34,7 +36,7 @@ SHIPPED = sorted(p.name for p in NS.glob("*.toml"))
 VARIANTS: dict[str, list[str]] = {
     "as shipped": [],
     "nic line rate": ["nic.line_rate=300mbit"],
-    "link rate and delay": ["link.rate=50mbit", "link.delay=1ms"],
+    "link rate": ["link.rate=50mbit"],
     "engine options": ["nic.uet.cc=rccc", "nic.rx_coalesce=off", "nic.sched=slice",
                        "nic.family=6", "nic.roce.line_rate=25gbit"],
     "uet base_rtt given": ["nic.uet.base_rtt=0.001"],
@@ -101,12 +103,24 @@ def _from_the_plan(topology: Topology, plan: P.Plan) -> dict[str, Any]:
             "model": json.dumps(to_dict(P.wall_model(topology, plan)), sort_keys=True)}
 
 
+def _real_time(topo: Topology) -> Topology:
+    """``topo`` as the world before the plan knew it: real time (``time.scale=1``), no
+    ``[latency]`` and no propagation delays — what came with fabric time (the NICs hold
+    the path's delay, the kernel none) is tested in test_fabric_plan.py."""
+    topo.latency = {}
+    links = []
+    for lk in topo.links:
+        links.append(replace(lk, a_to_b=replace(lk.a_to_b, delay_s=0.0),
+                             b_to_a=replace(lk.b_to_a, delay_s=0.0)))
+    return replace(topo, links=links)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_plan_gives_what_up_derived_before_it(name, variant):
     if name == "pair.toml" and variant.startswith(("switch", "user")):
         pytest.skip("a pair has no switch for a pipeline (the loader refuses it)")
-    topo = load(NS / name, VARIANTS[variant])
+    topo = _real_time(load(NS / name, ["time.scale=1", *VARIANTS[variant]]))
     old = _before_the_plan(topo, COSTS)
     plan = P.build(topo, COSTS)
     new = _from_the_plan(topo, plan)
@@ -122,8 +136,9 @@ def test_every_shipped_topology_is_covered():
 
 
 def test_time_is_real_time_and_wall_units_equal_fabric_units():
-    plan = P.build(load(NS / "leaf-spine.toml", ["link.rate=50mbit", "link.delay=1ms"]), COSTS)
-    assert plan.time.scale == 1 and "real time (the default" in plan.time.why
+    plan = P.build(load(NS / "leaf-spine.toml", ["link.rate=50mbit", "link.delay=1ms",
+                                                 "time.scale=1"]), COSTS)
+    assert plan.time.scale == 1 and "time scale 1 (real time)" in plan.time.why
     for p in plan.ports:
         assert p.wall_rate == p.rate and p.wall_delay == p.delay
     for n in plan.nics.values():
@@ -134,19 +149,26 @@ def test_a_scale_changes_wall_units_in_one_place():
     """What time dilation will do, checked now so the one place stays the one place:
     wall rate = fabric rate / scale, delay x scale, in the ports, the NIC arguments,
     the switch configuration and the model the kernel is given."""
-    topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true", "switch.port.rate=1gbit",
-                                         "switch.port.delay=10us", "link.delay=1ms"])
+    topo = loads(shipped_real_time("leaf-spine.toml"), "ls", [
+        "switch.pipeline=true", "switch.port.rate=1gbit", "switch.port.delay=10us",
+        "link.delay=1ms"])
     plan = P.build(topo, COSTS, time=P.TimePlan(scale=4, why="test"))
     h1 = plan.port("h1", "eth0")
     assert h1 is not None and h1.rate == 1e9 and h1.wall_rate == 250e6
     assert h1.delay == 1e-3 and h1.wall_delay == 4e-3
-    assert "eth0=250000000" in " ".join(plan.nics["h1"].args)
-    assert "--tx-lead 0.008" in " ".join(plan.nics["h1"].args)
+    args = " ".join(plan.nics["h1"].args)
+    assert "eth0=250000000" in args
+    # the NIC's transmit lead covers the daemon's own (wall) stalls: wall at every scale
+    assert "--tx-lead 0.002" in args
+    # the path's delay is held by the receiving NIC, given in fabric seconds (the daemon
+    # multiplies by its scale): h2 shares h1's leaf (2 links), h3 and h4 do not (4 links)
+    assert "--path-delay *=0.004" in args and "--path-delay 10.0.1.12=0.002" in args
     port = plan.switches["leaf1"].config["ports"]["h1"]
     assert port["rate"] == 250_000_000 and port["delay"] == pytest.approx(40e-6)
     wall = P.wall_model(topo, plan)
     lk = next(lk for lk in wall.links if lk.a.node == "h1")
-    assert lk.a_to_b.rate_bps == 250_000_000 and lk.a_to_b.delay_s == pytest.approx(4e-3)
+    # the kernel serializes at the wall rate and holds no propagation delay
+    assert lk.a_to_b.rate_bps == 250_000_000 and lk.a_to_b.delay_s == 0
 
 
 def test_the_plan_says_why_each_switch_takes_its_datapath():
@@ -161,9 +183,10 @@ def test_the_plan_says_why_each_switch_takes_its_datapath():
 
 
 def test_render_shows_every_port_nic_and_switch():
-    plan = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true"]), COSTS)
+    plan = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true", "time.scale=1"]),
+                   COSTS)
     text = P.render(plan)
-    assert "scale 1" in text and "real time (the default" in text
+    assert "scale 1" in text and "time scale 1 (real time)" in text
     for p in plan.ports:
         assert f"{p.node}:{p.ifname}" in text
     for h in plan.nics:

@@ -156,15 +156,24 @@ def emu_cli(*args: str, check: bool = True, timeout: float = 180,
     return p
 
 
+#: ``--set``s that run a shipped fabric in real time at a rate this machine keeps (1 Gb/s):
+#: for tests of what does not depend on the clock (tools, errors, counters), which would
+#: otherwise wait out the default fabric's time scale (thousands: ``emu.plan.scale``) on
+#: every fabric second they ask for. Tests of fabric time give their own scale after these.
+REAL_TIME = ("--set", "time.scale=1", "--set", "link.rate=1gbit")
+
+
 @contextlib.contextmanager
-def pair_cluster(prefix: str, *up_args: str) -> Iterator[str]:
-    """``emu up namespaces/pair.toml [up_args]`` under a fresh name starting with ``prefix``;
-    down and checked gone afterwards, also when the test fails."""
+def pair_cluster(prefix: str, *up_args: str, real_time: bool = True) -> Iterator[str]:
+    """``emu up namespaces/pair.toml [up_args]`` under a fresh name starting with ``prefix``
+    (after :data:`REAL_TIME` unless ``real_time`` is False); down and checked gone
+    afterwards, also when the test fails."""
     from emu.fabric import naming, state
 
     name = naming.random_cluster(prefix)
     try:
-        emu_cli("up", "namespaces/pair.toml", "--name", name, *up_args)
+        emu_cli("up", "namespaces/pair.toml", "--name", name,
+                *(REAL_TIME if real_time else ()), *up_args)
         yield name
     finally:
         if state.load(name) is not None:
@@ -205,3 +214,21 @@ def control_request(sock: str | Path, req: dict) -> dict:
                 raise ConnectionError(f"{sock}: closed before a full reply")
             data += chunk
     return json.loads(data)
+
+
+def shipped_real_time(name: str) -> str:
+    """A shipped topology file (``namespaces/NAME``) as it was before fabric time: its
+    ``[topology]``, ``[params]`` and ``[routing]``, jumbo links, no rates, delays or
+    ``[latency]``, real time — for tests of what emu derives from an *unstated* rate (the
+    rate this machine sustains), which the shipped files no longer leave unstated."""
+    import tomllib
+
+    data = tomllib.loads((Path(__file__).resolve().parents[2] / "namespaces" / name)
+                         .read_text())
+    lines: list[str] = []
+    for section in ("topology", "params", "routing"):
+        lines.append(f"[{section}]")
+        for k, v in data.get(section, {}).items():
+            lines.append(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"')
+    lines += ["[defaults.link]", "mtu = 9000", "[time]", "scale = 1"]
+    return "\n".join(lines) + "\n"
