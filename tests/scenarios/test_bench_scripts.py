@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+#: every bench but bench-wire builds namespaces
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 TINY = ["--total", "1", "--msg", "1", "--depth", "1", "--runs", "1", "--blast-seconds", "0.2"]
 TINY_ROCE = ["--total", "4", "--msg", "1", "--depth", "2", "--runs", "1", "--blast-seconds",
              "0.2"]
@@ -34,6 +35,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return p
 
 
+@needs_root
 def test_bench_uet_script_prints_the_pair_table():
     out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
     assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
@@ -44,6 +46,7 @@ def test_bench_uet_script_prints_the_pair_table():
     assert "leaf-spine" not in out  # --part pair only
 
 
+@needs_root
 def test_bench_uet_json_has_both_parts():
     p = _run([sys.executable, str(ROOT / "benchmarks/bench_uet.py"), "--json", *TINY])
     res = json.loads(p.stdout)
@@ -77,6 +80,7 @@ def test_bench_uet_json_has_both_parts():
     assert min(pinned.values()) < max(pinned.values())
 
 
+@needs_root
 def test_bench_roce_prints_its_table_and_reads_the_daemons_overload():
     out = _run([str(ROOT / "scripts/bench-roce"), *TINY_ROCE]).stdout
     for row in ("RoCE WRITE goodput", "Python UDP blaster (4 KiB)", "ratio", "nicd h1: start",
@@ -93,6 +97,7 @@ def test_bench_roce_prints_its_table_and_reads_the_daemons_overload():
     assert all(cpu[h][k] >= 0 for h in ("h1", "h2") for k in ("user_us", "kernel_us"))
 
 
+@needs_root
 def test_frame_ring_micro_benchmark_runs_every_way_through_the_ring():
     res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/frame_ring.py"), "--json",
                            "--rounds", "1"]).stdout)
@@ -102,6 +107,7 @@ def test_frame_ring_micro_benchmark_runs_every_way_through_the_ring():
     assert res["gathers+seal"]["ratio"] == 1.0
 
 
+@needs_root
 def test_bench_rx_header_quick_reads_every_datagram_three_ways():
     """``scripts/bench-rx-header --quick``: each way reads every datagram with no bad
     ICRC (the script stops otherwise) and reports a ratio against the baseline."""
@@ -111,3 +117,30 @@ def test_bench_rx_header_quick_reads_every_datagram_three_ways():
     res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/bench_rx_header.py"),
                            "--quick", "--json"]).stdout)
     assert res["ratio"]["assumed"] == 1.0 and all(v > 0 for v in res["median_us"].values())
+
+
+def test_bench_wire_quick_prints_codec_and_scapy_per_protocol():
+    """``scripts/bench-wire --quick``: every protocol's packet is built and parsed both
+    ways (each way asserts its own round trip) and the ratio is printed."""
+    out = _run([str(ROOT / "scripts/bench-wire"), "--quick"]).stdout
+    assert out.splitlines()[0].split()[:5] == ["protocol", "packet", "scapy", "µs", "codec"]
+    assert [ln.split()[0] for ln in out.splitlines()[1:]] == ["roce", "uet", "mrc"]
+    rows = json.loads(_run([str(ROOT / "scripts/bench-wire"), "--quick", "--json"]).stdout)
+    assert [r["protocol"] for r in rows] == ["roce", "uet", "mrc"]
+    for r in rows:
+        assert set(r) == {"protocol", "packet", "scapy_us", "codec_us", "ratio", "goal"}
+        assert r["scapy_us"] > 0 and r["codec_us"] > 0 and r["ratio"] > 0
+
+
+@needs_root
+def test_bench_fabric_quick_builds_and_removes_a_small_cluster():
+    """``scripts/bench-fabric --quick``: one 4-host leaf-spine built and torn down through
+    the benchmark's hook (which removes its namespaces itself), no Mininet."""
+    out = _run([str(ROOT / "scripts/bench-fabric"), "--quick"]).stdout
+    assert "emu leaf-spine 2 leaves × 2 hosts, 1 spine" in out, out
+    assert "mininet: not compared (--quick" in out and "16 leaves" not in out
+    res = json.loads(_run([str(ROOT / "scripts/bench-fabric"), "--quick", "--json"]).stdout)
+    assert res["quick"] is True and res["emu_256"] is None and res["ratio"] is None
+    e = res["emu_64"]
+    assert e["hosts"] == 4 and e["switches"] == 3
+    assert {"up", "down", "total", "netns", "veth"} <= set(e) and e["total"] > 0
