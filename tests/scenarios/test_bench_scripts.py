@@ -23,9 +23,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: every bench but bench-wire builds namespaces
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
-TINY = ["--total", "1", "--msg", "1", "--depth", "1", "--runs", "1", "--blast-seconds", "0.2"]
-TINY_ROCE = ["--total", "4", "--msg", "1", "--depth", "2", "--runs", "1", "--blast-seconds",
-             "0.2"]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
@@ -37,7 +34,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 
 @needs_root
 def test_bench_uet_script_prints_the_pair_table():
-    out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", *TINY]).stdout
+    out = _run([str(ROOT / "scripts/bench-uet"), "--part", "pair", "--quick"]).stdout
     assert out.startswith("bench-uet: 1 MiB WRITEs x 1 MiB, depth 1, 1 runs")
     for row in ("UET WRITE goodput", "Python UDP blaster", "ratio",
                 "CPU per data packet of 8704 B", "the blaster's (per datagram): sender",
@@ -48,7 +45,7 @@ def test_bench_uet_script_prints_the_pair_table():
 
 @needs_root
 def test_bench_uet_json_has_both_parts():
-    p = _run([sys.executable, str(ROOT / "benchmarks/bench_uet.py"), "--json", *TINY])
+    p = _run([str(ROOT / "scripts/bench-uet"), "--quick", "--json"])
     res = json.loads(p.stdout)
     assert res["msg_bytes"] == res["total_bytes"] == 1 << 20 and res["runs"] == 1
     pair = res["pair"]
@@ -82,12 +79,11 @@ def test_bench_uet_json_has_both_parts():
 
 @needs_root
 def test_bench_roce_prints_its_table_and_reads_the_daemons_overload():
-    out = _run([str(ROOT / "scripts/bench-roce"), *TINY_ROCE]).stdout
+    out = _run([str(ROOT / "scripts/bench-roce"), "--quick"]).stdout
     for row in ("RoCE WRITE goodput", "Python UDP blaster (4 KiB)", "ratio", "nicd h1: start",
                 "CPU per data packet of 4096 B", "emulator losses"):
         assert row in out, out
-    res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/bench_roce.py"), "--json",
-                           *TINY_ROCE]).stdout)
+    res = json.loads(_run([str(ROOT / "scripts/bench-roce"), "--quick", "--json"]).stdout)
     assert res["roce_gbps_median"] > 0 and len(res["roce_gbps"]) == 1
     # a run that moved 4 MiB in 4 KiB packets counted them in its overload snapshots
     run = res["overload"]["runs"][0]
@@ -114,8 +110,7 @@ def test_bench_rx_header_quick_reads_every_datagram_three_ways():
     out = _run([str(ROOT / "scripts/bench-rx-header"), "--quick"]).stdout
     for row in ("assumed", "stamped, ID 0", "stamped, IDs count up"):
         assert row in out, out
-    res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/bench_rx_header.py"),
-                           "--quick", "--json"]).stdout)
+    res = json.loads(_run([str(ROOT / "scripts/bench-rx-header"), "--quick", "--json"]).stdout)
     assert res["ratio"]["assumed"] == 1.0 and all(v > 0 for v in res["median_us"].values())
 
 
