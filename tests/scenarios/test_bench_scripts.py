@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Smoke tests of the speed benchmarks (root): ``scripts/bench-uet`` and ``scripts/bench-roce``
-run end to end with tiny sizes, print their tables — with the daemons' CPU per packet and
-the emulator-losses line — and ``--json`` is one document with the keys tools read, each
-run's overload read from the daemons that ran it; ``benchmarks/frame_ring.py`` runs every
-way through the ring.
+"""Smoke tests of the speed benchmarks (root): ``scripts/bench-uet``, ``scripts/bench-roce``
+and ``scripts/bench-switch`` run end to end with tiny sizes (or ``--quick``), print their
+tables — with the daemons' CPU per packet and the emulator-losses line — and ``--json`` is
+one document with the keys tools read, each run's overload read from the daemons that ran
+it; ``benchmarks/frame_ring.py`` runs every way through the ring.
 
 No numbers are judged here (a 1 MiB run measures start-up, not goodput); the
 bench builds and removes its own clusters (``random_cluster("b")``, ``down`` in
@@ -111,3 +111,21 @@ def test_bench_rx_header_quick_reads_every_datagram_three_ways():
     res = json.loads(_run([sys.executable, str(ROOT / "benchmarks/bench_rx_header.py"),
                            "--quick", "--json"]).stdout)
     assert res["ratio"]["assumed"] == 1.0 and all(v > 0 for v in res["median_us"].values())
+
+
+def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
+    """``scripts/bench-switch --quick``: kernel-only forwarding, the kernel datapath and the
+    user-space datapath each carried packets through the switch namespace, and each
+    daemon's own counters show its datapath took them (not bypassed)."""
+    out = _run([str(ROOT / "scripts/bench-switch"), "--quick"]).stdout
+    for row in ("packets/s through one switch", "kernel-only", "kernel path", "user path",
+                "gso", "plain"):
+        assert row in out, out
+    res = json.loads(_run([sys.executable, "-m", "emu.switch.bench", "--quick",
+                           "--json"]).stdout)
+    paths = ["forward", "user"] + ([] if res["kernel_unavailable"] else ["kernel"])
+    for mode in ("gso", "plain"):
+        assert all(res["median"][mode][p] > 0 for p in paths), res["median"]
+        assert set(res["ratio"][mode]) == set(paths) - {"forward"}
+        for p in set(paths) - {"forward"}:
+            assert len(res["through"][mode][p]) == 1 and res["through"][mode][p][0] > 0
