@@ -94,7 +94,20 @@ def test_a_dilated_switch_forwards_marks_and_reports_in_fabric_time(cluster):
     assert f"time scale {SCALE} (one fabric ms costs {SCALE} ms of wall time)" in text, text
     config = json.loads(emu_cli("switch", f"{name}:leaf2", "--config").stdout)["config"]
     assert config["ports"]["h4"]["rate"] == 200_000_000  # the topology's units, not wall
+    if counters["datapath"] == "kernel":  # … and the kernel's tbf at the wall rate
+        assert tbf_rate(name) == BOTTLENECK / SCALE
     # a setting is given in fabric units too, and the daemon keeps it so
     emu_cli("switch", f"{name}:leaf2", "h4", "set", "rate=100mbit")
     config = json.loads(emu_cli("switch", f"{name}:leaf2", "--config").stdout)["config"]
     assert config["ports"]["h4"]["rate"] == 100_000_000
+    if counters["datapath"] == "kernel":
+        assert tbf_rate(name) == 100e6 / SCALE
+
+
+def tbf_rate(cluster: str) -> float:
+    """The rate (bits/s) of the tbf the kernel datapath put on leaf2's port to h4."""
+    out = emu_cli("exec", f"{cluster}:leaf2", "--", "tc", "-j", "qdisc", "show", "dev",
+                  "h4").stdout
+    tbf = [q for q in json.loads(out) if q.get("kind") == "tbf"]
+    assert len(tbf) == 1, out
+    return float(tbf[0]["options"]["rate"]) * 8  # tc's JSON gives bytes per second
