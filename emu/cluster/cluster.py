@@ -240,8 +240,10 @@ def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
         cfg_path = os.path.join(d, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(sw.config, f, indent=1)
+        # the plan's clock for the daemon (fabric time at a scale: emu.switch.daemon)
         jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
-                       "--config", cfg_path], os.path.join(d, "daemon.log"), f"switchd {node}")
+                       "--config", cfg_path, *sw.args], os.path.join(d, "daemon.log"),
+                      f"switchd {node}")
     ready = spawn_ready(cluster, jobs, timeout, "switch daemon", progress)
     from emu import limits
 

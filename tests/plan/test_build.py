@@ -131,9 +131,10 @@ def test_time_is_real_time_and_wall_units_equal_fabric_units():
 
 
 def test_a_scale_changes_wall_units_in_one_place():
-    """What time dilation will do, checked now so the one place stays the one place:
-    wall rate = fabric rate / scale, delay x scale, in the ports, the NIC arguments,
-    the switch configuration and the model the kernel is given."""
+    """What time dilation does, checked so the one place stays the one place: wall rate
+    = fabric rate / scale, delay x scale, in the ports, the NIC arguments and the model
+    the kernel is given. The switch daemons get the fabric's units and the clock (they
+    convert at their own wall boundaries: emu.switch.daemon)."""
     topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true", "switch.port.rate=1gbit",
                                          "switch.port.delay=10us", "link.delay=1ms"])
     plan = P.build(topo, COSTS, time=P.TimePlan(scale=4, why="test"))
@@ -142,8 +143,14 @@ def test_a_scale_changes_wall_units_in_one_place():
     assert h1.delay == 1e-3 and h1.wall_delay == 4e-3
     assert "eth0=250000000" in " ".join(plan.nics["h1"].args)
     assert "--tx-lead 0.008" in " ".join(plan.nics["h1"].args)
-    port = plan.switches["leaf1"].config["ports"]["h1"]
-    assert port["rate"] == 250_000_000 and port["delay"] == pytest.approx(40e-6)
+    sw = plan.switches["leaf1"]
+    port = sw.config["ports"]["h1"]
+    assert port["rate"] == 1_000_000_000 and port["delay"] == pytest.approx(10e-6)
+    assert sw.config["pfc_quantum"] == pytest.approx(512e-9)
+    assert sw.args == ("--time-scale", "4", "--time-epoch", "0.000000000")
+    assert P.Plan.from_dict(plan.to_dict()).switches["leaf1"] == sw
+    pp = plan.port("leaf1", "h1")
+    assert pp is not None and pp.pipeline_rate == 1e9 and pp.wall_pipeline_rate == 250e6
     wall = P.wall_model(topo, plan)
     lk = next(lk for lk in wall.links if lk.a.node == "h1")
     assert lk.a_to_b.rate_bps == 250_000_000 and lk.a_to_b.delay_s == pytest.approx(4e-3)
@@ -170,3 +177,11 @@ def test_render_shows_every_port_nic_and_switch():
         assert f"\n{h} " in text
     for s in plan.switches:
         assert f"\n{s} " in text
+
+
+def test_the_switch_pipeline_runs_dilated():
+    """The switch daemons run on the fabric clock (emu.switch.daemon): a [switch] section
+    is no reason to refuse a scale; at real time their arguments are what they always were."""
+    topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true"])
+    assert P.undilated(topo, P.TimePlan(scale=2, why="test", epoch=5.0)) is None
+    assert all(s.args == () for s in P.build(topo, COSTS).switches.values())

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Every ``scripts/bench-*`` run as a user runs it with ``--quick`` (the same code path
 with tiny sizes and one run) and ``--quick --json``, so a benchmark cannot rot unnoticed
-(issue #34 item 6; bench-switch, being reworked on its own, is not here yet): bench-wire,
-bench-fabric, bench-roce, bench-uet, bench-rx-header and bench-credible print their
+(issue #34 item 6): bench-wire, bench-fabric,
+bench-roce, bench-uet, bench-rx-header, bench-credible and bench-switch print their
 tables' rows and their JSON has the keys tools read; ``benchmarks/frame_ring.py`` runs
 every way through the ring.
 
@@ -218,3 +218,22 @@ def test_bench_credible_quick_flows_at_a_scale():
             assert {"rc", "gbps", "verified", "error"} <= set(f)
             # a flow that got as far as a result ran on the cluster's clock
             assert f["scale"] in (2.0, None) and (f["scale"] == 2.0) >= (f["rc"] == 0), f
+
+
+@needs_root
+def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
+    """``scripts/bench-switch --quick``: kernel-only forwarding, the kernel datapath and the
+    user-space datapath each carried packets through the switch namespace, and each
+    daemon's own counters show its datapath took them (not bypassed)."""
+    out = _run([str(ROOT / "scripts/bench-switch"), "--quick"]).stdout
+    for row in ("packets/s through one switch", "kernel-only", "kernel path", "user path",
+                "gso", "plain"):
+        assert row in out, out
+    res = json.loads(_run([sys.executable, "-m", "emu.switch.bench", "--quick",
+                           "--json"]).stdout)
+    paths = ["forward", "user"] + ([] if res["kernel_unavailable"] else ["kernel"])
+    for mode in ("gso", "plain"):
+        assert all(res["median"][mode][p] > 0 for p in paths), res["median"]
+        assert set(res["ratio"][mode]) == set(paths) - {"forward"}
+        for p in set(paths) - {"forward"}:
+            assert len(res["through"][mode][p]) == 1 and res["through"][mode][p][0] > 0
