@@ -99,11 +99,17 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     cluster_arg(p)
     p.set_defaults(func=_graph)
 
-    p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)")
+    p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)",
+                       description="Capture links into one pcapng whose interfaces are the "
+                                   "link names. At a time scale other than 1 the timestamps "
+                                   "are fabric time (seconds since the cluster's fabric "
+                                   "epoch; deltas are the fabric's) and the file's comments "
+                                   "say so, with the scale and the epoch.")
     p.add_argument("what", nargs="?", default="all", help="all, a link, or a node (its links)")
     p.add_argument("-w", "--write", required=True, metavar="FILE")
     p.add_argument("--duration", type=_positive(float), metavar="S",
-                   help="seconds, more than 0 (default: until Ctrl-C)")
+                   help="fabric seconds, more than 0 (at time scale N the capture takes N×S "
+                        "s of wall time; default: until Ctrl-C)")
     p.add_argument("--count", type=_positive(int), metavar="N",
                    help="stop after this many packets")
     p.add_argument("--filter", "-f", help="BPF capture filter, e.g. 'udp port 4791'")
@@ -487,6 +493,23 @@ def _scale_of(cluster: str) -> float:
         return 1.0
 
 
+def _time_of(cluster: str):
+    """The clock plan ``cluster`` runs on (its plan's :class:`emu.plan.TimePlan`; real
+    time for a cluster from before plans)."""
+    from emu.cluster import cluster as C
+    from emu.plan import TimePlan
+
+    try:
+        return C.plan_of(cluster).time
+    except C.ClusterError:
+        return TimePlan()
+
+
+def _clock_of(cluster: str):
+    """``cluster``'s fabric clock (:class:`emu.fabricclock.FabricClock`)."""
+    return _time_of(cluster).clock()
+
+
 def _fmt_dir(d) -> str:
     parts = []
     if d.rate_bps:
@@ -570,19 +593,25 @@ def _capture(a: argparse.Namespace) -> int:
     check_file(a.write)  # before "capturing …", not as open()'s traceback after it
     try:
         name = C.resolve(a.cluster)
-        scale = _scale_of(name)
-        if scale != 1:  # its timestamps would be wall time: silently wrong by the scale
-            raise UserError(f"emu capture: cluster {name} runs at time scale {scale:g}, and "
-                            "captures are not dilated yet (their timestamps would be wall "
-                            "time); bring it up with time.scale=1 to capture")
+        clock = _clock_of(name)
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
-    print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
-          + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
+    scaled = clock.scale != 1
+    how_long = " (Ctrl-C to stop)"
+    if a.duration:
+        how_long = f" for {a.duration:g} s" + (
+            f" of fabric time ({clock.to_wall(a.duration):g} s of wall time at time scale "
+            f"{clock.scale:g})" if scaled else "")
+    print(f"capturing {len(targets)} link(s) of {name} to {a.write}{how_long}"
+          + ("; timestamps are fabric time" if scaled else ""), file=sys.stderr)
     try:
-        result = cap.capture(targets, a.write, duration=a.duration, count=a.count, bpf=a.filter)
+        result = cap.capture(targets, a.write, count=a.count, bpf=a.filter, clock=clock,
+                             duration=clock.to_wall(a.duration) if a.duration else None,
+                             comments=[f"emu capture of cluster {name} ({a.what}: "
+                                       f"{', '.join(t.name for t in targets)})"]
+                             if scaled else [])
     except cap.CaptureFailed as e:
         raise UserError(str(e)) from None
     print(result.report(), file=sys.stderr)
