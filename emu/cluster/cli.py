@@ -421,7 +421,7 @@ def _link(a: argparse.Namespace) -> int:
         # a target that names no link is an error (TargetError), never "down: no links"
         target = resolve_target(topo, a.link, within=f"cluster {name}")[0]
         changed = apply_event(topo, Event(0.0, a.state, target), event_log=C.event_log(name),
-                              cluster=name)
+                              cluster=name, clock=_clock_of(name))
         C.set_links(name, topo, changed, a.state == "up")
     except user_errors() as e:
         raise UserError(one_line(e)) from None

@@ -86,11 +86,12 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             state.save(st)
         impaired = [lk for lk in topology.links
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
+        clock = plan.time.clock()  # the event log's lines carry fabric time
         for lk in impaired:
-            linkctl.apply_link(name, lk, event_log=log)
+            linkctl.apply_link(name, lk, event_log=log, clock=clock)
         initially_down = [lk for lk in topology.links if not lk.up]
         for lk in initially_down:
-            linkctl.set_link(name, lk, False, event_log=log)
+            linkctl.set_link(name, lk, False, event_log=log, clock=clock)
         if initially_down:
             reconverge(name, topology)
         if impaired:
@@ -108,7 +109,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             state.update(name, step="starting the scheduler")
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
-                     f"log {log})")
+                     f"log {log}" + ("; their times are fabric time after emu up)"
+                                     if plan.time.scale != 1 else ")"))
         if daemons and plan.nics:
             state.update(name, credible=plan.credible, step="starting NIC daemons")
             progress(plan.credible["line"])

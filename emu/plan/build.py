@@ -115,12 +115,11 @@ def time_plan(topology: Topology) -> TimePlan:
 def undilated(topology: Topology, time: TimePlan) -> str | None:
     """Why ``topology`` cannot run at ``time``'s scale yet (None: it can). What is not on
     the fabric clock yet would be silently wrong dilated, so ``emu up`` refuses it: the
-    switch pipeline (its daemons' queues, marking and PFC run on the wall clock) and the
-    ``[[event]]`` scheduler (its ``at`` times are wall). ``emu capture`` refuses itself."""
+    switch pipeline (its daemons' queues, marking and PFC run on the wall clock).
+    ``[[event]]`` times and settings are fabric units (``emu.cluster.scheduler``)."""
     if time.scale == 1:
         return None
-    what = [w for w, has in (("[switch]", bool(topology.switch)),
-                             ("[[event]]", bool(topology.events))) if has]
+    what = [w for w, has in (("[switch]", bool(topology.switch)),) if has]
     if not what:
         return None
     return (f"{' and '.join(what)} cannot run at time scale {time.scale:g} yet (not dilated: "
