@@ -27,7 +27,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
                    help="override a parameter, e.g. --set hosts_per_leaf=8 (repeatable)")
     p.add_argument("--no-schedule", action="store_true",
-                   help="do not run the file's [[event]] schedule")
+                   help="do not run the file's [[event]] schedule (its at times are fabric "
+                        "time after emu up, its rates and delays fabric units)")
     p.add_argument("--no-daemons", action="store_true",
                    help="do not start a NIC daemon (emu nicd) in each host")
     p.add_argument("--trace", action="store_true",

@@ -32,7 +32,9 @@ def wall_settings(settings: Mapping[str, object], time: TimePlan) -> dict[str, o
         return out
     rate = out.get("rate_bps")
     if isinstance(rate, int | float):
-        out["rate_bps"] = max(1, round(rate / time.scale))
+        wall = time.wall_rate(float(rate))
+        assert wall is not None
+        out["rate_bps"] = max(1, round(wall))
     for key in ("delay_s", "jitter_s"):
         value = out.get(key)
         if isinstance(value, int | float):
