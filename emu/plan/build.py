@@ -112,20 +112,6 @@ def time_plan(topology: Topology) -> TimePlan:
                     "not implemented yet)", epoch=wall())
 
 
-def undilated(topology: Topology, time: TimePlan) -> str | None:
-    """Why ``topology`` cannot run at ``time``'s scale yet (None: it can). What is not on
-    the fabric clock yet would be silently wrong dilated, so ``emu up`` refuses it: the
-    ``[[event]]`` scheduler (its ``at`` times are wall). ``emu capture`` refuses itself.
-    (The switch pipeline runs on fabric time: :mod:`emu.switch.daemon`.)"""
-    if time.scale == 1:
-        return None
-    what = [w for w, has in (("[[event]]", bool(topology.events)),) if has]
-    if not what:
-        return None
-    return (f"{' and '.join(what)} cannot run at time scale {time.scale:g} yet (not dilated: "
-            "they run on the wall clock); use time.scale=1 or remove them")
-
-
 def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
                switching: rates.Switching, path: list[tuple[str, str]]
                ) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list[rates.HostPort]]:
