@@ -255,8 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pin", action="store_true",
                    help="let the scheduler place the processes (default: sender side on "
                         "CPU 0, receiver side on CPU 1, for both measurements)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run (the test suite's): --total 4 --msg 1 --depth 2 --runs 1 "
+                        "--blast-seconds 0.2; it measures start-up, not goodput")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.quick:  # the same code path with tiny sizes, so the benchmark cannot rot unnoticed
+        a.total, a.msg, a.depth, a.runs, a.blast_seconds = (4, 1, 2, 1, 0.2)
     global PIN
     PIN = not a.no_pin
     if os.geteuid() != 0:

@@ -290,8 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster-prefix", default="b", metavar="PREFIX",
                    help="start of the temporary cluster's name (default b), so runs on a "
                         "shared machine are told apart")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run (the test suite's): --total 1 --msg 1 --depth 1 --runs 1 "
+                        "--blast-seconds 0.2; it measures start-up, not goodput")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.quick:  # the same code path with tiny sizes, so the benchmark cannot rot unnoticed
+        a.total, a.msg, a.depth, a.runs, a.blast_seconds = (1, 1, 1, 1, 0.2)
     bench_roce.PIN = not a.no_pin
     if os.geteuid() != 0:
         print("bench-uet needs root (namespaces)", file=sys.stderr)

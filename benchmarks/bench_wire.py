@@ -129,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=0.3, help="per repetition")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (the test suite's): one short repetition per case")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:  # the same code path: too short to mean anything, long enough to run
+        args.repeat, args.seconds = 1, 0.01
     rows = []
     for proto, (scapy_fn, codec_fn, what) in CASES.items():
         print(f"measuring {proto} ...", file=sys.stderr, flush=True)

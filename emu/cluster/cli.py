@@ -27,7 +27,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
                    help="override a parameter, e.g. --set hosts_per_leaf=8 (repeatable)")
     p.add_argument("--no-schedule", action="store_true",
-                   help="do not run the file's [[event]] schedule")
+                   help="do not run the file's [[event]] schedule (its at times are fabric "
+                        "time after emu up, its rates and delays fabric units)")
     p.add_argument("--no-daemons", action="store_true",
                    help="do not start a NIC daemon (emu nicd) in each host")
     p.add_argument("--trace", action="store_true",
@@ -67,17 +68,21 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_link)
 
     p = sub.add_parser("impair", help="set rate, loss, ECN-CE marking, duplication, delay on "
-                                      "a live link")
+                                      "a live link",
+                       description="Set impairments on a live link. Rates, delays and "
+                                   "jitters are fabric units: at time scale N the kernel "
+                                   "gets rate / N and delay × N (the output says both).")
     p.add_argument("link", help="link name or A:B (A:B makes --direction a_to_b mean A→B)")
     p.add_argument("--direction", "-d", choices=["a_to_b", "b_to_a", "both"], default="both")
-    p.add_argument("--rate", help="e.g. 10gbit, 100mbit, unlimited")
+    p.add_argument("--rate", help="fabric rate, e.g. 400gbit, 100mbit, unlimited")
     p.add_argument("--loss", help="probability, e.g. 1%% or 0.01")
     p.add_argument("--ecn", "--ecn-ce", dest="ecn_ce", help="CE-marking probability")
     p.add_argument("--duplicate", "--dup", dest="duplicate",
                    help="probability that a packet is sent twice, e.g. 5%% (never 3 times)")
-    p.add_argument("--delay", help="e.g. 100us (needs netem)")
-    p.add_argument("--jitter", help="e.g. 10us (needs netem)")
-    p.add_argument("--clear", action="store_true", help="remove every impairment first")
+    p.add_argument("--delay", help="fabric time, e.g. 2us (needs netem)")
+    p.add_argument("--jitter", help="fabric time, e.g. 100ns (needs netem)")
+    p.add_argument("--clear", action="store_true",
+                   help="remove every impairment first (a host port keeps its line rate)")
     cluster_arg(p)
     p.set_defaults(func=_impair)
 
@@ -99,11 +104,17 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     cluster_arg(p)
     p.set_defaults(func=_graph)
 
-    p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)")
+    p = sub.add_parser("capture", help="capture links into one pcapng (interfaces = link names)",
+                       description="Capture links into one pcapng whose interfaces are the "
+                                   "link names. At a time scale other than 1 the timestamps "
+                                   "are fabric time (seconds since the cluster's fabric "
+                                   "epoch; deltas are the fabric's) and the file's comments "
+                                   "say so, with the scale and the epoch.")
     p.add_argument("what", nargs="?", default="all", help="all, a link, or a node (its links)")
     p.add_argument("-w", "--write", required=True, metavar="FILE")
     p.add_argument("--duration", type=_positive(float), metavar="S",
-                   help="seconds, more than 0 (default: until Ctrl-C)")
+                   help="fabric seconds, more than 0 (at time scale N the capture takes N×S "
+                        "s of wall time; default: until Ctrl-C)")
     p.add_argument("--count", type=_positive(int), metavar="N",
                    help="stop after this many packets")
     p.add_argument("--filter", "-f", help="BPF capture filter, e.g. 'udp port 4791'")
@@ -201,10 +212,6 @@ def _dry_run(a: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=1))
     else:
         print(render_plan(plan))
-    from emu.plan import undilated
-
-    if (refused := undilated(topo, plan.time)):
-        print(f"emu up: warning: emu up would refuse this: {refused}", file=sys.stderr)
     print(f"dry run: nothing was made (emu up without --dry-run brings up cluster "
           f"{a.name or topo.name})", file=sys.stderr)
     return 0
@@ -360,6 +367,8 @@ def _with_links(s: dict, name: str) -> dict:
 
 
 def _impairment_table(s: dict) -> str:
+    """The links' settings in fabric units (the model holds the kernel's: rates × scale)."""
+    scale = float((s.get("time") or {}).get("scale", 1))
     rows = []
     for rec in s["links"]:
         for label in ("a_to_b", "b_to_a"):
@@ -368,7 +377,7 @@ def _impairment_table(s: dict) -> str:
                                                    "delay_s")):
                 continue
             c = d.get("counters", {})
-            rate = f"{d['rate_bps'] / 1e9:g}G" if d.get("rate_bps") else "-"
+            rate = f"{d['rate_bps'] * scale / 1e9:.4g}G" if d.get("rate_bps") else "-"
             if d.get("line_rate"):
                 rate += " (NIC)"
             rows.append(f"{rec['name']:<18} {label:<7} {rate:>10} {d['loss']:>7.2%} "
@@ -379,6 +388,9 @@ def _impairment_table(s: dict) -> str:
         return ""
     head = (f"\n\n{'LINK SETTINGS':<18} {'DIR':<7} {'RATE':>10} {'LOSS':>7} {'CE':>7} "
             f"{'DUP':>7} {'DROPPED':>8} {'MARKED':>8} {'DUPED':>8} {'Q-DROPS':>8}")
+    if scale != 1:
+        rows.append(f"(rates are the fabric's; at time scale {scale:g} the kernel's tbf runs "
+                    f"them / {scale:g})")
     return head + "\n" + "\n".join(rows)
 
 
@@ -415,7 +427,7 @@ def _link(a: argparse.Namespace) -> int:
         # a target that names no link is an error (TargetError), never "down: no links"
         target = resolve_target(topo, a.link, within=f"cluster {name}")[0]
         changed = apply_event(topo, Event(0.0, a.state, target), event_log=C.event_log(name),
-                              cluster=name)
+                              cluster=name, clock=_clock_of(name))
         C.set_links(name, topo, changed, a.state == "up")
     except user_errors() as e:
         raise UserError(one_line(e)) from None
@@ -425,6 +437,7 @@ def _link(a: argparse.Namespace) -> int:
 
 def _impair(a: argparse.Namespace) -> int:
     from emu.cluster import cluster as C
+    from emu.cluster import fabricunits
     from emu.fabric import linkctl, state
     from emu.topology import Event
     from emu.topology.model import Direction
@@ -433,25 +446,13 @@ def _impair(a: argparse.Namespace) -> int:
     need_root()
     try:
         name = C.resolve(a.cluster)
-        timed = [f"--{o}" for o in ("rate", "delay", "jitter") if getattr(a, o) is not None]
-        if timed and (scale := _scale_of(name)) != 1:
-            raise UserError(f"emu impair {'/'.join(timed)}: cluster {name} runs at time scale "
-                            f"{scale:g}, and impairments in time units are not dilated yet "
-                            "(they would be wall units); --loss, --ecn and --duplicate are")
-        topo = C.model(name)
+        tp = _time_of(name)  # rates and delays given are fabric units (DESIGN: Fabric time)
+        topo = C.model(name)  # the kernel's settings: wall units
         lk = topo.link(a.link)
         direction = a.direction
         if ":" in a.link and a.link.split(":", 1)[0] == lk.b.node and direction != "both":
             direction = "b_to_a" if direction == "a_to_b" else "a_to_b"
         settings: dict[str, object] = {}
-        if a.clear:
-            # back to the cable as `emu up` built it: a host port keeps its line rate
-            # (its serializer, not an impairment: emu.credible.rates.serializers)
-            base = _planned(state.load(name) or {}, "serializers")
-            for label in ("a_to_b", "b_to_a"):
-                if direction in (label, "both"):
-                    setattr(lk, label, Direction(rate_bps=base.get(f"{lk.name} {label}")))
-                    linkctl.apply_link_direction(name, lk, label, event_log=C.event_log(name))
         for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
                                 ("ecn_ce", "ecn_ce", parse_prob),
                                 ("duplicate", "duplicate", parse_prob),
@@ -463,34 +464,64 @@ def _impair(a: argparse.Namespace) -> int:
                     settings[key] = parse(value)
                 except UnitError as e:
                     raise UserError(f"--{opt.replace('_ce', '')}: {e}") from None
-        if settings:
-            from emu.fabric.events import apply_event
-            apply_event(topo, Event(0.0, "impair", lk.name, {**settings, "direction": direction}),
-                        event_log=C.event_log(name), cluster=name)
-        elif not a.clear:
+        if not settings and not a.clear:
             raise UserError("nothing to set: give --rate, --loss, --ecn, --duplicate, --delay "
                             "or --clear")
+        if settings:  # before --clear changes anything: a delay this kernel cannot do
+            fabricunits.check_kernel(settings, tp, lk.name)
+        if a.clear:
+            # back to the cable as `emu up` built it: a host port keeps its line rate
+            # (its serializer, not an impairment: emu.credible.rates.serializers; the
+            # plan's wall rate, what the kernel had)
+            base = _planned(state.load(name) or {}, "serializers")
+            for label in ("a_to_b", "b_to_a"):
+                if direction in (label, "both"):
+                    setattr(lk, label, Direction(rate_bps=base.get(f"{lk.name} {label}")))
+                    linkctl.apply_link_direction(name, lk, label, event_log=C.event_log(name),
+                                                 clock=tp.clock())
+        if settings:
+            fabricunits.apply(name, topo, Event(0.0, "impair", lk.name,
+                                                {**settings, "direction": direction}),
+                              tp, event_log=C.event_log(name), source="emu impair")
         C.save_model(name, topo)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
-    print(f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b)} b_to_a={_fmt_dir(lk.b_to_a)}")
+    line = f"{name}: {lk.name} a_to_b={_fmt_dir(lk.a_to_b, tp)} b_to_a={_fmt_dir(lk.b_to_a, tp)}"
+    if tp.scale != 1:
+        line += (f" (fabric units; at time scale {tp.scale:g} the kernel runs rates / "
+                 f"{tp.scale:g} and delays × {tp.scale:g}: the wall values)")
+    print(line)
     return 0
 
 
-def _scale_of(cluster: str) -> float:
-    """The time scale ``cluster`` runs at (its plan's; 1 for a cluster from before plans)."""
+def _time_of(cluster: str):
+    """The clock plan ``cluster`` runs on (its plan's :class:`emu.plan.TimePlan`; real
+    time for a cluster from before plans)."""
     from emu.cluster import cluster as C
+    from emu.plan import TimePlan
 
     try:
-        return C.plan_of(cluster).time.scale
+        return C.plan_of(cluster).time
     except C.ClusterError:
-        return 1.0
+        return TimePlan()
 
 
-def _fmt_dir(d) -> str:
+def _clock_of(cluster: str):
+    """``cluster``'s fabric clock (:class:`emu.fabricclock.FabricClock`)."""
+    return _time_of(cluster).clock()
+
+
+def _fmt_dir(d, time=None) -> str:
+    """A link direction's settings as the kernel has them (``d``: wall units); at a time
+    scale ≠ 1 (``time``, the plan's) in fabric units, the wall value beside each rate
+    and delay."""
+    from emu.cluster.fabricunits import fmt_rate, fmt_time
+
+    scale = 1.0 if time is None else time.scale
     parts = []
     if d.rate_bps:
-        parts.append(f"rate {d.rate_bps / 1e6:g}Mbit")
+        parts.append(f"rate {d.rate_bps / 1e6:g}Mbit" if scale == 1 else
+                     f"rate {fmt_rate(d.rate_bps * scale)} (wall {fmt_rate(d.rate_bps)})")
     if d.loss:
         parts.append(f"loss {d.loss:.3%}")
     if d.ecn_ce:
@@ -498,7 +529,8 @@ def _fmt_dir(d) -> str:
     if d.duplicate:
         parts.append(f"duplicate {d.duplicate:.3%}")
     if d.delay_s:
-        parts.append(f"delay {d.delay_s * 1e6:g}us")
+        parts.append(f"delay {d.delay_s * 1e6:g}us" if scale == 1 else
+                     f"delay {fmt_time(d.delay_s / scale)} (wall {fmt_time(d.delay_s)})")
     return ",".join(parts) or "clean"
 
 
@@ -570,19 +602,25 @@ def _capture(a: argparse.Namespace) -> int:
     check_file(a.write)  # before "capturing …", not as open()'s traceback after it
     try:
         name = C.resolve(a.cluster)
-        scale = _scale_of(name)
-        if scale != 1:  # its timestamps would be wall time: silently wrong by the scale
-            raise UserError(f"emu capture: cluster {name} runs at time scale {scale:g}, and "
-                            "captures are not dilated yet (their timestamps would be wall "
-                            "time); bring it up with time.scale=1 to capture")
+        clock = _clock_of(name)
         topo = C.model(name)
         targets = cap.targets_for(topo, a.what, cluster=name)
     except user_errors() as e:
         raise UserError(one_line(e)) from None
-    print(f"capturing {len(targets)} link(s) of {name} to {a.write}"
-          + (f" for {a.duration:g} s" if a.duration else " (Ctrl-C to stop)"), file=sys.stderr)
+    scaled = clock.scale != 1
+    how_long = " (Ctrl-C to stop)"
+    if a.duration:
+        how_long = f" for {a.duration:g} s" + (
+            f" of fabric time ({clock.to_wall(a.duration):g} s of wall time at time scale "
+            f"{clock.scale:g})" if scaled else "")
+    print(f"capturing {len(targets)} link(s) of {name} to {a.write}{how_long}"
+          + ("; timestamps are fabric time" if scaled else ""), file=sys.stderr)
     try:
-        result = cap.capture(targets, a.write, duration=a.duration, count=a.count, bpf=a.filter)
+        result = cap.capture(targets, a.write, count=a.count, bpf=a.filter, clock=clock,
+                             duration=clock.to_wall(a.duration) if a.duration else None,
+                             comments=[f"emu capture of cluster {name} ({a.what}: "
+                                       f"{', '.join(t.name for t in targets)})"]
+                             if scaled else [])
     except cap.CaptureFailed as e:
         raise UserError(str(e)) from None
     print(result.report(), file=sys.stderr)

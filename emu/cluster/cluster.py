@@ -57,9 +57,6 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     from emu.fabric.progress import Progress
 
     plan = plan or planning.build(topology)
-    refused = planning.undilated(topology, plan.time)
-    if refused:  # before anything is made: what is not dilated yet would be silently wrong
-        raise ClusterError(refused)
     progress(f"fabric time: {plan.time.clock().describe()}")
     # each host port's line rate goes in a kernel tbf on its egress too (the port's
     # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
@@ -86,11 +83,12 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             state.save(st)
         impaired = [lk for lk in topology.links
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
+        clock = plan.time.clock()  # the event log's lines carry fabric time
         for lk in impaired:
-            linkctl.apply_link(name, lk, event_log=log)
+            linkctl.apply_link(name, lk, event_log=log, clock=clock)
         initially_down = [lk for lk in topology.links if not lk.up]
         for lk in initially_down:
-            linkctl.set_link(name, lk, False, event_log=log)
+            linkctl.set_link(name, lk, False, event_log=log, clock=clock)
         if initially_down:
             reconverge(name, topology)
         if impaired:
@@ -108,7 +106,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
             state.update(name, step="starting the scheduler")
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
-                     f"log {log})")
+                     f"log {log}" + ("; their times are fabric time after emu up)"
+                                     if plan.time.scale != 1 else ")"))
         if daemons and plan.nics:
             state.update(name, credible=plan.credible, step="starting NIC daemons")
             progress(plan.credible["line"])
@@ -240,8 +239,10 @@ def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
         cfg_path = os.path.join(d, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(sw.config, f, indent=1)
+        # the plan's clock for the daemon (fabric time at a scale: emu.switch.daemon)
         jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
-                       "--config", cfg_path], os.path.join(d, "daemon.log"), f"switchd {node}")
+                       "--config", cfg_path, *sw.args], os.path.join(d, "daemon.log"),
+                      f"switchd {node}")
     ready = spawn_ready(cluster, jobs, timeout, "switch daemon", progress)
     from emu import limits
 

@@ -16,6 +16,7 @@ import os
 
 from emu.cluster.cli import cluster_arg, need_root, one_line, user_errors
 from emu.errors import UserError
+from emu.fabricclock import FabricClock
 from emu.outpath import cannot_write, check_file
 
 
@@ -104,6 +105,8 @@ def _switch(a: argparse.Namespace) -> int:
                  else f"{c.get(k, 0):>14}" for k in _PORT_COLUMNS]
         print(f"{port:<10} " + " ".join(cells))
     ov = reply.get("overload") or {}
+    scale = float(reply.get("time_scale") or 1.0)
+    print(f"times in fabric seconds (paused_time, late); {FabricClock(scale).describe()}")
     if reply.get("datapath"):
         note = f" ({reply['datapath_note']})" if reply.get("datapath_note") else ""
         sched = f"; scheduler {reply['sched']}" if reply.get("sched") else ""
@@ -111,7 +114,7 @@ def _switch(a: argparse.Namespace) -> int:
     if ov:
         bad = " — results through this switch are NOT CREDIBLE" if ov.get("total") else ""
         print(f"overload {ov.get('total', 0)}: released late {ov.get('late', 0)} "
-              f"({ov.get('late_s', 0):.3f} s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
+              f"({ov.get('late_s', 0):.3f} fabric s), NFQUEUE drops {ov.get('queue_dropped', 0)}, "
               f"netlink drops {ov.get('user_dropped', 0)}, PFC frames refused "
               f"{ov.get('pfc_send_errors', 0)}, tbf drops {ov.get('qdisc_dropped', 0)}{bad}")
     cf = reply.get("counter_files") or {}
@@ -152,11 +155,17 @@ def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
                 pt, pv = last[port]
                 series.setdefault(port, []).append((t, (v - pv) / (t - pt)))
             last[port] = (t, v)
+    # the series' times are the daemon's fabric clock (emu.switch.daemon), the scale beside
     unit = "bytes" if a.metric in ("depth", "max_depth") else \
-        ("s" if gauge else f"{a.metric} per second")
+        ("fabric s" if gauge else f"{a.metric} per fabric second")
+    try:
+        scale = C.plan_of(cluster).time.scale
+    except C.ClusterError:
+        scale = 1.0
+    title = f"{cluster}:{node} {a.metric}" + (f" (time scale {scale:g})" if scale != 1 else "")
     try:  # not the caller's OSError: that one says the daemon is not reachable
         with open(a.plot, "w") as f:
-            f.write(line_chart(series, title=f"{cluster}:{node} {a.metric}", xlabel="seconds",
+            f.write(line_chart(series, title=title, xlabel="fabric seconds",
                                ylabel=unit, step=not gauge))
     except OSError as e:
         raise UserError(cannot_write(a.plot, e)) from None

@@ -14,7 +14,14 @@ even if we are killed), interface names set once, and — the deciding point —
 so we complete UDP/TCP checksums in the capture and Wireshark shows them Good,
 which a dumpcap capture of an offloading veth does not.
 
-* Timestamps are the kernel's (``SO_TIMESTAMPNS``, nanosecond pcapng).
+* Timestamps are the kernel's (``SO_TIMESTAMPNS``, nanosecond pcapng), kept as
+  integer nanoseconds (a float of seconds since 1970 steps by ~238 ns).
+* Fabric time (DESIGN.md, Fabric time): given a cluster's clock at a scale ≠ 1, every
+  stamp is written as fabric time, :class:`FabricStamps`: nanoseconds since the
+  cluster's fabric epoch (``emu up``), wall intervals divided by the scale, so
+  Wireshark's deltas and I/O graphs show the fabric's rates; the section and
+  interface comments say so, with the scale and the epoch. At scale 1 the stamps
+  are the kernel's, unchanged, and no comment is added.
 * Merge: each loop round drains every readable socket until ``EAGAIN`` and writes
   the round's packets sorted by kernel timestamp, then flushes the file.
 * Directions and duplicates: a packet socket bound to one interface sees both
@@ -56,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from emu.fabricclock import FabricClock
 from emu.outpath import cannot_write
 from emu.wire.pcapio import LINKTYPE_ETHERNET, PcapngWriter
 
@@ -100,12 +108,80 @@ class IfaceStats:
     link_down_events: int = 0
 
 
+@dataclass(frozen=True)
+class FabricStamps:
+    """Kernel receive stamps (``CLOCK_REALTIME`` ns) as fabric time (ns since the
+    cluster's fabric epoch), for a capture at time scale ``scale``.
+
+    Why: the emulated fabric runs ``scale`` times slower than the wall clock, so a
+    capture stamped on the wall clock shows 400 Gb/s packets ``scale`` times too far
+    apart. The epoch is a ``CLOCK_MONOTONIC`` time (the plan's) and the stamps are
+    ``CLOCK_REALTIME``: one pair of readings of the two clocks, taken together
+    (:meth:`now`, as :meth:`emu.fabricclock.FabricClock.stamp` does for the NIC
+    daemons), gives the ``CLOCK_REALTIME`` of the epoch, ``realtime_epoch_ns``; then
+    ``fabric = (stamp - realtime_epoch_ns) / scale``. Integers throughout, so a
+    nanosecond gap survives (84 ns is 4 KiB at 400 Gb/s). Should the wall clock be
+    stepped during the capture, its stamps move with it (as tcpdump's would)."""
+
+    scale: float
+    realtime_epoch_ns: int
+    #: the clock's epoch as given (CLOCK_MONOTONIC seconds), for the comments
+    epoch: float = 0.0
+
+    @classmethod
+    def now(cls, clock: FabricClock) -> FabricStamps:
+        """The conversion for ``clock``, from one pair of clock readings taken now."""
+        real = time.time_ns()
+        mono = time.monotonic_ns()
+        return cls(clock.scale, real - (mono - round(clock.epoch * 1e9)), clock.epoch)
+
+    def fabric_ns(self, realtime_ns: int) -> int:
+        """A ``CLOCK_REALTIME`` stamp (ns) as fabric ns since the epoch (≥ 0: a stamp
+        before the epoch, which a capture cannot hold, is written as 0)."""
+        return max(0, round((realtime_ns - self.realtime_epoch_ns) / self.scale))
+
+    def comments(self) -> list[str]:
+        """The pcapng section comments that say what the timestamps mean: one for
+        people, one ``key=value`` line for programs."""
+        epoch_utc = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(
+            self.realtime_epoch_ns // 1_000_000_000))
+        frac = self.realtime_epoch_ns % 1_000_000_000
+        return [
+            f"Timestamps are FABRIC time at time scale {self.scale:g}: the emulated fabric "
+            f"runs {self.scale:g} times slower than the wall clock, and every interval "
+            f"here is the fabric's (the wall interval / {self.scale:g}), so time deltas "
+            "and I/O graphs show the fabric's rates. A timestamp is seconds since the "
+            "cluster's fabric epoch (fabric time 0 = when emu up made its plan), the "
+            "same fabric time as the cluster's event log and the NIC daemons' traces; "
+            "read as a date it is 1970-01-01 plus that, not a wall date. The fabric "
+            f"epoch was CLOCK_MONOTONIC {self.epoch:.9f} s = {epoch_utc}.{frac:09d} UTC "
+            "(wall clock). Kernel stamps (CLOCK_REALTIME) were converted with one pair "
+            "of clock readings at the capture's start: fabric = (stamp - epoch) / scale.",
+            f"emu-time: units=fabric scale={self.scale:g} epoch_monotonic={self.epoch:.9f} "
+            f"epoch_realtime_ns={self.realtime_epoch_ns} resolution_ns=1",
+        ]
+
+    def interface_comment(self) -> str:
+        return (f"timestamps: fabric time (ns since the fabric epoch), time scale "
+                f"{self.scale:g}")
+
+
+def stamps_for(clock: FabricClock | None) -> FabricStamps | None:
+    """The conversion a capture on ``clock`` needs (None at real time: at scale 1 the
+    kernel's stamps are written as they are)."""
+    if clock is None or clock.scale == 1:
+        return None
+    return FabricStamps.now(clock)
+
+
 @dataclass
 class CaptureResult:
     path: str
     stats: dict[str, IfaceStats] = field(default_factory=dict)
     stopped_by: str = ""
     elapsed_s: float = 0.0
+    #: the cluster's time scale (1: the stamps are wall time)
+    scale: float = 1.0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -120,8 +196,11 @@ class CaptureResult:
         return sum(v.kernel_drops for v in self.stats.values())
 
     def report(self) -> str:
-        lines = [f"{self.path}: {self.total} packets in {self.elapsed_s:.2f}s"
-                 f" (stopped by {self.stopped_by})"]
+        took = f"{self.elapsed_s:.2f}s"
+        if self.scale != 1:
+            took = (f"{self.elapsed_s / self.scale:.4g} fabric s ({self.elapsed_s:.2f} s of "
+                    f"wall time at time scale {self.scale:g}; timestamps are fabric time)")
+        lines = [f"{self.path}: {self.total} packets in {took} (stopped by {self.stopped_by})"]
         for name, s in self.stats.items():
             lines.append(f"  {name}: {s.packets} packets ({s.outgoing} out, "
                          f"{s.packets - s.outgoing} in), kernel drops {s.kernel_drops}, "
@@ -307,12 +386,16 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
             duration: float | None = None, count: int | None = None, bpf: str | None = None,
             stop: threading.Event | None = None, snaplen: int = 262144,
             on_ready: Callable[[], None] | None = None,
-            handle_signals: bool = True) -> CaptureResult:
+            handle_signals: bool = True, clock: FabricClock | None = None,
+            comments: Iterable[str] = ()) -> CaptureResult:
     """Capture ``targets`` into one pcapng at ``out`` until duration/count/signal/stop.
 
     ``on_ready`` is called once every socket is open (packets sent after it are
     captured). SIGINT and SIGTERM stop the capture cleanly when called from the
-    main thread with ``handle_signals``.
+    main thread with ``handle_signals``. ``duration`` is wall seconds (the caller
+    converts a fabric duration). ``clock``: the cluster's fabric clock; at a scale
+    ≠ 1 the timestamps are written as fabric time (:class:`FabricStamps`) and the
+    comments say so. ``comments``: more section comments (what was captured).
     """
     tlist = list(targets)
     if not tlist:
@@ -330,15 +413,18 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
     rsock = wsock = None
     old_handlers: dict[int, Any] = {}
     old_wakeup = -1
-    result = CaptureResult(path=str(path))
+    result = CaptureResult(path=str(path), scale=1.0 if clock is None else clock.scale)
     stopped: list[str] = []
+    stamps = stamps_for(clock)
     try:
         for t in tlist:
             socks.append((open_packet_socket(t.ns, t.ifname, code), t))
         with _writing(path):
-            writer = PcapngWriter(f)
-            for t in tlist:
-                writer.interface(t.name, LINKTYPE_ETHERNET)  # every one named, even if quiet
+            writer = PcapngWriter(f, [*comments, *(stamps.comments() if stamps else [])],
+                                  application="emu capture" if stamps else None)
+            for t in tlist:  # every one named, even if quiet
+                writer.interface(t.name, LINKTYPE_ETHERNET,
+                                 [stamps.interface_comment()] if stamps else [])
                 result.stats[t.name] = IfaceStats()
             f.flush()
         for s, t in socks:
@@ -363,7 +449,7 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
         remaining = count
 
         def drain(s: socket.socket, t: Target, batch: list,
-                  until: float | None = None) -> bool:
+                  until: int | None = None) -> bool:
             """Read what ``s`` holds; True if it may hold more (DRAIN_READS were read).
             ``until``: stop after the first packet the kernel stamped later (the rest
             arrived after the capture was told to stop)."""
@@ -385,17 +471,17 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
                         st.link_down_events += 1
                         return False
                     raise
-                ts = None
+                ts: int | None = None  # CLOCK_REALTIME ns
                 status = 0
                 orig = len(data)
                 for level, typ, val in anc:
                     if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
                         sec, nsec = _TS.unpack_from(val)
-                        ts = sec + nsec * 1e-9
+                        ts = sec * 1_000_000_000 + nsec
                     elif level == SOL_PACKET and typ == PACKET_AUXDATA:
                         status, orig = _AUX.unpack_from(val)[:2]
                 if ts is None:
-                    ts = time.time()
+                    ts = time.time_ns()
                 if status & TP_STATUS_CSUMNOTREADY:
                     fixed = complete_checksum(data)
                     if fixed is not None:
@@ -415,7 +501,8 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
             batch.sort(key=lambda r: r[0])
             with _writing(path):
                 for ts, name, data, orig in batch:
-                    writer.write(data, ts, name, LINKTYPE_ETHERNET, orig)
+                    writer.write(data, 0.0, name, LINKTYPE_ETHERNET, orig,
+                                 time_ns=stamps.fabric_ns(ts) if stamps else ts)
                 f.flush()
 
         while True:
@@ -447,7 +534,7 @@ def capture(targets: Iterable[Target], out: str | os.PathLike[str] | BinaryIO, *
         # done at EAGAIN or at its first packet stamped after the stop (a busy link
         # keeps queueing, and a capture must end when told; what it had queued is
         # bounded by its buffer, so this ends even under a flood)
-        stop_at = time.time()
+        stop_at = time.time_ns()
         pending = list(socks)
         while pending:
             batch = []

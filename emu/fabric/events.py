@@ -15,6 +15,13 @@ maps an event onto :mod:`emu.fabric.linkctl` for a cluster:
   ``b_to_a`` or ``both`` (default). Unnamed fields keep the link's current values.
 
 Every applied event is logged (``logging`` at INFO) and returned in order.
+
+Units: :func:`apply_event` gives the kernel what the event says, so at a time scale
+≠ 1 its rates and delays must already be wall units (``emu.cluster.fabricunits``
+converts a fabric event through the plan's ``TimePlan``); its ``clock`` (the
+cluster's fabric clock) puts fabric time and the scale on every event-log line.
+``run_schedule`` takes times from any clock: the cluster's scheduler runs it under
+trio's fabric clock, so ``at`` is fabric time.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any
 
 import trio
 
+from emu.fabricclock import FabricClock
 from emu.topology.model import Direction, Event, Topology
 
 log = logging.getLogger("emu.fabric.events")
@@ -106,21 +114,24 @@ _DIRECTION_FIELDS = {f.name for f in dataclasses.fields(Direction)}
 
 def apply_event(topology: Topology, event: Event, *,
                 event_log: str | os.PathLike[str] | None = None,
-                cluster: str | None = None) -> list[str]:
-    """Carry out one event on a built cluster; returns the names of the links changed."""
+                cluster: str | None = None, clock: FabricClock | None = None) -> list[str]:
+    """Carry out one event on a built cluster; returns the names of the links changed.
+    Its settings are given to the kernel as they are (wall units); ``clock``: the
+    cluster's, for the event log's fabric times."""
     from emu.fabric import linkctl  # netlink only when events are really applied
 
     cl = cluster or topology.name
+    kw = {"event_log": event_log, "clock": clock}
     act, target = event.action, event.target
     if act in ("down", "up"):
         up = act == "up"
         if target.startswith("plane:"):
             return linkctl.fail_plane(cl, topology.links, int(target.split(":", 1)[1]), up,
-                                      event_log=event_log)
+                                      **kw)
         if target in topology.nodes:
-            return linkctl.fail_switch(cl, topology.links, target, up, event_log=event_log)
+            return linkctl.fail_switch(cl, topology.links, target, up, **kw)
         lk = topology.link(target)
-        linkctl.set_link(cl, lk, up, event_log=event_log)
+        linkctl.set_link(cl, lk, up, **kw)
         return [lk.name]
     if act == "impair":
         lk = topology.link(target)
@@ -138,6 +149,6 @@ def apply_event(topology: Topology, event: Event, *,
             setattr(lk, label, d)
             linkctl.apply_direction(linkctl.ns_name(cl, end.node), end.ifname, d, mtu=lk.mtu,
                                     event_log=event_log, cluster=cl, link=lk.name,
-                                    direction=label)
+                                    direction=label, clock=clock)
         return [lk.name]
     raise ValueError(f"unknown event action {act!r} (down, up, impair)")

@@ -119,6 +119,7 @@ from pyroute2.netlink import (
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
 
+from emu.fabricclock import FabricClock
 from emu.topology.model import Direction, Link
 
 #: root qdisc handle major of emu's qdiscs ("e3e0:"); child tbf under netem is e3e1:
@@ -208,10 +209,19 @@ def _ifindex(ipr: IPRoute, ns: str, ifname: str) -> int:
 
 
 def log_event(path: str | os.PathLike[str] | None, *, cluster: str = "", link: str = "",
-              direction: str = "", action: str, settings: object = None) -> dict:
-    """Append one JSON-lines event to ``path`` (if given) and return it."""
-    ev = {"t": time.time(), "cluster": cluster, "link": link, "direction": direction,
-          "action": action, "settings": settings if settings is not None else {}}
+              direction: str = "", action: str, settings: object = None,
+              clock: FabricClock | None = None) -> dict:
+    """Append one JSON-lines event to ``path`` (if given) and return it.
+
+    ``t`` is the wall clock (``CLOCK_REALTIME``); with the cluster's ``clock`` the line
+    also has ``fabric_t`` (fabric seconds since the cluster's epoch, what its ``[[event]]``
+    times, captures and NIC traces are in) and ``scale`` beside it. ``settings`` are
+    what the kernel was given: wall units at a scale ≠ 1."""
+    ev: dict[str, object] = {"t": time.time()}
+    if clock is not None:
+        ev.update(fabric_t=round(clock.now(), 9), scale=clock.scale)
+    ev.update(cluster=cluster, link=link, direction=direction, action=action,
+              settings=settings if settings is not None else {})
     if path is not None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(ev, sort_keys=False) + "\n")
@@ -471,7 +481,8 @@ def _del_our_table(ns: str, ifname: str) -> bool:
 def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = None,
                     burst: int | None = None, limit: int | None = None,
                     event_log: str | os.PathLike[str] | None = None, cluster: str = "",
-                    link: str = "", direction: str = "") -> dict:
+                    link: str = "", direction: str = "",
+                    clock: FabricClock | None = None) -> dict:
     """Make ``ifname``'s egress in ``ns`` do what ``d`` says (replacing our previous settings).
 
     Returns the settings applied (the event's ``settings``). ``mtu`` defaults to
@@ -524,12 +535,13 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
     else:
         _del_our_table(ns, ifname)
     log_event(event_log, cluster=cluster, link=link, direction=direction or f"{ns}/{ifname}",
-              action="impair", settings=settings)
+              action="impair", settings=settings, clock=clock)
     return settings
 
 
 def clear_direction(ns: str, ifname: str, *, event_log: str | os.PathLike[str] | None = None,
-                    cluster: str = "", link: str = "", direction: str = "") -> dict:
+                    cluster: str = "", link: str = "", direction: str = "",
+                    clock: FabricClock | None = None) -> dict:
     """Remove our qdisc and our nftables table from ``ifname`` (nothing else)."""
     _check_ifname(ifname)
     with _ipr(ns) as ipr:
@@ -538,7 +550,7 @@ def clear_direction(ns: str, ifname: str, *, event_log: str | os.PathLike[str] |
     t = _del_our_table(ns, ifname)
     settings = {"qdisc_removed": q, "nft_table_removed": t}
     log_event(event_log, cluster=cluster, link=link, direction=direction or f"{ns}/{ifname}",
-              action="clear", settings=settings)
+              action="clear", settings=settings, clock=clock)
     return settings
 
 
@@ -558,8 +570,10 @@ def apply_link_direction(cluster: str, link: Link, label: str, *,
     d = getattr(link, label)
     ns = ns_name(cluster, src.node)
     if d.is_default():
+        clock = kw.get("clock")
         clear_direction(ns, src.ifname, event_log=event_log, cluster=cluster,
-                        link=link.name, direction=label)
+                        link=link.name, direction=label,
+                        clock=clock if isinstance(clock, FabricClock) else None)
     else:
         apply_direction(ns, src.ifname, d, mtu=link.mtu, event_log=event_log,
                         cluster=cluster, link=link.name, direction=label, **kw)
@@ -684,7 +698,7 @@ def _restore(ipr: IPRoute, idx: int, snap: dict) -> dict[str, int]:
 def set_link_state(ns: str, ifname: str, up: bool, *,
                    event_log: str | os.PathLike[str] | None = None, cluster: str = "",
                    link: str = "", state_dir: str | os.PathLike[str] | None = DEFAULT_STATE_DIR,
-                   ) -> dict:
+                   clock: FabricClock | None = None) -> dict:
     """Bring ``ifname`` in ``ns`` administratively up or down.
 
     Going down, the interface's addresses and the routes through it are saved to
@@ -715,7 +729,7 @@ def set_link_state(ns: str, ifname: str, up: bool, *,
                     with contextlib.suppress(OSError):
                         f.parent.rmdir()
     log_event(event_log, cluster=cluster, link=link, direction=f"{ns}/{ifname}",
-              action="up" if up else "down", settings=info)
+              action="up" if up else "down", settings=info, clock=clock)
     return info
 
 

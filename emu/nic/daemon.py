@@ -192,7 +192,8 @@ class NicDaemon:
                                               check_buf=getattr(framer, "check_buf", None),
                                               trimmed_tos=trimmed,
                                               takes_trimmed=takes(engine, "trimmed"),
-                                              times=deque() if arrived or line is not None else None,
+                                              times=(deque() if arrived or line is not None
+                                                     else None),
                                               delay=line, takes_arrived=arrived,
                                               batch=getattr(engine, "receive_batch", None),
                                               port_held=getattr(engine, "port_held", None),

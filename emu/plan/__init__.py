@@ -10,9 +10,9 @@ cluster's state file under ``plan`` and starts everything from it;
 
 from __future__ import annotations
 
-from emu.plan.build import TX_LEAD, build, time_plan, undilated, wall_model
+from emu.plan.build import TX_LEAD, build, time_plan, wall_model
 from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
 from emu.plan.render import render
 
 __all__ = ["TX_LEAD", "NicPlan", "NicPort", "Plan", "PortPlan", "SwitchPlan", "TimePlan",
-           "build", "render", "time_plan", "undilated", "wall_model"]
+           "build", "render", "time_plan", "wall_model"]

@@ -146,21 +146,6 @@ def path_delays(topology: Topology) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def undilated(topology: Topology, time: TimePlan) -> str | None:
-    """Why ``topology`` cannot run at ``time``'s scale yet (None: it can). What is not on
-    the fabric clock yet would be silently wrong dilated, so ``emu up`` refuses it: the
-    switch pipeline (its daemons' queues, marking and PFC run on the wall clock) and the
-    ``[[event]]`` scheduler (its ``at`` times are wall). ``emu capture`` refuses itself."""
-    if time.scale == 1:
-        return None
-    what = [w for w, has in (("[switch]", bool(topology.switch)),
-                             ("[[event]]", bool(topology.events))) if has]
-    if not what:
-        return None
-    return (f"{' and '.join(what)} cannot run at time scale {time.scale:g} yet (not dilated: "
-            "they run on the wall clock); use time.scale=1 or remove them")
-
-
 def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
                switching: rates.Switching, path: list[tuple[str, str]]
                ) -> tuple[dict[str, tuple[str, ...]], dict[str, Any], list[rates.HostPort]]:
@@ -192,7 +177,15 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
 
 def _switch_plan(node: str, cfg: SwitchConfig, user: bool, time: TimePlan) -> SwitchPlan:
     """A switch's datapath as :func:`emu.switch.kernel.predict` expected it (``user``),
-    the reason, and its daemon's configuration in wall units."""
+    the reason, its daemon's configuration and its clock.
+
+    The configuration stays in fabric units, as the topology wrote it (rates, delays,
+    the PFC quantum): the daemon runs its pipeline on the fabric clock it is given
+    (``--time-scale``/``--time-epoch``), so its decisions, counters and ``emu switch
+    set`` are all in the fabric's units, and it converts at its two wall boundaries
+    itself (a release's wall time; the kernel datapath's tbf and BPF queue at
+    ``rate / scale``). Handing it wall units instead would have put the wall in every
+    counter it shows and every setting a user changes."""
     datapath = "user" if user else "kernel"
     if cfg.datapath == "user":
         why = "datapath = \"user\" configured"
@@ -203,19 +196,10 @@ def _switch_plan(node: str, cfg: SwitchConfig, user: bool, time: TimePlan) -> Sw
     else:
         why = ("datapath = \"kernel\" configured" if cfg.datapath == "kernel" else
                "auto: the kernel path serves this configuration (tc BPF + tbf)")
-    return SwitchPlan(node, datapath, why, _wall_config(cfg, time).to_dict())
-
-
-def _wall_config(cfg: SwitchConfig, time: TimePlan) -> SwitchConfig:
-    """``cfg`` with its ports' rates, delays and jitters in wall units (``cfg`` itself
-    at scale 1, so the daemon's configuration is byte-for-byte what it always was)."""
-    if time.scale == 1:
-        return cfg
-    ports = {}
-    for name, p in cfg.ports.items():
-        ports[name] = replace(p, rate=None if p.rate is None else round(p.rate / time.scale),
-                              delay=time.wall_delay(p.delay), jitter=time.wall_delay(p.jitter))
-    return replace(cfg, ports=ports, pfc_quantum=time.wall_delay(cfg.pfc_quantum))
+    args: tuple[str, ...] = ()
+    if time.scale != 1:  # scale 1: the daemon's default clock, real time, as always
+        args = ("--time-scale", f"{time.scale:g}", "--time-epoch", f"{time.epoch:.9f}")
+    return SwitchPlan(node, datapath, why, cfg.to_dict(), args)
 
 
 def _ports(topology: Topology, serializers: dict[str, int],

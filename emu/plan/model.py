@@ -105,13 +105,17 @@ class NicPlan:
 
 @dataclass(frozen=True)
 class SwitchPlan:
-    """One switch's pipeline: the datapath it is expected to take and why, and the
-    configuration its daemon is given (``SwitchConfig.to_dict()``, wall units)."""
+    """One switch's pipeline: the datapath it is expected to take and why, the
+    configuration its daemon is given (``SwitchConfig.to_dict()``, fabric units: the
+    daemon runs on the fabric clock and converts to wall units itself) and its
+    ``emu switchd`` arguments besides namespace and files (the clock: ``--time-scale
+    N --time-epoch E`` at a scale, none at real time)."""
 
     node: str
     datapath: str  # "kernel" or "user" (as predicted before the daemon runs)
     why: str
     config: dict[str, Any]
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,8 @@ class Plan:
             ports=tuple(PortPlan(**p) for p in d["ports"]),
             nics={h: NicPlan(host=n["host"], ports=tuple(NicPort(**p) for p in n["ports"]),
                              args=tuple(n["args"])) for h, n in d["nics"].items()},
-            switches={s: SwitchPlan(**w) for s, w in d["switches"].items()},
+            switches={s: SwitchPlan(**{**w, "args": tuple(w.get("args", ()))})
+                      for s, w in d["switches"].items()},
             credible=d["credible"], serializers=d["serializers"],
             machine=d.get("machine", {}), version=d["version"])
 

@@ -59,6 +59,9 @@ def render(plan: Plan) -> str:
         lines += ["", f"{'SWITCH':<12} {'DATAPATH':<9} WHY"]
         for s, w in plan.switches.items():
             lines.append(f"{s:<12} {w.datapath:<9} {w.why}")
+        if t.scale != 1:  # the daemons convert themselves (emu.switch.daemon)
+            lines.append(f"switch daemons: configuration in fabric units, on the fabric clock "
+                         f"({' '.join(next(iter(plan.switches.values())).args)})")
     else:
         lines += ["", "switches: kernel forwarding only (no [switch] pipeline)"]
     return "\n".join(lines)

@@ -40,6 +40,20 @@ names no port is refused with the switch's ports listed — nothing is stored un
 ``{"cmd":"counters"}``,
 ``{"cmd":"config"}``, ``{"cmd":"stop"}``.
 
+Fabric time (``--time-scale N --time-epoch E``, from the cluster's plan; DESIGN.md,
+Fabric time): the configuration is in fabric units (rates, delay, jitter, the PFC
+quantum and refresh, the series period — exactly as the topology wrote them) and the
+pipeline runs on the fabric clock (:class:`emu.fabricclock.FabricClock`): every
+arrival, departure, release, pause and counter time it sees is fabric seconds, so it
+makes the same decisions at any scale. Wall time enters at two boundaries only: the
+``select`` that sleeps until the next fabric deadline sleeps until that deadline's
+wall time (:meth:`FabricClock.wall_at`), so a packet leaves at the wall time of its
+fabric departure; and the kernel datapath, whose tbf and BPF virtual queue run on
+``CLOCK_MONOTONIC`` and therefore get the wall rate, ``rate / scale``
+(:class:`emu.switch.kernel.KernelPort`). Byte thresholds (depth, ECN, XOFF/XON) are
+the same in both. Counters carry ``t`` (fabric seconds since the epoch) and
+``time_scale``; ``uptime`` is the process's, wall.
+
 Start-up prints ``ready`` on stdout once the queue is bound and the rules are
 in; SIGTERM/SIGINT or ``stop``: remove the iptables rules, accept every held
 packet, unbind, remove the nft table, write final counters, exit 0.
@@ -57,12 +71,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from emu.cpu import SCHED_POLICIES, schedule_daemon
 from emu.fabric import netns
+from emu.fabricclock import FabricClock, check_scale, wall
 from emu.ifinfo import if_mtu
 from emu.switch import kernel as K
 from emu.switch import trim as T
@@ -156,16 +170,20 @@ def kernel_queue_drops(queue_num: int) -> dict[str, int]:
 class SwitchDaemon:
     """The I/O driver around :class:`~emu.switch.queue.Pipeline` (see the module docstring)."""
 
-    def __init__(self, cfg: SwitchConfig, state_dir: Path) -> None:
+    def __init__(self, cfg: SwitchConfig, state_dir: Path,
+                 clock: FabricClock | None = None) -> None:
         self.cfg = cfg
         self.state_dir = state_dir
+        #: the pipeline's clock: fabric time (real time at scale 1, epoch 0)
+        self.clock = clock if clock is not None else FabricClock()
         self.pipe = Pipeline(cfg)
         self.names: dict[int, str] = {}
         self.g: dict[str, int] = dict.fromkeys(
             ("received", "gso", "malformed", "bypassed", "verdicts", "pfc_frames",
              "pfc_send_errors"), 0)
         self.stopping = False
-        self.start = time.monotonic()
+        self.start = wall()  # uptime is the process's: wall
+        self.next_write = 0.0  # the fabric time of the next counter snapshot
         self.clients: dict[socket.socket, bytearray] = {}
         self.kports: dict[str, K.KernelPort] = {}  # the kernel datapath's ports
         self.datapath = "user"
@@ -268,7 +286,8 @@ class SwitchDaemon:
         over["total"] = over["late"] + kq["queue_dropped"] + kq["user_dropped"] \
             + over["pfc_send_errors"] + over["qdisc_dropped"]
         errors = self.nfq.errors.items() if self.nfq is not None else ()
-        return {"t": time.time(), "uptime": now - self.start, "switch": dict(self.g),
+        return {"t": now, "time_scale": self.clock.scale, "uptime": wall() - self.start,
+                "switch": dict(self.g),
                 "datapath": self.datapath, "datapath_note": self.datapath_note,
                 "sched": self.sched,
                 # the writer thread's count of snapshots it could not write (a full /run)
@@ -385,7 +404,7 @@ class SwitchDaemon:
             obj = K.build_object()
             for n, p in ports.items():
                 if p.rate or p.loss:
-                    kp = K.KernelPort(n, if_mtu(n), obj)
+                    kp = K.KernelPort(n, if_mtu(n), obj, self.clock.scale)
                     out[n] = kp
                     kp.attach(cfg, p)
         except (K.KernelPathError, OSError, ValueError) as e:
@@ -396,6 +415,28 @@ class SwitchDaemon:
             self.datapath_note = f"kernel path failed: {e}"
             return {}
         return out
+
+    def step(self) -> float:
+        """One round of the packet loop, at the fabric time it reads: take what the kernel
+        queued, release what is due, send the verdicts and PFC frames, post the counters
+        when their period is up. Returns the fabric time of the next thing to do."""
+        now = self.clock.now()
+        if self.nfq is not None:
+            self.on_packets(now, self.nfq.receive(1024))
+            now = self.clock.now()
+            self.release_due(now)
+            self.nfq.flush()
+        if now >= self.next_write:
+            self.write_counters(now, wait=False)
+            self.next_write = now + self.cfg.series_interval
+        t = self.pipe.next_timer() if self.nfq is not None else None
+        return self.next_write if t is None else min(self.next_write, t)
+
+    def wall_wait(self, deadline: float) -> float:
+        """How long to sleep (wall seconds) until fabric time ``deadline``: the one place
+        the pipeline's schedule meets the wall clock (a packet is released at the wall
+        time of its fabric departure)."""
+        return self.clock.wall_at(deadline) - wall()
 
     def run(self) -> int:
         cfg = self.cfg
@@ -430,21 +471,11 @@ class SwitchDaemon:
                 self.nfq = NfQueue(cfg.queue_num, cfg.copy_range, cfg.queue_maxlen, flags)
                 self.pfc = PfcSender()
                 install_rules(cfg)
-            self.write_counters(time.monotonic())
+            self.write_counters(self.clock.now())
             print(f"ready datapath={self.datapath}", flush=True)
-            next_write = time.monotonic()
+            self.next_write = self.clock.now()
             while not self.stopping:
-                now = time.monotonic()
-                if self.nfq is not None:
-                    self.on_packets(now, self.nfq.receive(1024))
-                    now = time.monotonic()
-                    self.release_due(now)
-                    self.nfq.flush()
-                if now >= next_write:
-                    self.write_counters(now, wait=False)
-                    next_write = now + cfg.series_interval
-                t = self.pipe.next_timer() if self.nfq is not None else None
-                wait = min(next_write, t if t is not None else next_write) - time.monotonic()
+                wait = self.wall_wait(self.step())
                 if wait > 0:
                     socks = [ctl, wake_r, *self.clients]
                     if self.nfq is not None:
@@ -459,7 +490,7 @@ class SwitchDaemon:
                             except BlockingIOError:
                                 pass
                         elif s in self.clients:
-                            self._client_io(s, time.monotonic())
+                            self._client_io(s, self.clock.now())
             return 0
         finally:
             self._shutdown(ctl, ctl_path)
@@ -497,7 +528,7 @@ class SwitchDaemon:
                     self.nfq.verdict(q.id, NF_ACCEPT)
             self.nfq.flush()
         self.files.close()
-        self.write_counters(time.monotonic(), qdisc=True)
+        self.write_counters(self.clock.now(), qdisc=True)
         for kp in self.kports.values():
             kp.detach()
         if self.nfq is not None:
@@ -518,6 +549,14 @@ def load_config(path: str | None) -> SwitchConfig:
         return SwitchConfig.from_dict(json.load(f))
 
 
+def _scale(v: str) -> float:
+    """``--time-scale N`` (argparse type: a bad value is one line and exit 2)."""
+    try:
+        return check_scale(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="emu switchd", description=__doc__.split("\n\n")[0])
     ap.add_argument("--netns", help="run inside this network namespace (default: current)")
@@ -529,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the kernel schedules this daemon: rt (SCHED_FIFO where the "
                          "kernel throttles real-time tasks, as the NIC daemons), slice, "
                          "default (default: rt)")
+    ap.add_argument("--time-scale", type=_scale, default=1.0, metavar="N",
+                    help="run the pipeline on fabric time, N wall seconds per fabric second "
+                         "(emu up gives the plan's; the configuration is in fabric units; "
+                         "default 1: real time)")
+    ap.add_argument("--time-epoch", type=float, default=0.0, metavar="MONOTONIC_S",
+                    help="the cluster's fabric epoch (a CLOCK_MONOTONIC time; default 0)")
     a = ap.parse_args(argv)
     try:
         cfg = load_config(a.config)
@@ -548,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # released at its departure times, as the hardware it stands in for: a daemon that
         # waited for a CPU behind the real-time NIC daemons released ~1 ms late
-        d = SwitchDaemon(cfg, Path(a.state_dir))
+        d = SwitchDaemon(cfg, Path(a.state_dir), FabricClock(a.time_scale, a.time_epoch))
         d.sched = schedule_daemon(a.sched)
         # the packet loop takes the GIL back from the counter-file thread within 0.2 ms,
         # not the default 5 ms (emu.switch.counterfiles)

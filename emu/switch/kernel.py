@@ -21,6 +21,13 @@ difference is documented rather than hidden: classes share one FIFO per port
 (no DRR), so RED reads the port's backlog, not the class's — the same thing
 when one class carries the traffic.
 
+Fabric time: the daemon's configuration is in fabric units; tbf and the program's
+virtual queue run on ``CLOCK_MONOTONIC`` (tbf's timers, ``bpf_ktime_get_ns``), so
+both get the port's *wall* rate, ``rate / scale`` (:func:`wall_rate`): the real
+queue drains at the dilated wire's speed and the backlog the program computes,
+``(t_free − now) × wall rate``, is the same number of bytes the fabric queue would
+hold. Byte thresholds (depth, ``kmin``/``kmax``) are unchanged by dilation.
+
 The object is built once per source version with Debian's clang
 (:func:`build_object`, cached under ``~/.cache/emu/bpf``); tc loads it
 (``tc filter … bpf da obj``); the daemon reaches the program's two maps by id
@@ -39,10 +46,10 @@ import platform
 import shutil
 import struct
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
+from emu.fabricclock import wall
 from emu.switch.config import PortConfig, SwitchConfig
 from emu.switch.queue import NCLASS
 
@@ -143,12 +150,20 @@ def _prob32(p: float) -> int:
     return max(0, min(_U32_MAX, round(p * _U32_MAX)))
 
 
-def pack_config(cfg: SwitchConfig, p: PortConfig) -> bytes:
-    """The port's ``struct port_cfg`` as the program reads it."""
+def wall_rate(p: PortConfig, scale: float = 1.0) -> int | None:
+    """The rate tbf and the program run a port at: its (fabric) rate / the time scale,
+    in whole bits/s (None: no rate, no queue)."""
+    return max(1, round(p.rate / scale)) if p.rate else None
+
+
+def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0) -> bytes:
+    """The port's ``struct port_cfg`` as the program reads it (at the wall rate: the
+    program's clock is ``bpf_ktime_get_ns``)."""
+    rate = wall_rate(p, scale)
     udp = [int(m[4:]) for m in cfg.match if m.startswith("udp:")][:4]
     proto = [int(m[6:]) for m in cfg.match if m.startswith("proto:")][:2]
     dmap = bytes((cfg.dscp_map or {}).get(d, d >> 3) % NCLASS for d in range(64))
-    head = _CFG_HEAD.pack(round(8e12 / p.rate) if p.rate else 0, p.depth, _prob32(p.loss),
+    head = _CFG_HEAD.pack(round(8e12 / rate) if rate else 0, p.depth, _prob32(p.loss),
                           *(udp + [0] * (4 - len(udp))), *(proto + [0] * (2 - len(proto))),
                           dmap)
     kl = b"".join(_KLASS.pack(int(k.ecn), min(k.kmin, _U32_MAX), min(k.kmax, _U32_MAX),
@@ -300,11 +315,12 @@ def remove_leftovers(ifnames: list[str]) -> int:
 class KernelPort:
     """One egress port served by tbf + the BPF virtual queue (see the module docstring)."""
 
-    def __init__(self, ifname: str, mtu: int, obj: Path) -> None:
+    def __init__(self, ifname: str, mtu: int, obj: Path, scale: float = 1.0) -> None:
         self.ifname = ifname
         self.mtu = mtu
         self.obj = obj
-        self.rate: int | None = None
+        self.scale = scale  # the cluster's time scale: tbf and the program run at rate/scale
+        self.rate: int | None = None  # the fabric rate in force (None: no tbf)
         self.maps: dict[str, BpfMap] = {}
         self.made_clsact = False
 
@@ -331,17 +347,19 @@ class KernelPort:
         self.configure(cfg, p)
 
     def configure(self, cfg: SwitchConfig, p: PortConfig) -> None:
-        """Write the port's configuration; a changed rate changes tbf too."""
+        """Write the port's configuration (``p`` in fabric units); a changed rate changes
+        tbf too, at the wall rate."""
         if p.rate != self.rate:
             if p.rate:
                 burst = tbf_burst(self.mtu)
                 limit = p.depth + burst + (64 << 10)
                 _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", "e1:", "tbf",
-                    "rate", f"{p.rate}bit", "burst", str(burst), "limit", str(limit))
+                    "rate", f"{wall_rate(p, self.scale)}bit", "burst", str(burst),
+                    "limit", str(limit))
             elif self.rate:
                 _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
             self.rate = p.rate
-        self.maps["emu_port_cfg"].write(pack_config(cfg, p))
+        self.maps["emu_port_cfg"].write(pack_config(cfg, p, self.scale))
 
     def state(self) -> dict[str, int]:
         v = _STATE.unpack(self.maps["emu_port_state"].read(lock=True))
@@ -352,8 +370,11 @@ class KernelPort:
         path cannot have stay 0); ``qdisc``: also tbf's own drops and backlog (a
         ``tc -s`` call — on request, not every series period)."""
         s = self.state()
-        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # bpf_ktime_get_ns's clock
-        depth = (s["t_free"] - now) * p.rate // int(8e9) if p.rate and s["t_free"] > now else 0
+        # the backlog in bytes from the program's own clock (bpf_ktime_get_ns is
+        # CLOCK_MONOTONIC: wall) and the rate it drains at (wall)
+        now = int(wall() * 1e9)
+        rate = wall_rate(p, self.scale)
+        depth = (s["t_free"] - now) * rate // int(8e9) if rate and s["t_free"] > now else 0
         out: dict[str, Any] = {
             "enqueued": s["enqueued"], "bytes": s["bytes"], "released": s["enqueued"],
             "marked": s["marked"], "trimmed": 0, "dropped_tail": s["dropped_tail"],

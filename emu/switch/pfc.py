@@ -22,9 +22,9 @@ import fcntl
 import select
 import socket
 import struct
-import time
 
 from emu.fabric import netns
+from emu.fabricclock import FabricClock
 from emu.wire.pfc import (  # noqa: F401 - the frame format, re-exported for the switch
     DEFAULT_QUANTUM,
     ETH_P_PAUSE,
@@ -77,12 +77,15 @@ class PauseListener:
     PFC frames; ``paused(prio)`` says whether to hold that priority now. The
     bookkeeping (expiry, refresh, XOFF/XON and paused-time counts) is
     :class:`emu.wire.pfc.PauseState`, the NIC daemon's too; :attr:`log` keeps
-    ``(time, priority, quanta)`` of what arrived (bounded).
+    ``(time, priority, quanta)`` of what arrived (bounded). Times are ``clock``'s: the
+    quantum is fabric seconds, as the switch that sends the frames counts it (default:
+    real time).
     """
 
     def __init__(self, ifname: str, ns: str | None = None,
-                 quantum: float = DEFAULT_QUANTUM) -> None:
+                 quantum: float = DEFAULT_QUANTUM, clock: FabricClock | None = None) -> None:
         self.ifname = ifname
+        self.clock = clock if clock is not None else FabricClock()
         ctx = netns.entered(ns) if ns else contextlib.nullcontext()
         with ctx:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW,
@@ -109,7 +112,7 @@ class PauseListener:
 
     def poll(self, now: float | None = None) -> None:
         """Drain PFC frames received so far and update the paused priorities."""
-        now = time.monotonic() if now is None else now
+        now = self.clock.now() if now is None else now
         st = self.state
         st.expire(now)
         while True:
@@ -123,19 +126,21 @@ class PauseListener:
 
     def paused(self, prio: int, now: float | None = None) -> bool:
         """Whether ``prio`` is paused now (call :meth:`poll` first to see new frames)."""
-        return self.state.paused(prio, time.monotonic() if now is None else now)
+        return self.state.paused(prio, self.clock.now() if now is None else now)
 
     def wait_until_resumed(self, prio: int, timeout: float) -> bool:
-        """Block while ``prio`` is paused (at most ``timeout`` s); True if it is not paused."""
-        deadline = time.monotonic() + timeout
+        """Block while ``prio`` is paused (at most ``timeout`` fabric seconds); True if it
+        is not paused."""
+        deadline = self.clock.now() + timeout
         while True:
-            now = time.monotonic()
+            now = self.clock.now()
             self.poll(now)
             if not self.paused(prio, now):
                 return True
             if now >= deadline:
                 return False
-            select.select([self.sock], [], [], min(deadline, self.state.until[prio]) - now)
+            select.select([self.sock], [], [],
+                          self.clock.to_wall(min(deadline, self.state.until[prio]) - now))
 
     def close(self) -> None:
         self.sock.close()

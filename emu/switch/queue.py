@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The switch's egress queues as a pure state machine (sans-IO).
 
-Why sans-IO: the same code runs in the daemon (fed by NFQUEUE, clock =
-``time.monotonic()``) and in tests with a hand-stepped clock and a seeded
-``random.Random`` — so RED curves, tail drops, trim ordering, pause
-hysteresis and delay lines are checked exactly, in milliseconds, without
-root. No sockets, no time, no global randomness here.
+Why sans-IO: the same code runs in the daemon (fed by NFQUEUE, clock = the
+cluster's fabric clock, :class:`emu.fabricclock.FabricClock`) and in tests with a
+hand-stepped clock and a seeded ``random.Random`` — so RED curves, tail drops,
+trim ordering, pause hysteresis and delay lines are checked exactly, in
+milliseconds, without root. No sockets, no time, no global randomness here.
+
+Units: every time (``now``, departures, ``delay``/``jitter``, ``pfc_refresh``,
+``paused_time``, ``late_s``) is fabric seconds and every rate fabric bits/s, as the
+topology wrote them; byte thresholds are bytes at any time scale. So the model
+makes the same decisions at every scale (``tests/switch/test_fabric_time.py``);
+only the daemon knows the wall clock.
 
 Model of one egress port (what a shared-buffer ASIC port does, simplified):
 

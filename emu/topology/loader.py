@@ -14,7 +14,7 @@ File format (TOML; every table optional except ``[topology]``)::
     [[node]]        custom only: name, kind = "host"|"switch", role, plane
     [[event]]       at = "2s", action = "down"|"up"|"impair", target = link name |
                     "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, duplicate,
-                    delay, jitter
+                    delay, jitter (at, rates, delays: fabric time, [time] scale)
     [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1
 
 ``--set`` overrides (``load(path, ["hosts_per_leaf=8", "link.mtu=1500"])``):

@@ -5,19 +5,18 @@
 scales agree with each other and with the line rate's payload share, and the wall
 figures beside them are the fabric ones / scale. No wall-clock threshold: only the two
 scales' fabric results are compared, with each other and with the configured rate.
-What is not dilated yet (the switch pipeline, ``[[event]]``, ``emu capture``, ``emu
-impair`` in time units) is refused with one line. Clusters are removed also when a check fails."""
+Captures, ``[[event]]`` and ``emu impair`` at a scale: ``test_fabric_time_tools_live.py``;
+the switch pipeline: ``test_switch_fabric_time_live.py``. Clusters are removed also
+when a check fails."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
-from fabric_util import ROOT, emu_cli, ns_of_cluster, pair_cluster
+from fabric_util import emu_cli, pair_cluster
 
-from emu.fabric import naming, state
+from emu.fabric import state
 
 LINE = 1e9  # the NIC line rate the test gives (bits/s, fabric)
 
@@ -54,42 +53,9 @@ def test_write_bw_is_the_same_in_fabric_time_at_scale_1_and_2():
                 text = emu_cli("status", name).stdout
                 assert f"time scale {scale}: manual" in text
                 assert f"one fabric ms costs {scale} ms of wall time" in text
-                # captures would carry wall timestamps: refused, one line, nothing written
-                out = Path(f"/tmp/{name}-refused.pcapng")
-                p = emu_cli("capture", "-c", name, "-w", str(out), "--count", "1", check=False)
-                assert p.returncode != 0 and "not dilated yet" in p.stderr
-                assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
-                # impairments in time units would be wall units: refused; loss is not
-                p = emu_cli("impair", "-c", name, "h1-h2", "--rate", "100mbit", check=False)
-                assert p.returncode != 0 and "not dilated yet" in p.stderr
                 emu_cli("impair", "-c", name, "h1-h2", "--loss", "0%")
     for transport in ("roce", "uet"):
         one, two = fabric[(transport, 1)], fabric[(transport, 2)]
         assert two == pytest.approx(one, rel=0.15), (transport, fabric)
         for g in (one, two):  # near the line rate's payload share, in fabric Gb/s
             assert 0.6 * payload_share(transport) * LINE / 1e9 < g <= LINE / 1e9, fabric
-
-
-def test_what_is_not_dilated_yet_is_refused_before_anything_is_made(tmp_path):
-    name = naming.random_cluster("fr")
-    p = emu_cli("up", "namespaces/leaf-spine.toml", "--name", name, "--set",
-                "switch.pipeline=true", "--set", "time.scale=2", check=False)
-    assert p.returncode != 0
-    assert "[switch] cannot run at time scale 2 yet (not dilated" in p.stderr
-    assert state.load(name) is None and ns_of_cluster(name) == []
-    assert not os.path.exists(f"/run/emu/nic/{name}")
-
-    topo = tmp_path / "events.toml"
-    topo.write_text((ROOT / "namespaces" / "pair.toml").read_text() + """
-[time]
-scale = 4
-
-[[event]]
-at = "1s"
-action = "down"
-target = "h1:h2"
-""")
-    p = emu_cli("up", str(topo), "--name", name, check=False)
-    assert p.returncode != 0 and "[[event]] cannot run at time scale 4 yet" in p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1
-    assert state.load(name) is None and ns_of_cluster(name) == []

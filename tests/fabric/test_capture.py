@@ -221,3 +221,92 @@ def test_report_warns_when_the_kernel_dropped():
     res.stats["r-b"].kernel_drops = 7
     assert res.kernel_drops == 7
     assert "warning: the capture is INCOMPLETE: the kernel dropped 7 packet(s)" in res.report()
+
+
+# --------------------------------------------------------------------------- fabric time
+
+
+def test_fabric_stamps_are_the_fabric_clocks_conversion_in_integer_ns(monkeypatch):
+    """One pair of clock readings (CLOCK_REALTIME, CLOCK_MONOTONIC) makes the conversion;
+    it agrees with FabricClock.stamp (the NIC daemons'), shrinks a wall gap by the scale,
+    and keeps nanoseconds far from 1970 (a float of seconds would step by ~238 ns)."""
+    import emu.fabric.capture as cap
+    from emu.fabricclock import FabricClock
+
+    real_now, mono_now = 1_796_000_000_000_000_000, 500_000_000_000
+    monkeypatch.setattr(cap.time, "time_ns", lambda: real_now)
+    monkeypatch.setattr(cap.time, "monotonic_ns", lambda: mono_now)
+    clock = FabricClock(scale=4, epoch=400.0)
+    st = cap.FabricStamps.now(clock)
+    assert st.realtime_epoch_ns == real_now - 100_000_000_000  # 100 wall s after the epoch
+    fabric_now = (mono_now / 1e9 - clock.epoch) / clock.scale  # 25 fabric s
+    for back_ns in (0, 1_000_000_000, 123_456_789):
+        stamp = real_now - back_ns
+        assert st.fabric_ns(stamp) == round((100_000_000_000 - back_ns) / 4)  # exact
+        # the float API agrees to its precision (seconds since 1970 in a float: ~238 ns)
+        want = clock.stamp(stamp / 1e9, real_now / 1e9, fabric_now)
+        assert st.fabric_ns(stamp) == pytest.approx(want * 1e9, abs=250)
+    # 4 KiB at 400 Gb/s is 84 fabric ns: 336 wall ns at scale 4, 8400 at scale 100
+    assert st.fabric_ns(real_now + 336) - st.fabric_ns(real_now) == 84
+    st100 = cap.FabricStamps.now(FabricClock(scale=100, epoch=400.0))
+    assert st100.fabric_ns(real_now + 8400) - st100.fabric_ns(real_now) == 84
+    assert st.fabric_ns(st.realtime_epoch_ns - 5) == 0  # before the epoch: clamped
+    assert cap.stamps_for(FabricClock()) is None and cap.stamps_for(None) is None
+    text = " ".join(st.comments())
+    assert "FABRIC time at time scale 4" in text
+    assert f"epoch_realtime_ns={st.realtime_epoch_ns}" in text
+    assert "epoch_monotonic=400.000000000" in text
+
+
+def test_a_capture_at_a_time_scale_writes_fabric_time_and_says_so(net, tmp_path):
+    """The same packets captured twice at once, on the wall clock and at time scale 4:
+    every gap of the fabric capture is the wall capture's / 4 (the kernel stamps each
+    packet once, so both sockets see the same stamps), every fabric stamp lies between
+    the fabric clock's readings around the capture, and the comments state the scale
+    and the epoch (read back by emu's reader and by capinfos)."""
+    from emu.fabricclock import FabricClock
+    from emu.wire.pcapio import read_info
+
+    clock = FabricClock(scale=4, epoch=time.monotonic() - 8.0)
+    wall_out, fabric_out = tmp_path / "wall.pcapng", tmp_path / "fabric.pcapng"
+    stop = threading.Event()
+    f0 = clock.now()
+    t1, box1 = _capture_in_thread(net, wall_out, stop=stop)
+    t2, box2 = _capture_in_thread(net, fabric_out, stop=stop, clock=clock,
+                                  comments=["test capture"])
+    net.send(100)
+    time.sleep(0.3)
+    stop.set()
+    t1.join(10)
+    t2.join(10)
+    f1 = clock.now()
+    assert "err" not in box1 and "err" not in box2, (box1.get("err"), box2.get("err"))
+    assert box2["res"].scale == 4 and "timestamps are fabric time" in box2["res"].report()
+
+    def ours(path):
+        return [fr for fr in read_frames(path) if fr.interface == "a-r"
+                and _udp_dports([fr], "a-r") == [PORT]]
+
+    wall, fabric = ours(wall_out), ours(fabric_out)
+    assert len(wall) == len(fabric) == 100
+    assert [fr.data for fr in wall] == [fr.data for fr in fabric]
+    for i in range(1, 100):
+        wall_gap = wall[i].time_ns - wall[i - 1].time_ns
+        fabric_gap = fabric[i].time_ns - fabric[i - 1].time_ns
+        assert abs(fabric_gap * 4 - wall_gap) <= 4, i  # each stamp rounded to 1 fabric ns
+    # fabric seconds since the epoch, not a date (1 ms: the clocks' pairing, not a bound
+    # on how fast anything ran)
+    assert all(f0 - 1e-3 <= fr.time <= f1 + 1e-3 for fr in fabric)
+    assert abs(wall[0].time - time.time()) < 3600  # the wall capture: as always
+
+    info = read_info(fabric_out)
+    assert info.comments[0] == "test capture"
+    assert any("FABRIC time at time scale 4" in c for c in info.comments)
+    assert any(c.startswith("emu-time: units=fabric scale=4 ") for c in info.comments)
+    assert {i.name for i in info.interfaces} == {"a-r", "r-b"}
+    assert all(i.tick == 1e-9 and "time scale 4" in i.comments[0] for i in info.interfaces)
+    assert read_info(wall_out).comments == []  # scale 1 / no clock: no comment, as before
+    if shutil.which("capinfos"):
+        caps = subprocess.run(["capinfos", "-k", str(fabric_out)], capture_output=True,
+                              text=True, check=True).stdout
+        assert "emu-time: units=fabric scale=4" in caps

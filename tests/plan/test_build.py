@@ -146,9 +146,10 @@ def test_time_is_real_time_and_wall_units_equal_fabric_units():
 
 
 def test_a_scale_changes_wall_units_in_one_place():
-    """What time dilation will do, checked now so the one place stays the one place:
-    wall rate = fabric rate / scale, delay x scale, in the ports, the NIC arguments,
-    the switch configuration and the model the kernel is given."""
+    """What time dilation does, checked so the one place stays the one place: wall rate
+    = fabric rate / scale, delay x scale, in the ports, the NIC arguments and the model
+    the kernel is given. The switch daemons get the fabric's units and the clock (they
+    convert at their own wall boundaries: emu.switch.daemon)."""
     topo = loads(shipped_real_time("leaf-spine.toml"), "ls", [
         "switch.pipeline=true", "switch.port.rate=1gbit", "switch.port.delay=10us",
         "link.delay=1ms"])
@@ -163,8 +164,14 @@ def test_a_scale_changes_wall_units_in_one_place():
     # the path's delay is held by the receiving NIC, given in fabric seconds (the daemon
     # multiplies by its scale): h2 shares h1's leaf (2 links), h3 and h4 do not (4 links)
     assert "--path-delay *=0.004" in args and "--path-delay 10.0.1.12=0.002" in args
-    port = plan.switches["leaf1"].config["ports"]["h1"]
-    assert port["rate"] == 250_000_000 and port["delay"] == pytest.approx(40e-6)
+    sw = plan.switches["leaf1"]
+    port = sw.config["ports"]["h1"]
+    assert port["rate"] == 1_000_000_000 and port["delay"] == pytest.approx(10e-6)
+    assert sw.config["pfc_quantum"] == pytest.approx(512e-9)
+    assert sw.args == ("--time-scale", "4", "--time-epoch", "0.000000000")
+    assert P.Plan.from_dict(plan.to_dict()).switches["leaf1"] == sw
+    pp = plan.port("leaf1", "h1")
+    assert pp is not None and pp.pipeline_rate == 1e9 and pp.wall_pipeline_rate == 250e6
     wall = P.wall_model(topo, plan)
     lk = next(lk for lk in wall.links if lk.a.node == "h1")
     # the kernel serializes at the wall rate and holds no propagation delay
@@ -193,3 +200,13 @@ def test_render_shows_every_port_nic_and_switch():
         assert f"\n{h} " in text
     for s in plan.switches:
         assert f"\n{s} " in text
+
+
+def test_the_switch_pipeline_runs_dilated():
+    """The switch daemons run on the fabric clock (emu.switch.daemon): at real time their
+    arguments are what they always were, dilated they get the plan's clock."""
+    topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true", "time.scale=1"])
+    assert all(s.args == () for s in P.build(topo, COSTS).switches.values())
+    auto = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true"]), COSTS)
+    assert all(s.args[:2] == ("--time-scale", f"{auto.time.scale:g}")
+               for s in auto.switches.values())
