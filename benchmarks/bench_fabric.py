@@ -36,7 +36,7 @@ SIZE_QUICK = ["spines=1", "leaves=2", "hosts_per_leaf=2"]
 
 
 def emu_build(overrides: list[str], repeat: int) -> dict[str, float | str]:
-    topo = load(LEAF_SPINE, overrides)
+    topo = load(LEAF_SPINE, overrides).bare()  # the bare fabric, as Mininet's lxbr one is
     runs = []
     for i in range(repeat):
         print(f"  emu {len(topo.hosts())} hosts: run {i + 1}/{repeat}", file=sys.stderr,

@@ -83,6 +83,14 @@ print(sent, r.ru_utime, r.ru_stime, flush=True)
 """
 
 
+def bench_topology(name: str) -> Any:
+    """A shipped topology (``namespaces/NAME``) as these benchmarks run it: its shape, in
+    real time, jumbo links with no rate or delay of their own and no ``[latency]`` — they
+    measure what emu's daemons cost per packet on this machine, not a fabric (the
+    benchmarks that take the shipped fabric as a user gets it are bench-credible's)."""
+    return load(str(ROOT / "namespaces" / name), ["time.scale=1", "link.mtu=9000"]).bare()
+
+
 def _in_ns(ns: str, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{ns}", "--", *argv]
 
@@ -267,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench-roce needs root (namespaces)", file=sys.stderr)
         return 2
-    topo = load(str(ROOT / "namespaces/pair.toml"))
+    topo = bench_topology("pair.toml")
     name = random_cluster("b")
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     procs: list[subprocess.Popen] = []

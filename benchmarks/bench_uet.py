@@ -53,7 +53,6 @@ from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
 from emu.nic.protocol import call_once, sock_path  # noqa: E402
 from emu.proc import stop  # noqa: E402
-from emu.topology import load  # noqa: E402
 from emu.topology.units import format_rate, parse_rate  # noqa: E402
 
 MiB = 1 << 20
@@ -131,7 +130,7 @@ def _nicd_args(a: argparse.Namespace) -> tuple[str, ...]:
 
 
 def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
-    topo = load(str(ROOT / "namespaces/pair.toml"))
+    topo = bench_roce.bench_topology("pair.toml")
     name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     procs: list[Any] = []
@@ -183,7 +182,7 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
-    topo = load(str(ROOT / "namespaces/leaf-spine.toml"))
+    topo = bench_roce.bench_topology("leaf-spine.toml")
     name = random_cluster(a.cluster_prefix)
     f = Fabric(topo, cluster=name, checksum_offload=True).up()
     spines = sorted(n for n, nd in topo.nodes.items() if nd.role == "spine")

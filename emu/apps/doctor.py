@@ -203,7 +203,8 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
     tx_costs, rx_costs = [], []
     pair = os.path.join(NAMESPACES, "pair.toml")
     say(f"doctor: NIC daemons, pair at 10 Gb/s, write-bw {seconds:g} s per transport …")
-    with _Cluster(pair, f"dr{pid}p", ["nic.line_rate=10gbit"], say) as cl:
+    # real time: what is measured is the machine, at rates of the wall clock
+    with _Cluster(pair, f"dr{pid}p", ["time.scale=1", "link.rate=10gbit"], say) as cl:
         for transport in ("roce", "uet"):
             before = snapshot(cl)["nic"]
             cpu0 = {h: _cpu_s(s["pid"]) for h, s in before.items()}
@@ -227,7 +228,8 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
     ls = os.path.join(NAMESPACES, "leaf-spine.toml")
     say(f"doctor: switch daemons, leaf-spine with the pipeline at 50mbit, {seconds:g} s …")
     # the user-space datapath's cost (the kernel datapath's is kernel forwarding's)
-    with _Cluster(ls, f"dr{pid}s", ["switch.port.rate=50mbit", "switch.datapath=user"],
+    with _Cluster(ls, f"dr{pid}s", ["time.scale=1", "link.rate=50mbit",
+                                    "switch.port.rate=50mbit", "switch.datapath=user"],
                   say) as cl:
         pids = _switch_pids(cl)
 
@@ -254,8 +256,9 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
 
     hops = capacity.switches_on_path(load(ls, ["switch.datapath=kernel"]), "kernel")
     khop = _kernel_hop(
-        _Cluster(pair, f"dr{pid}q", [f"nic.line_rate={KERNEL_PROBE_RATE}"], say),
-        _Cluster(ls, f"dr{pid}k", [f"switch.port.rate={KERNEL_PROBE_RATE}",
+        _Cluster(pair, f"dr{pid}q", ["time.scale=1", f"link.rate={KERNEL_PROBE_RATE}"], say),
+        _Cluster(ls, f"dr{pid}k", ["time.scale=1", f"link.rate={KERNEL_PROBE_RATE}",
+                                   f"switch.port.rate={KERNEL_PROBE_RATE}",
                                    "switch.datapath=kernel"], say),
         seconds, say) / max(1, hops)
     say(f"  {hops} kernel switch hop(s): {khop * 1e6:.1f} us of CPU per packet per hop")
@@ -275,10 +278,11 @@ def measure(seconds: float = 2.0, say: Callable[[str], None] = print) -> capacit
                           stall_longest=st["longest_s"])
 
 
-def report(res: dict[str, Any]) -> list[str]:
+def report(res: dict[str, Any], time: Any = None) -> list[str]:
     from emu.topology.units import format_rate
 
-    lines = [capacity.describe(res)]
+    lines = [] if time is None else [f"time scale {time.scale:g}: {time.why}"]
+    lines.append(capacity.describe(res))
     for p in res["ports"]:
         lines.append(f"  {p['host']}:{p['ifname']:6} {format_rate(int(p['rate'])):>10}  "
                      f"({p['source']})")
@@ -298,19 +302,19 @@ def costs_lines(c: capacity.Costs) -> list[str]:
 
 
 #: the shipped topologies (every file in namespaces/, as shipped and with the switch
-#: pipeline where that changes the rate) doctor proposes rates for when given none:
-#: (label, file, --set, the setting that carries the rate to every host port). Without a
-#: pipeline a host port's rate is its NIC's line rate; with one, the switch port's
+#: pipeline where that changes the answer) doctor answers for when given none: (label,
+#: file, --set, the setting that carries a rate to every host port in real time). The
+#: shipped files state their fabric (400 Gb/s links): the link's rate is every host port's
 #: (emu.credible.rates.host_ports). tests/apps/test_doctor.py holds every file in
 #: namespaces/ to a row here, and each knob to carrying its rate.
-SHIPPED = (("pair", "pair.toml", (), "nic.line_rate"),
-           ("leaf-spine", "leaf-spine.toml", (), "nic.line_rate"),
+SHIPPED = (("pair", "pair.toml", (), "link.rate"),
+           ("leaf-spine", "leaf-spine.toml", (), "link.rate"),
            ("leaf-spine, switch pipeline (kernel datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true",), "switch.port.rate"),
+            ("switch.pipeline=true",), "link.rate"),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true", "switch.datapath=user"), "switch.port.rate"),
-           ("rail-optimized", "rail-optimized.toml", (), "nic.line_rate"),
-           ("multi-plane", "multi-plane.toml", (), "nic.line_rate"))
+            ("switch.pipeline=true", "switch.datapath=user"), "link.rate"),
+           ("rail-optimized", "rail-optimized.toml", (), "link.rate"),
+           ("multi-plane", "multi-plane.toml", (), "link.rate"))
 
 
 def busy_with() -> list[str]:
@@ -331,8 +335,11 @@ def _verdict(topo: Any, costs: capacity.Costs) -> dict[str, Any]:
 
 
 def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
-    """What :func:`capacity.fit` proposes for each :data:`SHIPPED` topology: the rate to
-    give every port, the ceiling it was rounded down from, the ``--set`` to use it."""
+    """For each :data:`SHIPPED` topology: the time scale ``emu up`` will choose for it as
+    written (``scale``, ``why``: :mod:`emu.plan.scale`) and, for a run in real time, what
+    :func:`capacity.fit` proposes — the rate to give every port, the ceiling it was
+    rounded down from, the ``--set`` to use it."""
+    from emu.plan import build
     from emu.topology.loader import load
     from emu.topology.units import format_rate
 
@@ -341,11 +348,15 @@ def proposals(costs: capacity.Costs) -> list[dict[str, Any]]:
         path = os.path.join(NAMESPACES, name)
         if not os.path.exists(path):
             continue
-        res = _verdict(load(path, list(sets)), costs)
+        time = build(load(path, list(sets)), costs).time
+        res = _verdict(load(path, [*sets, "time.scale=1"]), costs)
         rate = format_rate(int(res["proposed"]))
         out.append({"topology": f"namespaces/{name}", "label": label, "sets": list(sets),
+                    "scale": time.scale, "why": time.why,
                     "proposed": res["proposed"], "max_rate": res["max_rate"],
-                    "use": " ".join([f"--set {x}" for x in sets] + [f"--set {knob}={rate}"])})
+                    "use": " ".join([f"--set {x}" for x in sets]),
+                    "real_time": " ".join([f"--set {x}" for x in sets]
+                                          + ["--set time.scale=1", f"--set {knob}={rate}"])})
     return out
 
 
@@ -372,11 +383,19 @@ def main(a: argparse.Namespace) -> int:
         say(line)
     if not a.topology:
         out["proposals"] = proposals(costs)
-        say("proposed per-port rates (emu up … --set as shown; keep to rates whose runs "
-            "show 0 overload):")
+        say("time scale per shipped fabric as written (scale = \"auto\", the default: the "
+            "smallest at which this machine keeps up and emu's own round trip is <= 5 % of "
+            "the fabric's; emu up --dry-run says why):")
+        for p in out["proposals"]:
+            say(f"  {p['label']:50} {p['scale']:>8g}  (one fabric ms = "
+                f"{p['scale'] / 1000:.3g} s of wall time): emu up {p['topology']}"
+                + (f" {p['use']}" if p["use"] else ""))
+        say("or in real time, at per-port rates this machine keeps up with (keep to rates "
+            "whose runs show 0 overload):")
         for p in out["proposals"]:
             say(f"  {p['label']:50} {capacity.show_rate(p['proposed']):>10}  (ceiling "
-                f"{capacity.show_rate(p['max_rate'])}): emu up {p['topology']} {p['use']}")
+                f"{capacity.show_rate(p['max_rate'])}): emu up {p['topology']} "
+                f"{p['real_time']}")
     if a.topology:
         from emu.topology.loader import load
 
@@ -385,9 +404,13 @@ def main(a: argparse.Namespace) -> int:
         except (TopologyError, OSError) as e:
             print(f"emu doctor: {e}", file=sys.stderr)
             return 2
-        res = _verdict(topo, costs)
+        from emu.plan import build
+
+        plan = build(topo, costs)
+        res = plan.credible or capacity.fit(topo, costs)
         out["topology"] = res
-        for line in report(res):
+        out["time"] = {"scale": plan.time.scale, "why": plan.time.why}
+        for line in report(res, plan.time):
             say(line)
     if a.json:
         print(json.dumps(out, indent=1))
@@ -395,8 +418,8 @@ def main(a: argparse.Namespace) -> int:
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="what rates this machine emulates credibly "
-                                      "(--measure to measure them)")
+    p = sub.add_parser("doctor", help="what time scale (or, in real time, what rates) this "
+                                      "machine emulates credibly (--measure to measure it)")
     p.add_argument("topology", nargs="?", help="a topology file: do its rates fit?")
     p.add_argument("--set", "-s", action="append", default=[], metavar="K=V",
                    help="override a topology setting, as emu up does")

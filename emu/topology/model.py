@@ -9,6 +9,7 @@ same file are identical.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
@@ -158,6 +159,17 @@ class Topology:
     #: the topology's own name: its file's ``[topology] name``, else the file's stem. ``name``
     #: is the cluster's, which ``emu up --name`` changes; this one it leaves alone
     declared_name: str = ""
+
+    def bare(self) -> Topology:
+        """This topology's shape alone: a copy whose links have no rate or propagation
+        delay of their own and no ``[latency]`` (loss, ECN, MTU and the rest kept). For
+        what measures emu itself rather than a fabric (the per-packet benchmarks, a bare
+        build against Mininet's) and for tests of rules about rates left unstated."""
+        links = [dataclasses.replace(
+            lk, a_to_b=dataclasses.replace(lk.a_to_b, rate_bps=None, delay_s=0.0),
+            b_to_a=dataclasses.replace(lk.b_to_a, rate_bps=None, delay_s=0.0))
+            for lk in self.links]
+        return dataclasses.replace(self, links=links, latency={})
 
     def hosts(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == "host"]

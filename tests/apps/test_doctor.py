@@ -46,10 +46,12 @@ def test_a_kernel_hop_cheaper_than_the_cable_is_no_negative_cost(monkeypatch):
     assert doctor._kernel_hop(nullcontext("q"), nullcontext("k"), 1.0, lambda _m: None) == 0.0
 
 
-def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
-    """What a user asks first — which rates are credible here? — answered for every shipped
-    topology and both switch datapaths of the leaf-spine, each the model's ceiling rounded
-    down and with the --set that uses it; slower costs propose lower rates."""
+def test_without_a_topology_doctor_proposes_a_scale_and_a_rate_for_each_shipped_one(capsys):
+    """What a user asks first — how slow must this fabric run here, or which rates are
+    credible in real time? — answered for every shipped topology and both switch
+    datapaths of the leaf-spine: the auto time scale (slower costs need a larger one),
+    and each real-time rate the model's ceiling rounded down with the --set that uses
+    it (slower costs propose lower rates)."""
     import argparse
 
     from emu.credible import capacity
@@ -64,19 +66,21 @@ def test_without_a_topology_doctor_proposes_a_rate_for_each_shipped_one(capsys):
     for p, q in zip(props, doctor.proposals(slow), strict=True):
         assert p["proposed"] == capacity.nice_floor(p["max_rate"]) <= p["max_rate"]
         assert q["proposed"] < p["proposed"]
-    assert props[0]["use"].endswith(
-        "--set nic.line_rate=" + format_rate(int(props[0]["proposed"])))
+        assert p["scale"] > 1 and p["why"].startswith("auto: ") and q["scale"] >= p["scale"]
+    assert props[0]["real_time"].endswith(
+        "--set time.scale=1 --set link.rate=" + format_rate(int(props[0]["proposed"])))
     kernel, user = props[2], props[3]
     assert "--set switch.datapath=user" in user["use"]
     assert user["proposed"] < kernel["proposed"]  # a Python switch hop costs more
+    assert user["scale"] > kernel["scale"]
 
     doctor.main(argparse.Namespace(measure=False, topology=None, set=[], json=False,
                                    seconds=2.0))
     out = capsys.readouterr().out
-    assert "proposed per-port rates" in out
-    assert out.count("emu up namespaces/") == len(doctor.SHIPPED) == len(props)
+    assert "time scale per shipped fabric" in out and "or in real time" in out
+    assert out.count("emu up namespaces/") == 2 * len(doctor.SHIPPED) == 2 * len(props)
     for name in ("rail-optimized", "multi-plane"):
-        assert f"emu up namespaces/{name}.toml --set nic.line_rate=" in out
+        assert f"emu up namespaces/{name}.toml --set time.scale=1 --set link.rate=" in out
 
 
 def test_every_shipped_topology_has_a_row_whose_knob_carries_its_rate():

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fabric_util import shipped_real_time
 
 from emu.fabric import state
 from emu.fabric.naming import random_cluster
@@ -53,7 +54,11 @@ def cluster():
 
 
 def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
-    up = emu("up", "namespaces/leaf-spine.toml", "--name", cluster, "--json")
+    # the leaf-spine with its rates unstated and in real time: each host port then runs
+    # at the rate this machine sustains (its NIC's serializer, not the link's own rate)
+    topo = tmp_path / "ls.toml"
+    topo.write_text(shipped_real_time("leaf-spine.toml"))
+    up = emu("up", str(topo), "--name", cluster, "--json")
     s = json.loads(up.stdout)
     assert {n["name"] for n in s["nodes"]} == {"h1", "h2", "h3", "h4", "leaf1", "leaf2",
                                                 "spine1", "spine2"}
@@ -113,7 +118,7 @@ def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
 
 def test_scheduled_event_takes_a_link_down(cluster, tmp_path):
     topo = tmp_path / "sched.toml"
-    topo.write_text((ROOT / "namespaces/pair.toml").read_text().replace(
+    topo.write_text(shipped_real_time("pair.toml").replace(
         'name = "pair"', f'name = "{cluster}"')
         + '\n[[event]]\nat = "300ms"\naction = "down"\ntarget = "h1-h2"\n')
     emu("up", str(topo))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from fabric_util import emu_cli, pair_cluster
+from fabric_util import REAL_TIME, emu_cli, pair_cluster
 
 from emu.fabric import state
 from emu.plan import Plan
@@ -20,7 +20,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def test_up_starts_every_daemon_from_the_plan_it_keeps_and_dry_run_printed():
-    with pair_cluster("pl", "--set", "nic.line_rate=300mbit") as name:
+    with pair_cluster("pl", "--set", "link.rate=300mbit") as name:
         st = state.load(name)
         assert st is not None
         plan = Plan.from_dict(st["plan"])
@@ -39,13 +39,13 @@ def test_up_starts_every_daemon_from_the_plan_it_keeps_and_dry_run_printed():
         assert "eth0=300000000" in plan.nics["h1"].args
 
         dry = emu_cli("up", "namespaces/pair.toml", "--dry-run", "--json", "--name", name,
-                      "--set", "nic.line_rate=300mbit")
+                      *REAL_TIME, "--set", "link.rate=300mbit")
         assert json.loads(dry.stdout) == st["plan"]
 
         s = json.loads(emu_cli("status", name, "--json").stdout)
         assert s["time"]["scale"] == 1
         text = emu_cli("status", name).stdout
-        assert "time scale 1: real time (the default; --set time.scale=N dilates it)" in text
+        assert "time scale 1: manual: time scale 1 (real time)" in text
 
 
 #: every function that derives a setting from the topology (credible/, switch/, nic/):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from fabric_util import shipped_real_time
 
 import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers the shipped files need)
 from emu.credible import capacity, rates
@@ -23,7 +24,6 @@ from emu.nic.udp import PortSocket
 from emu.switch import kernel
 from emu.topology.loader import loads
 from emu.transports.base import TxMeta
-from tests.support.fabric_util import shipped_real_time
 
 NS = Path(__file__).resolve().parents[2] / "namespaces"
 

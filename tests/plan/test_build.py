@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fabric_util import shipped_real_time
 
 import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers)
 from emu import plan as P
@@ -27,7 +28,6 @@ from emu.switch import topology as switch_topology
 from emu.topology.loader import load, loads
 from emu.topology.model import Topology
 from emu.topology.serialize import to_dict
-from tests.support.fabric_util import shipped_real_time
 
 NS = Path(__file__).resolve().parents[2] / "namespaces"
 SHIPPED = sorted(p.name for p in NS.glob("*.toml"))
@@ -107,12 +107,10 @@ def _real_time(topo: Topology) -> Topology:
     """``topo`` as the world before the plan knew it: real time (``time.scale=1``), no
     ``[latency]`` and no propagation delays — what came with fabric time (the NICs hold
     the path's delay, the kernel none) is tested in test_fabric_plan.py."""
-    topo.latency = {}
-    links = []
-    for lk in topo.links:
-        links.append(replace(lk, a_to_b=replace(lk.a_to_b, delay_s=0.0),
-                             b_to_a=replace(lk.b_to_a, delay_s=0.0)))
-    return replace(topo, links=links)
+    bare = topo.bare()  # and the link rates the file states, kept
+    return replace(bare, links=[replace(b, a_to_b=replace(b.a_to_b, rate_bps=t.a_to_b.rate_bps),
+                                        b_to_a=replace(b.b_to_a, rate_bps=t.b_to_a.rate_bps))
+                                for b, t in zip(bare.links, topo.links, strict=True)])
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

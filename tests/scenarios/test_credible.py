@@ -33,10 +33,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 
 @contextlib.contextmanager
 def _pair(prefix: str, rate: str) -> Iterator[tuple[str, str]]:
-    """A pair cluster at line rate ``rate``: (its name, what ``emu up`` printed); down after."""
+    """A pair cluster in real time at line rate ``rate`` (what this machine's own limits
+    are measured against): (its name, what ``emu up`` printed); down after."""
     name = random_cluster(prefix)
     try:
-        up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", f"nic.line_rate={rate}")
+        up = emu_cli("up", "namespaces/pair.toml", "--name", name, "--set", "time.scale=1",
+                     "--set", f"link.rate={rate}")
         yield name, up.stdout + up.stderr
     finally:
         if state.load(name) is not None:
