@@ -6,8 +6,8 @@ Why a module of its own: a test case names *what* the network does to packets
 machine without netem, and the runner brings each network up once per
 server × client pair and reuses it for every case (and transport) that names it.
 
-* ``pair`` — two hosts, one cable (``namespaces/pair.toml``: client ``h1``
-  10.0.1.11, server ``h2`` 10.0.1.12). Clean cases run on it as is; ``loss``
+* ``pair`` — two hosts, one cable (the shape and addresses of
+  ``namespaces/pair.toml``: client ``h1`` 10.0.1.11, server ``h2`` 10.0.1.12). Clean cases run on it as is; ``loss``
   and ``duplication`` add an nftables impairment on the cable for the case
   (``emu impair``: 2 % drop both ways; every packet client → server sent twice,
   a duplicate never duplicated again). Captured on h1's end, so the capture
@@ -29,6 +29,12 @@ server × client pair and reuses it for every case (and transport) that names it
   whatever the sender's congestion control does. emu's NIC daemons get the
   ports' rates as their line rates (``emu up`` does the same).
 
+Every network runs in real time (``[time] scale = 1``): an implementation that keeps its
+own clock — emu-ref, Linux rxe, any real NIC — cannot be dilated, and the contract has no
+way yet for one to declare fabric time (``docs/interop.md``), so no case is dilated and
+the runner's log says so. Their cables have no rate of their own unless ``--rate`` gives
+one: emu's daemons then pace at the rate this machine sustains.
+
 Switch networks are judged on the server's cable (``h2-leaf1``, the ``h2``
 end): after the switch, so reordered and trimmed packets are seen as the
 server got them, each packet once. ``reordering`` also captures the client's
@@ -44,8 +50,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PAIR_TOPOLOGY = os.path.join(_ROOT, "namespaces", "pair.toml")
+#: every interop network's clock (see the module docstring)
+REAL_TIME = "[time]\nscale = 1\n"
+
+_PAIR = """\
+[topology]
+kind = "pair"
+name = "{name}"
+description = "interop: client h1 and server h2, one cable"
+[defaults.link]
+mtu = 9000
+""" + REAL_TIME
 
 _ONE_SWITCH = """\
 [topology]
@@ -60,7 +75,7 @@ hosts_per_leaf = 2
 mtu = 9000
 [switch]
 seed = 13
-"""
+""" + REAL_TIME
 
 REORDER_DELAY, REORDER_JITTER = "1ms", "1ms"
 
@@ -92,7 +107,7 @@ class Network:
     """How to build one network: a topology file or text, and which link to capture."""
 
     name: str
-    topology_text: str | None      # TOML with {name}; None: PAIR_TOPOLOGY
+    topology_text: str             # TOML with {name}
     capture: tuple[str, ...]       # "all" or link names (each captured on its a end)
     switch: str | None = None      # the switch whose counters the runner keeps
     judge: str | None = None       # the link whose packets the checks count (None: all)
@@ -105,13 +120,7 @@ class Network:
         not set its own (``trimming`` does) — the hosts' NIC daemons pace to it. Why: a
         peer slower than emu's line rate (linux-rxe under TCG takes ~170 Mb/s) would
         otherwise be flooded by a sender without congestion signals."""
-        if self.topology_text is None and rate is None:
-            return PAIR_TOPOLOGY
-        if self.topology_text is None:
-            with open(PAIR_TOPOLOGY) as f:
-                text = f.read()
-        else:
-            text = self.topology_text.format(name=cluster)
+        text = self.topology_text.format(name=cluster)
         if rate is not None and self.name != "trimming":
             text = text.replace("[defaults.link]\n", f'[defaults.link]\nrate = "{rate}"\n', 1)
         path = os.path.join(directory, f"{cluster}.toml")
@@ -120,7 +129,7 @@ class Network:
         return path
 
 
-PAIR = Network("pair", None, ("all",))
+PAIR = Network("pair", _PAIR, ("all",))
 REORDERING = Network("reordering", _REORDER, ("h2-leaf1", "h1-leaf1"), switch="leaf1",
                      judge="h2-leaf1", ingress="h1-leaf1")
 TRIMMING = Network("trimming", _TRIM, ("h2-leaf1",), switch="leaf1")

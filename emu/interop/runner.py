@@ -44,7 +44,6 @@ ADDRS = {4: (SERVER_ADDR, CLIENT_ADDR), 6: ("fd00:0:1::12", "fd00:0:1::11")}
 LINK = "h1-h2"
 #: the runner's own nft table on the client's egress while a case impairs the cable
 COUNT_TABLE = "emu_interop_count"
-PAIR_TOPOLOGY = networks.PAIR_TOPOLOGY
 
 
 def _emu(*args: str) -> subprocess.CompletedProcess:
@@ -83,7 +82,8 @@ class Cluster:
             self.down()
             raise
         progress(f"cluster {name} ({network.name}) up (emu nicd on "
-                 f"{', '.join(emu_hosts) or 'no host'})")
+                 f"{', '.join(emu_hosts) or 'no host'}; time scale 1: real time, as "
+                 "implementations with their own clocks need)")
 
     def start_daemons(self) -> None:
         from emu.cluster import cluster

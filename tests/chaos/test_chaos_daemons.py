@@ -26,7 +26,13 @@ SWITCHED = """
 kind = "leaf-spine"
 [switch.port]
 rate = "1gbit"
+[time]
+scale = 1
 """
+
+#: the shipped fabrics in real time at a rate this machine keeps: what is tested here is
+#: how emu survives a crash, and a transfer of seconds must take seconds
+REAL_TIME = ("--set", "time.scale=1", "--set", "link.rate=1gbit")
 
 
 @pytest.fixture
@@ -97,7 +103,7 @@ def _kill_and_see_it_dead(cluster: str, what: str) -> tuple[float, float]:
 @pytest.mark.parametrize("victim", ["nicd h1", "nicd h2"])
 def test_kill_9_of_a_nic_daemon_during_a_transfer(cluster, victim):
     r = rng(f"nicd-kill-{victim}")
-    emu("up", "namespaces/pair.toml", "--name", cluster)
+    emu("up", "namespaces/pair.toml", "--name", cluster, *REAL_TIME)
     perf = _perf(cluster, "h1", "h2", 60)
     try:
         _flowing(cluster, "h2")
@@ -140,7 +146,7 @@ def test_kill_9_of_a_switch_daemon_during_a_transfer(cluster, tmp_path):
 @pytest.mark.parametrize("transport", ["roce", "uet"])
 def test_link_flaps_during_a_transfer_keep_the_data_intact(cluster, transport):
     r = rng(f"flap-{transport}")
-    emu("up", "namespaces/leaf-spine.toml", "--name", cluster)
+    emu("up", "namespaces/leaf-spine.toml", "--name", cluster, *REAL_TIME)
     seconds = max(8.0, budget())
     extra = ("--transport", "uet") if transport == "uet" else ()
     perf = _perf(cluster, "h1", "h4", seconds, *extra)

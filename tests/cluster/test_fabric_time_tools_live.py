@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fabric_util import ROOT, emu_cli, ns_of_cluster
+from fabric_util import ROOT, emu_cli, ns_of_cluster, shipped_real_time
 
 from emu.fabric import naming, state
 from emu.wire.pcapio import read_frames, read_info
@@ -99,7 +99,9 @@ def wait_for(cond, what: str, limit: float = 180.0) -> None:
 
 def test_capture_events_and_impair_take_fabric_time_at_scale_4(tmp_path):
     topo = tmp_path / "pair-events.toml"
-    topo.write_text((ROOT / "namespaces" / "pair.toml").read_text() + EVENTS)
+    # the pair with its rate unstated (the NIC's line rate given below, a serializer
+    # that `emu impair --clear` goes back to)
+    topo.write_text(shipped_real_time("pair.toml") + EVENTS)
     with cluster_of(topo, "ftt", "--set", f"time.scale={SCALE}", "--set",
                     "nic.line_rate=1gbit") as name:
         # ---- [[event]]: fabric `at`, in order, logged with the scale; rate / scale
