@@ -57,7 +57,7 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     from emu.fabric.progress import Progress
 
     plan = plan or planning.build(topology)
-    progress(f"fabric time: {plan.time.clock().describe()}")
+    progress(f"fabric time: {plan.time.clock().describe()}; {plan.time.why}")
     # each host port's line rate goes in a kernel tbf on its egress too (the port's
     # serializer; the daemon then runs up to TX_LEAD ahead of it): emu.credible.rates
     topology = planning.wall_model(topology, plan)

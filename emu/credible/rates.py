@@ -16,7 +16,7 @@ A host port's **line rate**, first that applies:
 Each host port's line rate is then also the rate of its link's egress
 direction (:func:`serialized`): ``emu up`` puts it in a kernel ``tbf`` on the
 host's interface, as for a link ``rate``. The kernel serializes at the line
-rate exactly and holds up to ~10 ms, so the NIC daemon may run a few
+rate exactly and holds up to ~20 ms, so the NIC daemon may run a few
 milliseconds ahead of the wire (``emu nicd --tx-lead``) and a stall of the
 daemon shorter than that does not leave the emulated port idle — a NIC's
 transmit ring keeps a port busy while its driver is descheduled.

@@ -16,7 +16,7 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   MTU + 14, the Ethernet header; veth has no FCS)::
 
       burst = max(2 × frame, ceil(rate_bytes_per_s × 1 ms))
-      limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 10 ms))
+      limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 20 ms))
 
   ``burst`` holds at least two whole frames (a smaller bucket never passes a
   full-size frame, and with exactly one every late firing of tbf's timer is link
@@ -24,7 +24,8 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   lets the next one catch up; GSO super-packets are segmented by tbf itself) and
   ~1 ms of line rate so the qdisc watchdog's timer granularity does not pull the
   achieved rate below the setting. ``limit`` (bytes queued before tail drop) adds a
-  ~10 ms queue, at least four frames: a shallow switch-like buffer. Both can be
+  ~20 ms queue, at least four frames: it holds a NIC daemon's transmit lead (up to
+  16 ms: ``emu.plan.build.tx_lead``), and a shallow switch-like buffer. Both can be
   overridden per call (tests use fixed values so drops can be counted).
 * **Loss and ECN-CE** — nftables, one table per interface called
   ``emu_lc_<ifname>`` (family ``netdev``, chain ``egress`` on the **netdev
@@ -371,7 +372,7 @@ def tbf_sizes(rate_bps: int, mtu: int) -> tuple[int, int]:
     frame = mtu + ETH_HLEN
     rate_Bps = rate_bps / 8
     burst = max(2 * frame, math.ceil(rate_Bps * 1e-3))
-    limit = burst + max(4 * frame, math.ceil(rate_Bps * 10e-3))
+    limit = burst + max(4 * frame, math.ceil(rate_Bps * 20e-3))
     return burst, limit
 
 

@@ -33,9 +33,22 @@ from emu.topology.model import Topology
 #: short, since what waits there is queueing delay a UET sender's NSCC reads as
 #: congestion. Measured (README default, fresh pair clusters): 4 ms left UET at
 #: 0.77-0.84 of the line rate in 4 of 10 runs with no overload; 2 ms, 0.97-0.99 in 10 of 10.
-#: Wall time at every scale: what it covers is the daemon's own stalls, which are wall (in
-#: fabric time the lead shrinks with the scale, as every cost of emu's does)
+#: This is the floor, in wall time: it covers the daemon's own stalls, which are wall.
 TX_LEAD = 2e-3
+#: Dilated, the lead is the port's transmit FIFO in fabric time (the same at every scale,
+#: so a fabric result does not depend on it: DESIGN.md, Fabric time), this long — ~50 KB at
+#: 400 Gb/s, a dozen 4 KiB frames: what a NIC's on-chip transmit buffer holds — and never
+#: less than TX_LEAD of wall time nor more than TX_LEAD_MAX (the kernel tbf's queue holds
+#: 20 ms of its rate: emu.fabric.linkctl.tbf_sizes). Why: at a scale of thousands, 2 ms
+#: of wall is a fraction of a frame's fabric time per packet… and a hypervisor's steal of
+#: a few ms left the port idle (tx_late) in one of two default UET write-bw runs
+TX_FIFO = 1e-6
+TX_LEAD_MAX = 16e-3
+
+
+def tx_lead(time: TimePlan) -> float:
+    """The NIC daemons' ``--tx-lead`` (wall seconds) at ``time``'s scale."""
+    return min(TX_LEAD_MAX, max(TX_LEAD, time.wall_delay(TX_FIFO)))
 
 
 def build(topology: Topology, costs: capacity.Costs | None = None,
@@ -163,7 +176,7 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
     for p in ports:
         per_host[p.host] = per_host.get(p.host, ()) + (
             "--line-rate", f"{p.ifname}={time.wall_rate(p.rate):.0f}")
-    common: tuple[str, ...] = ("--tx-lead", f"{TX_LEAD:g}",
+    common: tuple[str, ...] = ("--tx-lead", f"{tx_lead(time):g}",
                                *coalesce_arg(topology.nic), *sched_arg(topology.nic))
     if topology.nic.get("family") in (4, 6):
         common += ("--family", str(topology.nic["family"]))

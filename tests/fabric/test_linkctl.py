@@ -172,7 +172,7 @@ def test_rate_64bit_and_default_sizes(net):
     burst, limit = linkctl.tbf_sizes(10_000_000, 9000)
     assert burst == 2 * 9014 and limit == burst + 4 * 9014  # two frames; ≥ 4-frame queue
     burst, limit = linkctl.tbf_sizes(100_000_000_000, 9000)
-    assert burst == 12_500_000 and limit == burst + 125_000_000
+    assert burst == 12_500_000 and limit == burst + 250_000_000
 
 
 @pytest.mark.parametrize("where", ["forwarded", "local"])

@@ -109,3 +109,16 @@ def test_path_delays_give_each_peer_its_paths_propagation_switch_and_nic_latency
     assert f"--path-delay *={far:.6g}" in args
     assert f"--path-delay 10.0.1.12={near:.6g}" in args
     assert f"--path-delay fd00:0:1::12={near:.6g}" in args
+
+
+def test_the_transmit_lead_is_a_fabric_fifo_between_a_wall_floor_and_the_tbfs_queue():
+    """Dilated, a NIC's transmit lead is the same FIFO in fabric time at every scale (so
+    results at auto and twice it agree), never below the wall time the daemon's stalls
+    need nor beyond what the kernel tbf's queue holds."""
+    from emu.plan.build import TX_FIFO, TX_LEAD, TX_LEAD_MAX, tx_lead
+
+    assert tx_lead(P.TimePlan()) == TX_LEAD
+    assert tx_lead(P.TimePlan(scale=7100, epoch=1.0)) == pytest.approx(7100 * TX_FIFO)
+    assert tx_lead(P.TimePlan(scale=1e5, epoch=1.0)) == TX_LEAD_MAX
+    plan = P.build(load(NS / "pair.toml"), COSTS)
+    assert f"--tx-lead {plan.time.scale * TX_FIFO:g}" in " ".join(plan.nics["h1"].args)
