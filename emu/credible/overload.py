@@ -263,6 +263,16 @@ def _pct(share: float) -> str:
     return f"{100 * share:.2g} %" if share < 0.1 else f"{100 * share:.0f} %"
 
 
+def _slower(d: dict[str, Any]) -> str:
+    """How to give this machine more time per packet: in real time, lower rates; on
+    fabric time, a larger scale (the fabric stays as written)."""
+    scale = float(d.get("time_scale", 1.0) or 1.0)
+    if scale == 1:
+        return "lower the rates, or run on fabric time (emu doctor proposes both)"
+    return (f"run the fabric slower: emu up … --set time.scale={2 * scale:g} (this run's "
+            f"was {scale:g}; emu doctor says what this machine needs)")
+
+
 def _advice(d: dict[str, Any], starved: bool) -> tuple[str, str]:
     """The warning's head and the advice that fits the causes *and* the run.
 
@@ -280,8 +290,8 @@ def _advice(d: dict[str, Any], starved: bool) -> tuple[str, str]:
     head = "emulator overload during this run"
     if share is None or share >= SMALL_SHARE:
         if starved and causes <= {"cpu_wait", "machine_stall"}:
-            return head, "run on a quieter machine or lower the rates (emu doctor proposes some)"
-        return head, "lower the rates (emu doctor proposes some)"
+            return head, f"run on a quieter machine or {_slower(d)}"
+        return head, _slower(d)
     limits, helps = [], []
     for n, v in sorted(d["daemons"].items()):
         if v.get("cpu_bound"):

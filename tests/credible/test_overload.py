@@ -130,7 +130,7 @@ def test_drops_in_a_small_run_are_the_daemons_falling_behind():
 def test_a_run_near_its_line_rate_is_still_told_to_lower_the_rates(causes, extra):
     d = _run(["h1", "h2"], h1=_nic(share=0.95, causes=causes, **extra), h2=_nic(share=0.95))
     assert not d["credible"]
-    assert _advice(warning(d)) == "lower the rates (emu doctor proposes some)"
+    assert _advice(warning(d)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
 
 
 def test_the_share_that_counts_as_small():
@@ -138,7 +138,7 @@ def test_the_share_that_counts_as_small():
     below = _run(["h1"], h1=_nic(share=SMALL_SHARE * 0.9, causes={"rto_held": 1}))
     above = _run(["h1"], h1=_nic(share=SMALL_SHARE * 1.1, causes={"rto_held": 1}))
     assert "lower rates would not help" in warning(below)
-    assert _advice(warning(above)) == "lower the rates (emu doctor proposes some)"
+    assert _advice(warning(above)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
 
 
 def test_without_a_line_rate_the_advice_is_as_before():
@@ -148,7 +148,7 @@ def test_without_a_line_rate_the_advice_is_as_before():
     d = delta(_snap(T0, h1={"overload": z, "tx_packets": 0, "retransmits": 0}),
               _snap(T1, h1={"overload": o, "tx_packets": 0, "retransmits": 0}), own=["h1"])
     assert d["port_share"] is None
-    assert _advice(warning(d)) == "lower the rates (emu doctor proposes some)"
+    assert _advice(warning(d)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
 
 
 def test_a_run_that_could_not_read_a_daemon_is_not_told_to_lower_the_rates():
@@ -160,3 +160,12 @@ def test_a_run_that_could_not_read_a_daemon_is_not_told_to_lower_the_rates():
     assert warning(d) == ("warning: the emulator's overload during this run is unknown — NOT "
                           "CREDIBLE; could not read nicd h2 of cluster c is not running (pid 7 "
                           "exited); see `emu status c`")
+
+
+def test_a_dilated_run_is_told_to_run_slower_not_to_lower_its_rates():
+    """On fabric time the fabric stays as written: what gives the machine more time per
+    packet is a larger time scale, and the advice names one."""
+    from emu.credible.overload import _slower
+
+    assert "time.scale=14200" in _slower({"time_scale": 7100.0})
+    assert "lower the rates" in _slower({"time_scale": 1.0}) and "lower" in _slower({})
