@@ -158,8 +158,10 @@ def rtt_lines(test: Test, results: Sequence[LatResult], ping: PathRtt | None,
         emu = emu_rtt_us(test.name, r.t_typical)
         if scale != 1:
             wall = emu * scale
-            lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec fabric = {wall:.2f} usec "
-                         f"wall = {wall / ping.avg_us:.1f} x kernel RTT (ping sees wall time)")
+            lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec fabric ({wall / 1e3:.3g} ms "
+                         "of wall time); ping runs on the wall clock, with neither the "
+                         "fabric's rates nor its delays: compare with the fabric's own round "
+                         "trip (emu up --dry-run: base RTT)")
             continue
         lines.append(f" {r.size} bytes: emu RTT {emu:.2f} usec = {emu / ping.avg_us:.1f} x "
                      f"kernel RTT; added by emu {added_rtt_us(test.name, r.t_typical, ping):.2f}"
