@@ -77,6 +77,9 @@ def test_the_run_port_share_is_its_own_busiest_port():
 TINY = 0.0002  # 0.02 MB/s-ish of a 1 Gb/s port: -s 2 -n 5000
 
 
+SLOWER = "lower the rates, or run on fabric time (emu doctor proposes both)"
+
+
 def _advice(w: str) -> str:
     return w.split("NOT CREDIBLE; ", 1)[1]
 
@@ -130,7 +133,7 @@ def test_drops_in_a_small_run_are_the_daemons_falling_behind():
 def test_a_run_near_its_line_rate_is_still_told_to_lower_the_rates(causes, extra):
     d = _run(["h1", "h2"], h1=_nic(share=0.95, causes=causes, **extra), h2=_nic(share=0.95))
     assert not d["credible"]
-    assert _advice(warning(d)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
+    assert _advice(warning(d)) == SLOWER
 
 
 def test_the_share_that_counts_as_small():
@@ -138,7 +141,7 @@ def test_the_share_that_counts_as_small():
     below = _run(["h1"], h1=_nic(share=SMALL_SHARE * 0.9, causes={"rto_held": 1}))
     above = _run(["h1"], h1=_nic(share=SMALL_SHARE * 1.1, causes={"rto_held": 1}))
     assert "lower rates would not help" in warning(below)
-    assert _advice(warning(above)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
+    assert _advice(warning(above)) == SLOWER
 
 
 def test_without_a_line_rate_the_advice_is_as_before():
@@ -148,7 +151,7 @@ def test_without_a_line_rate_the_advice_is_as_before():
     d = delta(_snap(T0, h1={"overload": z, "tx_packets": 0, "retransmits": 0}),
               _snap(T1, h1={"overload": o, "tx_packets": 0, "retransmits": 0}), own=["h1"])
     assert d["port_share"] is None
-    assert _advice(warning(d)) == "lower the rates, or run on fabric time (emu doctor proposes both)"
+    assert _advice(warning(d)) == SLOWER
 
 
 def test_a_run_that_could_not_read_a_daemon_is_not_told_to_lower_the_rates():
