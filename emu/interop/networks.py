@@ -9,8 +9,8 @@ server × client pair and reuses it for every case (and transport) that names it
 * ``pair`` — two hosts, one cable (the shape and addresses of
   ``namespaces/pair.toml``: client ``h1`` 10.0.1.11, server ``h2`` 10.0.1.12). Clean
   cases run on it as is; ``loss`` and ``duplication`` add an nftables impairment on
-  the cable for the case (``emu impair``: 2 % drop both ways; every packet client → server sent twice,
-  a duplicate never duplicated again). Captured on h1's end, so the capture
+  the cable for the case (``emu impair``: 2 % drop both ways; every packet client →
+  server sent twice, a duplicate never duplicated again). Captured on h1's end, so the capture
   shows what the client sent — lost packets excluded, both copies of a
   duplicate included.
 * ``reordering`` — one switch (leaf-spine with one leaf, one spine, two hosts:
