@@ -16,7 +16,7 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   MTU + 14, the Ethernet header; veth has no FCS)::
 
       burst = max(2 × frame, ceil(rate_bytes_per_s × 1 ms))
-      limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 20 ms))
+      limit = burst + max(4 × frame, ceil(rate_bytes_per_s × 20 ms), 2 MiB)
 
   ``burst`` holds at least two whole frames (a smaller bucket never passes a
   full-size frame, and with exactly one every late firing of tbf's timer is link
@@ -367,12 +367,19 @@ class _TbfMsg(nlmsg):
             )
 
 
+#: the least a port queues before tail drop: a shallow-buffer switch's share per port (a
+#: 51.2T switch's ~165 MB over 64 ports is ~2.5 MB). In bytes, so the same at every time
+#: scale — 20 ms of a dilated wall rate is a few hundred KB of fabric queue at a scale of
+#: thousands, and two ECMP-collided 400 Gb/s flows tail-dropped on it
+PORT_BUFFER = 2 << 20
+
+
 def tbf_sizes(rate_bps: int, mtu: int) -> tuple[int, int]:
     """(burst, limit) in bytes for a tbf at ``rate_bps`` on a link of ``mtu`` (see module doc)."""
     frame = mtu + ETH_HLEN
     rate_Bps = rate_bps / 8
     burst = max(2 * frame, math.ceil(rate_Bps * 1e-3))
-    limit = burst + max(4 * frame, math.ceil(rate_Bps * 20e-3))
+    limit = burst + max(4 * frame, math.ceil(rate_Bps * 20e-3), PORT_BUFFER)
     return burst, limit
 
 

@@ -170,7 +170,7 @@ def test_rate_64bit_and_default_sizes(net):
     assert q["kind"] == "tbf" and q["handle"] == "e3e0:"
     assert q["options"]["rate"] == 400_000_000_000 // 8  # above 2^32 B/s: needs TCA_TBF_RATE64
     burst, limit = linkctl.tbf_sizes(10_000_000, 9000)
-    assert burst == 2 * 9014 and limit == burst + 4 * 9014  # two frames; ≥ 4-frame queue
+    assert burst == 2 * 9014 and limit == burst + linkctl.PORT_BUFFER  # two frames; 2 MiB
     burst, limit = linkctl.tbf_sizes(100_000_000_000, 9000)
     assert burst == 12_500_000 and limit == burst + 250_000_000
 
