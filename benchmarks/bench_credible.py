@@ -41,7 +41,7 @@ every flow must exit 0 with its data verified.
 
 ``--quick`` is the test suite's smoke run of the same code: one run of 5 WRITEs
 and 20 write-lat iterations per transport, the pair over IPv4 and the leaf-spine
-with the pipeline only; ``--part flows --quick`` one round of 5 WRITEs a flow.
+with the pipeline only; ``--part flows --quick`` one round of 5 16 KiB WRITEs a flow.
 Its numbers mean little; it keeps the benchmark from rotting.
 """
 
@@ -51,6 +51,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -357,40 +358,47 @@ def twice_ratios(doc: dict[str, Any]) -> list[dict[str, Any]]:
 FLOWS = (("h1", "h3"), ("h2", "h4"), ("h3", "h1"), ("h4", "h2"))
 
 
-def flows_round(name: str, transport: str, iters: int) -> list[dict[str, Any]]:
+def flows_round(name: str, transport: str, iters: int, size: str) -> list[dict[str, Any]]:
     """Four write-bw flows at once, each on its own perf port; their outcomes."""
     procs = []
-    for i, (src, dst) in enumerate(FLOWS):
-        cmd = [*EMU, "perf", "write-bw", "--cluster", name, "--from", src, "--to", dst,
-               "-s", "1M", "-n", str(iters), "-p", str(18600 + i), "--transport",
-               transport, "--report_gbits", "--json"]
-        procs.append((src, dst, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)))
-    out = []
-    for src, dst, pr in procs:
-        so, se = pr.communicate(timeout=900)
-        try:
-            d = json.loads(so)
-        except ValueError:
-            d = {}
-        gbps = d["results"][0]["bw_average"] if d.get("results") else 0.0
-        out.append({"flow": f"{src}->{dst}", "rc": pr.returncode, "gbps": gbps,
-                    "scale": scale_of(d),
-                    "verified": pr.returncode == 0 and bool(d.get("passed")),
-                    "credible": bool(d.get("credible")),
-                    "causes": (d.get("overload") or {}).get("causes") or {},
-                    "error": "" if pr.returncode == 0 else se.strip()[-200:]})
-    return out
+    try:
+        for i, (src, dst) in enumerate(FLOWS):
+            cmd = [*EMU, "perf", "write-bw", "--cluster", name, "--from", src, "--to", dst,
+                   "-s", size, "-n", str(iters), "-p", str(18600 + i), "--transport",
+                   transport, "--report_gbits", "--json"]
+            procs.append((src, dst, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.PIPE, text=True)))
+        return [_flow_outcome(src, dst, pr) for src, dst, pr in procs]
+    finally:  # interrupted (SIGTERM, a timeout): stop the flows this round started
+        for _, _, pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+                pr.wait()
 
 
-def flows_part(name: str, transports: list[str], rounds: int, iters: int,
+def _flow_outcome(src: str, dst: str, pr: subprocess.Popen) -> dict[str, Any]:
+    """One flow's outcome from its ``emu perf --json``."""
+    so, se = pr.communicate(timeout=900)
+    try:
+        d = json.loads(so)
+    except ValueError:
+        d = {}
+    gbps = d["results"][0]["bw_average"] if d.get("results") else 0.0
+    return {"flow": f"{src}->{dst}", "rc": pr.returncode, "gbps": gbps,
+            "scale": scale_of(d), "verified": pr.returncode == 0 and bool(d.get("passed")),
+            "credible": bool(d.get("credible")),
+            "causes": (d.get("overload") or {}).get("causes") or {},
+            "error": "" if pr.returncode == 0 else se.strip()[-200:]}
+
+
+def flows_part(name: str, transports: list[str], rounds: int, iters: int, size: str,
                scale: float | None) -> list[dict[str, Any]]:
     res = []
     try:
         up("leaf-spine.toml", name, [] if scale is None else [f"time.scale={scale:g}"])
         for t in transports:
             for r in range(rounds):
-                fl = flows_round(name, t, iters)
+                fl = flows_round(name, t, iters, size)
                 ok = sum(f["verified"] for f in fl)
                 say(f"  flows {t} round {r + 1}/{rounds} (scale "
                     f"{_fmt(_one_scale([f['scale'] for f in fl]))}): {ok}/4 verified, "
@@ -424,13 +432,14 @@ def main(argv: list[str] | None = None) -> int:
                     default="all")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --part flows")
     ap.add_argument("--flow-iters", type=int, default=50,
-                    help="1 MiB WRITEs per flow in --part flows (-n)")
+                    help="WRITEs per flow in --part flows (-n)")
+    ap.add_argument("--flow-size", default="1M", help="WRITE size in --part flows (-s)")
     ap.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
                     help="passed to every emu up, e.g. --set nic.rx_coalesce=0 (repeatable)")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run (the test suite's): one run of 5 WRITEs, 20 write-lat "
                          "iterations, the pair over IPv4 and the leaf-spine with the "
-                         "pipeline; --part flows: one round of 5 WRITEs a flow")
+                         "pipeline; --part flows: one round of 5 16 KiB WRITEs a flow")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     scale: float | None = None
@@ -440,8 +449,13 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             ap.error(str(e))
     if a.quick:  # the same code path with tiny sizes, so the benchmark cannot rot unnoticed
-        a.runs, a.iters, a.lat_iters, a.rounds, a.flow_iters = 1, 5, 20, 1, 5
+        a.runs, a.iters, a.lat_iters, a.rounds = 1, 5, 20, 1
+        # two flows that meet on one 400 Gb/s link queue at most 80 KiB: less than a
+        # kernel-forwarding port's queue (its tbf) at any scale this machine runs at
+        a.flow_iters, a.flow_size = 5, "16K"
     EXTRA_SETS[:] = a.sets
+    # a SIGTERM (a test's timeout) unwinds: every cluster comes down in its ``finally``
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0:
         say("bench-credible needs root (namespaces)")
         return 2
@@ -452,8 +466,9 @@ def main(argv: list[str] | None = None) -> int:
                            "bandwidth": [], "latency": [], "not_run": []}
     if a.part == "flows":
         say(f"bench-credible: {len(FLOWS)} concurrent write-bw flows on the leaf-spine, "
-            f"{a.rounds} rounds of {a.flow_iters} x 1 MiB a flow per transport")
-        doc["flows"] = flows_part(name, transports, a.rounds, a.flow_iters, scale)
+            f"{a.rounds} rounds of {a.flow_iters} x {a.flow_size} a flow per transport")
+        doc["flows"] = flows_part(name, transports, a.rounds, a.flow_iters, a.flow_size,
+                                  scale)
         doc["ended"] = time.time()
         if a.json:
             print(json.dumps(doc, indent=1))
