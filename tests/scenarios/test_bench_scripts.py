@@ -8,7 +8,8 @@ every way through the ring.
 
 No speed is judged here (a 1 MiB run measures start-up, not goodput; a loaded machine
 is slower): the rows, the keys, the scale each case ran at and what must hold whatever
-the speed (a run moved its packets, a wall figure is the fabric one over the scale). The
+the speed (a run moved its packets, a wall figure is the fabric one over the scale, goodput
+within the line rate's payload share, latency no shorter than the fabric's). The
 benches build and remove their own clusters (``random_cluster(...)``, ``down`` in
 ``finally``) and stop their daemons. All but bench-wire need root.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +31,22 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p
+    """Run a bench; past the timeout (a hang), SIGTERM it so that its ``finally`` blocks
+    bring its clusters down, then fail."""
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        out, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        pytest.fail(f"{argv} did not finish: {err[-3000:]}")
+    assert p.returncode == 0, err[-3000:]
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
 @needs_root
@@ -144,80 +158,108 @@ def test_bench_fabric_quick_builds_and_removes_a_small_cluster():
     assert {"up", "down", "total", "netns", "veth"} <= set(e) and e["total"] > 0
 
 
+def _auto_scale(topology: str, *sets: str) -> float:
+    """The time scale ``emu up`` picks for a shipped topology as written (its dry run)."""
+    argv = [sys.executable, "-m", "emu", "up", str(ROOT / "namespaces" / topology),
+            "--dry-run", "--json"]
+    for s in sets:
+        argv += ["--set", s]
+    return float(json.loads(_run(argv).stdout)["time"]["scale"])
+
+
 @needs_root
-def test_bench_credible_quick_prints_scale_fabric_results_and_slowdown():
-    """``scripts/bench-credible --quick`` at the plan's scale (1 today): a bandwidth row
-    per case and transport with the scale, the fabric figures and the wall seconds per
-    fabric ms; the latency rows beside ping. The leaf-spine case (switch pipeline) runs
-    or, at a scale its pipeline cannot run at yet, says so."""
+def test_bench_credible_quick_prints_the_fabrics_at_their_auto_scale():
+    """``scripts/bench-credible --quick``: the pair over IPv4 and the leaf-spine with its
+    pipeline as written, each at the scale ``emu up --dry-run`` gives it (auto): a write-bw
+    row per case and transport with the fabric goodput against the line rate and its
+    payload share, and a write-lat row against the fabric's analytic one way."""
     out = _run([str(ROOT / "scripts/bench-credible"), "--quick"]).stdout
-    head = out.splitlines()[0].split()
-    assert head[:4] == ["case", "transport", "scale", "rate"], out
-    assert head[-2:] == ["wall", "s/ms"], out
-    # rows: case (two words), transport, scale, ...
-    rows = [ln.split() for ln in out.splitlines()[1:] if ln.startswith(("pair", "leaf-spine"))]
-    not_run = [r for r in rows if r[2:4] == ["not", "run:"]]
-    bw = [r for r in rows if not r[1].endswith("-lat") and r not in not_run]
-    lat = [r for r in rows if r[1].endswith("-lat")]
-    expect = [("pair", "roce"), ("pair", "uet")]
-    if not not_run:
-        expect += [("leaf-spine", "roce"), ("leaf-spine", "uet")]
-    else:
-        assert [r[0] for r in not_run] == ["leaf-spine"] and "time scale" in out, out
-    assert [(r[0], r[2]) for r in bw] == expect, out
-    assert [(r[1], r[2]) for r in lat] == [("write-lat", "roce"), ("send-lat", "roce"),
-                                          ("write-lat", "uet"), ("send-lat", "uet")], out
-    # one cluster, one plan: every row of the pair has its scale, a number >= 1
-    pair = [r for r in bw + lat if r[0] == "pair"]
-    assert len({r[3] for r in pair}) == 1 and float(pair[0][3]) >= 1, out
-    assert "fabric time" in out
+    lines = out.splitlines()
+    bw_head = lines[0].split()
+    assert bw_head[:6] == ["write-bw", "1", "MiB", "transport", "scale", "rate"], out
+    assert {"payload", "overload", "machine", "credible"} <= set(bw_head), out
+    auto = {"pair IPv4": _auto_scale("pair.toml"),
+            "leaf-spine pipeline": _auto_scale("leaf-spine.toml", "switch.pipeline=true")}
+    # rows: the case (two words), transport, scale, ...; write-bw's table, then write-lat's
+    split = next(i for i, ln in enumerate(lines) if ln.startswith("write-lat"))
+    cases = ("pair IPv4", "leaf-spine pipeline")
+    bw = [ln.split() for ln in lines[:split] if ln.startswith(cases)]
+    lat = [ln.split() for ln in lines[split:] if ln.startswith(cases)]
+    assert "not run" not in out, out
+    want = [("pair IPv4", "roce"), ("pair IPv4", "uet"),
+            ("leaf-spine pipeline", "roce"), ("leaf-spine pipeline", "uet")]
+    assert [(" ".join(r[:2]), r[2]) for r in bw] == want, out
+    assert [(" ".join(r[:2]), r[2]) for r in lat] == want, out
+    for r in bw + lat:  # each case ran at its auto scale, not a forced one
+        assert float(r[3]) == auto[" ".join(r[:2])], (r, auto)
+    assert "fabric Gb/s" in out and "analytic one-way latency" in out
 
 
 @needs_root
-def test_bench_credible_quick_json_at_a_scale_reads_emu_perfs_clock():
-    """``--quick --scale 2 --json``: every case ran at scale 2 as ``emu perf --json`` reported
-    it, with fabric and wall figures and the slowdown; the leaf-spine case with the switch
-    pipeline (not dilated yet) is reported as not run, with emu up's reason, not lost."""
-    res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--quick", "--scale", "2",
-                           "--json"]).stdout)
-    assert res["scale_requested"] == 2.0 and res["quick"] is True
-    assert [(c["case"], c["transport"]) for c in res["bandwidth"]] == [
-        ("pair IPv4", "roce"), ("pair IPv4", "uet")]
+def test_bench_credible_quick_twice_json_reads_emu_perfs_clock():
+    """``--quick --part pair --twice --json``: the pair over IPv4 at its auto scale and at
+    twice it, as ``emu perf --json`` reported them; the fabric figures are the wall ones
+    times the scale; what holds whatever the machine's speed: goodput within the line
+    rate's payload share, t_typical no shorter than the fabric's one way; and a ratio
+    row per transport and result."""
+    auto = _auto_scale("pair.toml")
+    res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--quick", "--part", "pair",
+                           "--twice", "--json"]).stdout)
+    assert res["scale_requested"] is None and res["quick"] is True and res["twice"] is True
+    assert not res["not_run"], res["not_run"]
+    assert [(c["case"], c["transport"], c["scale"]) for c in res["bandwidth"]] == [
+        ("pair IPv4", "roce", auto), ("pair IPv4", "uet", auto),
+        ("pair IPv4", "roce", 2 * auto), ("pair IPv4", "uet", 2 * auto)]
+    # RoCEv2 over IPv4 at MTU 4200: 256 frames of 4096 B + BTH, ICRC, UDP, IP, Ethernet
+    # (4154 B) and one RETH a 1 MiB WRITE
+    assert res["bandwidth"][0]["payload_share"] == pytest.approx((1 << 20) / (256 * 4154 + 16))
     for c in res["bandwidth"]:
-        assert c["scale"] == 2.0 and len(c["runs"]) == 1
-        for k in ("line_rate", "median_gbps", "median_wall_gbps", "median_fraction",
-                  "wall_s_per_fabric_ms", "overload", "machine_stall", "warned", "passed"):
+        assert c["line_rate"] == 400e9 and len(c["runs"]) == 1
+        for k in ("median_gbps", "median_wall_gbps", "median_fraction", "median_of_payload",
+                  "wall_s_per_fabric_ms", "overload", "machine_stall", "credible", "passed"):
             assert k in c, k
         run = c["runs"][0]
-        assert run["scale"] == 2.0 and run["wall_s"] > 0
-        if run["passed"]:  # the wall figure is emu perf's, the fabric one over the scale
-            assert run["wall_gbps"] == pytest.approx(run["gbps"] / 2)
+        assert run["scale"] == c["scale"] and run["wall_s"] > 0
+        if run["passed"]:
+            assert run["wall_gbps"] == pytest.approx(run["gbps"] / c["scale"])
             assert run["wall_s_per_fabric_ms"] > 0
-    assert [(c["case"], c["transport"]) for c in res["latency"]] == [
-        ("pair write-lat", "roce"), ("pair send-lat", "roce"),
-        ("pair write-lat", "uet"), ("pair send-lat", "uet")]
+            # the serializer carries no more than its payload share (and a FIFO's lead)
+            assert 0 < run["of_payload"] <= 1.03, run
+    assert [(c["case"], c["transport"], c["scale"]) for c in res["latency"]] == [
+        ("pair IPv4", "roce", auto), ("pair IPv4", "uet", auto),
+        ("pair IPv4", "roce", 2 * auto), ("pair IPv4", "uet", 2 * auto)]
     for c in res["latency"]:
-        assert c["scale"] == 2.0
-        assert c["t_typical_wall_us"] == pytest.approx(2 * c["t_typical_us"])
-        assert {"ping_rtt_us", "ratio", "wall_s_per_fabric_ms", "overload"} <= set(c)
-    (refused,) = res["not_run"]
-    assert refused["case"].startswith("leaf-spine") and refused["scale_requested"] == 2.0
-    assert "time scale 2" in refused["reason"], refused
+        assert c["t_typical_wall_us"] == pytest.approx(c["scale"] * c["t_typical_us"])
+        # two NICs' 500 ns and 15 ns of cable, and the frame's serialization at 400 Gb/s
+        assert 1.015 < c["one_way_us"] < 1.02
+        assert c["t_typical_us"] >= 0.97 * c["one_way_us"], c  # no faster than the fabric
+        assert {"ratio", "wall_s_per_fabric_ms", "overload", "credible"} <= set(c)
+    assert [(r["transport"], r["what"], r["scale"], r["twice"]) for r in res["twice_ratios"]] == [
+        ("roce", "median_gbps", auto, 2 * auto), ("uet", "median_gbps", auto, 2 * auto),
+        ("roce", "t_typical_us", auto, 2 * auto), ("uet", "t_typical_us", auto, 2 * auto)]
+    for r in res["twice_ratios"]:
+        assert r["ratio"] == pytest.approx(r["at_twice"] / r["base"])
+        assert r["agree"] == (abs(r["ratio"] - 1) <= 0.05)
 
 
 @needs_root
 def test_bench_credible_quick_flows_at_a_scale():
-    """``--part flows --quick --scale 2 --json``: one round of the four concurrent flows per
-    transport on the (dilated) leaf-spine, each flow's outcome and the scale it ran at."""
+    """``--part flows --quick --scale N --json`` (N twice the leaf-spine's auto scale): one
+    round of the four concurrent flows per transport on the leaf-spine as written, each
+    flow's outcome and the scale it ran at."""
+    n = 2 * _auto_scale("leaf-spine.toml")
     res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--part", "flows", "--quick",
-                           "--scale", "2", "--json"]).stdout)
+                           "--scale", f"{n:g}", "--json"]).stdout)
+    assert res["scale_requested"] == n
     assert [(r["transport"], r["round"]) for r in res["flows"]] == [("roce", 1), ("uet", 1)]
     for r in res["flows"]:
         assert [f["flow"] for f in r["flows"]] == ["h1->h3", "h2->h4", "h3->h1", "h4->h2"]
         for f in r["flows"]:
-            assert {"rc", "gbps", "verified", "error"} <= set(f)
+            assert {"rc", "gbps", "verified", "credible", "causes", "error"} <= set(f)
             # a flow that got as far as a result ran on the cluster's clock
-            assert f["scale"] in (2.0, None) and (f["scale"] == 2.0) >= (f["rc"] == 0), f
+            assert f["scale"] in (n, None) and (f["scale"] == n) >= (f["rc"] == 0), f
+            assert f["gbps"] <= 400, f  # fabric Gb/s: no more than the NIC's line rate
+            assert f["verified"], f  # each flow's data arrived and was checked
 
 
 @needs_root
