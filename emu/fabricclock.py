@@ -39,8 +39,8 @@ def check_scale(value: object) -> float:
     """A time scale as given (``[time] scale``, ``--set time.scale=N``, ``--time-scale``):
     a finite number ≥ 1 (ValueError otherwise, one line saying why)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
-        raise ValueError('time scale "auto" is not implemented yet: give a number >= 1 '
-                         "(e.g. --set time.scale=4)")
+        raise ValueError('time scale "auto" is chosen by a cluster\'s plan ([time] scale, '
+                         "emu up); here give a number >= 1 (e.g. the one emu up chose)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"time scale {value!r} must be a number >= 1")
     try:
