@@ -203,17 +203,10 @@ def _ipr(ns: str) -> IPRoute:
 
 
 def _ifindex(ipr: IPRoute, ns: str, ifname: str) -> int:
-    """The index of ``ifname`` in ``ns``. Asked up to five times, 20 ms apart: a link
-    dump that the kernel interrupts (``NLM_F_DUMP_INTR``, while links of the namespace
-    are still changing right after it was built) can come back without it — seen as a
-    rare "no interface 'eth0'" in the interop runner's bring-up, gone on a rerun."""
-    for attempt in range(5):
-        idx = ipr.link_lookup(ifname=ifname)
-        if idx:
-            return idx[0]
-        if attempt < 4:
-            time.sleep(0.02)
-    raise LinkCtlError(f"{ns}: no interface {ifname!r}")
+    idx = ipr.link_lookup(ifname=ifname)
+    if not idx:
+        raise LinkCtlError(f"{ns}: no interface {ifname!r}")
+    return idx[0]
 
 
 def log_event(path: str | os.PathLike[str] | None, *, cluster: str = "", link: str = "",
