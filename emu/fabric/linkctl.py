@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import ipaddress
 import json
 import math
@@ -120,9 +121,12 @@ from pyroute2.netlink import (
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
 
+from emu.fabric import netns as emu_netns
 from emu.fabricclock import FabricClock
 from emu.topology.model import Direction, Link
 
+#: ioctl: an fd of the network namespace a socket belongs to (linux/sockios.h)
+_SIOCGSKNS = 0x894C
 #: root qdisc handle major of emu's qdiscs ("e3e0:"); child tbf under netem is e3e1:
 QDISC_MAJOR = 0xE3E0
 QDISC_HANDLE = QDISC_MAJOR << 16
@@ -196,7 +200,11 @@ def _nft(ns: str, script: str) -> None:
 
 def _ipr(ns: str) -> IPRoute:
     _ns_path(ns)
-    ipr = IPRoute(netns=ns)
+    # the socket is opened by this thread inside the namespace (setns and back), not by
+    # pyroute2's netns=, which forks a child per socket to enter it by name (and would
+    # create a namespace of that name if it were missing)
+    with emu_netns.entered(ns):
+        ipr = IPRoute()
     # pyroute2 0.9.7: the sync nlm_request() reads this key without setting it
     ipr.status.setdefault("nlm_generator", False)
     return ipr
@@ -205,8 +213,34 @@ def _ipr(ns: str) -> IPRoute:
 def _ifindex(ipr: IPRoute, ns: str, ifname: str) -> int:
     idx = ipr.link_lookup(ifname=ifname)
     if not idx:
-        raise LinkCtlError(f"{ns}: no interface {ifname!r}")
+        raise LinkCtlError(f"{ns}: no interface {ifname!r}{_where(ipr, ns)}")
     return idx[0]
+
+
+def _where(ipr: IPRoute, ns: str) -> str:
+    """What the netlink socket sees and which namespace it is in, for a lookup that
+    failed: a socket in another namespace than the name's reads as a missing device."""
+    try:
+        names = sorted(str(l.get_attr("IFLA_IFNAME")) for l in ipr.get_links())
+    except Exception as e:  # noqa: BLE001 - a diagnostic never hides the error
+        names = [f"(links unreadable: {e})"]
+    try:
+        fd = fcntl.ioctl(ipr.asyncore.socket.fileno(), _SIOCGSKNS)
+        try:
+            sock_ino: object = os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+    except Exception as e:  # noqa: BLE001
+        sock_ino = f"? ({e})"
+    return (f" (its netlink socket sees {', '.join(names) or 'no links'}; socket in "
+            f"netns inode {sock_ino}, {ns} is inode {_ns_inode(ns)})")
+
+
+def _ns_inode(ns: str) -> object:
+    try:
+        return _ns_path(ns).stat().st_ino
+    except (OSError, LinkCtlError) as e:
+        return f"? ({e})"
 
 
 def log_event(path: str | os.PathLike[str] | None, *, cluster: str = "", link: str = "",
@@ -283,7 +317,6 @@ def remove_dead_probes() -> list[str]:
 def _probe_seg6local(ns: str, ifindex: int) -> bool:
     """Whether this kernel takes an SRv6 local SID (``seg6local End``) — what
     ``routing.mode = "srv6"`` installs — tried on a veth of the scratch namespace."""
-    from emu.fabric import netns as emu_netns
     from emu.fabric import nl
 
     with emu_netns.entered(ns), nl.Batch() as b:
