@@ -109,7 +109,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute
 from pyroute2.netlink import (
     NLM_F_ACK,
     NLM_F_CREATE,
@@ -309,7 +309,7 @@ def remove_dead_probes() -> list[str]:
             pass
         except PermissionError:
             continue
-        netns.remove(n)
+        emu_netns.remove(n)
         gone.append(n)
     return gone
 
@@ -335,7 +335,7 @@ def features(refresh: bool = False) -> Features:
     # the prober's pid in the name: a probe cut short by SIGKILL is found and removed by
     # remove_dead_probes (emu down / emu clean), never one a live process is using
     scratch = f"{PROBE_PREFIX}{os.getpid()}-{secrets.token_hex(2)}"
-    netns.create(scratch)
+    emu_netns.create(scratch)
     try:
         with _ipr(scratch) as ipr:
             ipr.link("add", ifname="p0", kind="veth", peer="p1")
@@ -352,7 +352,7 @@ def features(refresh: bool = False) -> Features:
         has_egress = proc.returncode == 0
         has_seg6 = _probe_seg6local(scratch, idx)
     finally:
-        netns.remove(scratch)
+        emu_netns.remove(scratch)
     _features = Features(netem=has_netem, nft_egress=has_egress, seg6local=has_seg6)
     return _features
 
