@@ -34,14 +34,12 @@ or the result is the emulator's, not the fabric's. A case ``emu up`` refuses is
 reported as not run, with emu's reason. ``--json`` prints one document; progress
 goes to stderr. Goals are printed beside, never asserted.
 
-``--part flows`` (not in ``all``) runs the concurrency check of issue #12 on the
-leaf-spine as written: four ``emu perf write-bw -s 1M -n FLOW_ITERS`` flows at
-once (h1 → h3, h2 → h4, h3 → h1, h4 → h2), per transport, ``--rounds`` rounds;
-every flow must exit 0 with its data verified. On the leaf-spine as written (kernel
-forwarding) two flows hashed onto one uplink overflow its queue, and a RoCEv2 QP that
-lost its last packets waits its local ACK timeout, 67 fabric ms (minutes of wall time
-at these scales): with 50 MiB a flow no round finished in 7 minutes
-(docs/measurements.md), hence 5 MiB.
+``--part flows`` (not in ``all``) runs the concurrency check of issue #34 on the
+leaf-spine as written (:mod:`credible_flows`): every transport's four flows at once (h1 →
+h3, h2 → h4, h3 → h1, h4 → h2 each; eight flows with RoCEv2 and UET), ``--rounds`` rounds
+(10) of ``-s FLOW_SIZE -n FLOW_ITERS`` (64 × 1 MiB) a flow; every flow must exit 0 with its
+data verified and credible; each flow's goodput beside its path's capacity and its fair
+share; ``--twice`` compares the total at twice the scale (within 10 %).
 
 ``--quick`` is the test suite's smoke run of the same code: one run of 5 WRITEs
 and 20 write-lat iterations per transport, the pair over IPv4 and the leaf-spine
@@ -358,63 +356,73 @@ def twice_ratios(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-#: the four concurrent flows of ``--part flows`` (each host both sends and receives)
-FLOWS = (("h1", "h3"), ("h2", "h4"), ("h3", "h1"), ("h4", "h2"))
-
-
-def flows_round(name: str, transport: str, iters: int, size: str) -> list[dict[str, Any]]:
-    """Four write-bw flows at once, each on its own perf port; their outcomes."""
-    procs = []
-    try:
-        for i, (src, dst) in enumerate(FLOWS):
-            cmd = [*EMU, "perf", "write-bw", "--cluster", name, "--from", src, "--to", dst,
-                   "-s", size, "-n", str(iters), "-p", str(18600 + i), "--transport",
-                   transport, "--report_gbits", "--json"]
-            procs.append((src, dst, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.PIPE, text=True)))
-        return [_flow_outcome(src, dst, pr) for src, dst, pr in procs]
-    finally:  # interrupted (SIGTERM, a timeout): stop the flows this round started
-        for _, _, pr in procs:
-            if pr.poll() is None:
-                pr.kill()
-                pr.wait()
-
-
-def _flow_outcome(src: str, dst: str, pr: subprocess.Popen) -> dict[str, Any]:
-    """One flow's outcome from its ``emu perf --json``."""
-    so, se = pr.communicate(timeout=900)
-    try:
-        d = json.loads(so)
-    except ValueError:
-        d = {}
-    gbps = d["results"][0]["bw_average"] if d.get("results") else 0.0
-    return {"flow": f"{src}->{dst}", "rc": pr.returncode, "gbps": gbps,
-            "scale": scale_of(d), "verified": pr.returncode == 0 and bool(d.get("passed")),
-            "credible": bool(d.get("credible")),
-            "causes": (d.get("overload") or {}).get("causes") or {},
-            "error": "" if pr.returncode == 0 else se.strip()[-200:]}
-
-
 def flows_part(name: str, transports: list[str], rounds: int, iters: int, size: str,
-               scale: float | None) -> list[dict[str, Any]]:
-    res = []
+               scale: float | None) -> dict[str, Any]:
+    """Every transport's flows at once on the leaf-spine, ``rounds`` times
+    (:mod:`credible_flows`); the rounds, each flow's capacity and share, the summary."""
+    import credible_flows as cf
+
+    from emu.cluster.cluster import plan_of
+
+    flows = cf.flow_set(transports)
+    rounds_out: list[dict[str, Any]] = []
     try:
         up("leaf-spine.toml", name, [] if scale is None else [f"time.scale={scale:g}"])
-        for t in transports:
-            for r in range(rounds):
-                fl = flows_round(name, t, iters, size)
-                ok = sum(f["verified"] for f in fl)
-                say(f"  flows {t} round {r + 1}/{rounds} (scale "
-                    f"{_fmt(_one_scale([f['scale'] for f in fl]))}): {ok}/4 verified, "
-                    + ", ".join(f"{f['flow']} {f['gbps']:.1f}" for f in fl) + " Gb/s"
-                    + "".join(f"\n    {f['flow']}: rc {f['rc']} {f['error']}"
-                              for f in fl if not f["verified"])
-                    + "".join(f"\n    {f['flow']}: not credible: {f['causes']}"
-                              for f in fl if f["verified"] and not f["credible"]))
-                res.append({"transport": t, "round": r + 1, "flows": fl})
+        p = plan_of(name)
+        share = cf.shares(flows, {h: min(pt.rate for pt in n.ports)
+                                  for h, n in p.nics.items()})
+        for r in range(rounds):
+            fl = cf.run_round(EMU, name, flows, iters, size, scale_of)
+            ok = sum(f["verified"] for f in fl)
+            say(f"  flows round {r + 1}/{rounds} (scale "
+                f"{_fmt(_one_scale([f['scale'] for f in fl]))}): {ok}/{len(fl)} verified, "
+                + ", ".join(f"{f['transport']} {f['flow']} {f['gbps']:.1f}" for f in fl)
+                + " Gb/s"
+                + "".join(f"\n    {f['transport']} {f['flow']}: rc {f['rc']} {f['error']}"
+                          for f in fl if not f["verified"])
+                + "".join(f"\n    {f['transport']} {f['flow']}: not credible: {f['causes']}"
+                          for f in fl if f["verified"] and not f["credible"]))
+            rounds_out.append({"round": r + 1, "flows": fl})
     finally:
         emu("down", name, check=False)
-    return res
+    return {"scale": _one_scale([f["scale"] for r in rounds_out for f in r["flows"]]),
+            "rounds": rounds_out, **cf.summary(rounds_out, flows, share)}
+
+
+def flows_main(a: argparse.Namespace, name: str, transports: list[str],
+               scale: float | None, doc: dict[str, Any]) -> int:
+    import credible_flows as cf
+
+    say(f"bench-credible: {len(transports) * len(cf.FLOWS)} concurrent write-bw flows on "
+        f"the leaf-spine ({', '.join(transports)} at once), {a.rounds} rounds of "
+        f"{a.flow_iters} x {a.flow_size} a flow")
+    doc["flows"] = flows_part(name, transports, a.rounds, a.flow_iters, a.flow_size, scale)
+    runs = [("at the scale", doc["flows"])]
+    if a.twice and doc["flows"]["scale"]:
+        say("  again at twice the scale")
+        doc["flows_twice"] = flows_part(name, transports, a.rounds, a.flow_iters,
+                                        a.flow_size, 2 * doc["flows"]["scale"])
+        runs.append(("at twice the scale", doc["flows_twice"]))
+        t0, t1 = doc["flows"]["median_total_gbps"], doc["flows_twice"]["median_total_gbps"]
+        doc["flows_twice_ratio"] = (t1 / t0) if t0 and t1 else None
+    doc["ended"] = time.time()
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    for label, res in runs:
+        print_summary_flows(label, res)
+    if "flows_twice_ratio" in doc:
+        r = doc["flows_twice_ratio"]
+        print(f"total at twice the scale / at the scale: {_fmt(r, '.3f')} (goal: within "
+              f"{100 * cf.TWICE_TOTAL_TOLERANCE:g} %)")
+    print("goal: every flow verified and credible in every round, each near its share")
+    return 0
+
+
+def print_summary_flows(label: str, res: dict[str, Any]) -> None:
+    import credible_flows as cf
+
+    cf.print_summary(label, res["scale"], res)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,8 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transports", default="roce,uet")
     ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows"),
                     default="all")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of --part flows")
-    ap.add_argument("--flow-iters", type=int, default=5,
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
+    ap.add_argument("--flow-iters", type=int, default=64,
                     help="WRITEs per flow in --part flows (-n)")
     ap.add_argument("--flow-size", default="1M", help="WRITE size in --part flows (-s)")
     ap.add_argument("--set", action="append", default=[], metavar="K=V", dest="sets",
@@ -469,26 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                            "twice": a.twice, "quick": a.quick, "plans": [],
                            "bandwidth": [], "latency": [], "not_run": []}
     if a.part == "flows":
-        say(f"bench-credible: {len(FLOWS)} concurrent write-bw flows on the leaf-spine, "
-            f"{a.rounds} rounds of {a.flow_iters} x {a.flow_size} a flow per transport")
-        doc["flows"] = flows_part(name, transports, a.rounds, a.flow_iters, a.flow_size,
-                                  scale)
-        doc["ended"] = time.time()
-        if a.json:
-            print(json.dumps(doc, indent=1))
-            return 0
-        print(f"{'transport':9} {'scale':>6} {'rounds':>6} {'flows verified':>15} "
-              f"{'failed':>6} {'credible':>8} {'Gb/s a flow (fabric)':>21}")
-        for t in transports:
-            fl = [f for r in doc["flows"] if r["transport"] == t for f in r["flows"]]
-            ok = sum(f["verified"] for f in fl)
-            g = [f["gbps"] for f in fl if f["verified"]]
-            span = f"{min(g):.0f}-{max(g):.0f}" if g else "-"
-            print(f"{t:9} {_fmt(_one_scale([f['scale'] for f in fl])):>6} {a.rounds:6d} "
-                  f"{ok:>9d} of {len(fl):<3d} {len(fl) - ok:6d} "
-                  f"{sum(f['credible'] for f in fl):>4d}/{len(fl):<3d} {span:>21}")
-        print("goal: every flow completes with its data verified")
-        return 0
+        return flows_main(a, name, transports, scale, doc)
     cases = [c for c in CASES
              if a.part in ("all", "lat") or c[1].startswith(a.part)]
     if a.quick:  # one case of each kind: the pair, the leaf-spine with its pipeline

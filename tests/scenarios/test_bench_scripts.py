@@ -245,21 +245,28 @@ def test_bench_credible_quick_twice_json_reads_emu_perfs_clock():
 @needs_root
 def test_bench_credible_quick_flows_at_a_scale():
     """``--part flows --quick --scale N --json`` (N twice the leaf-spine's auto scale): one
-    round of the four concurrent flows per transport on the leaf-spine as written, each
-    flow's outcome and the scale it ran at."""
+    round of every transport's four flows at once on the leaf-spine as written (eight
+    flows: each host sends two and receives two), each flow's outcome, the scale it ran
+    at, its path's capacity and its fair share (two flows per 400 Gb/s NIC: 200)."""
     n = 2 * _auto_scale("leaf-spine.toml")
     res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--part", "flows", "--quick",
                            "--scale", f"{n:g}", "--json"]).stdout)
     assert res["scale_requested"] == n
-    assert [(r["transport"], r["round"]) for r in res["flows"]] == [("roce", 1), ("uet", 1)]
-    for r in res["flows"]:
-        assert [f["flow"] for f in r["flows"]] == ["h1->h3", "h2->h4", "h3->h1", "h4->h2"]
-        for f in r["flows"]:
-            assert {"rc", "gbps", "verified", "credible", "causes", "error"} <= set(f)
-            # a flow that got as far as a result ran on the cluster's clock
-            assert f["scale"] in (n, None) and (f["scale"] == n) >= (f["rc"] == 0), f
-            assert f["gbps"] <= 400, f  # fabric Gb/s: no more than the NIC's line rate
-            assert f["verified"], f  # each flow's data arrived and was checked
+    fl = res["flows"]
+    assert [r["round"] for r in fl["rounds"]] == [1]
+    pairs = ["h1->h3", "h2->h4", "h3->h1", "h4->h2"]
+    (rnd,) = fl["rounds"]
+    assert [(f["transport"], f["flow"]) for f in rnd["flows"]] == [
+        (t, p) for t in ("roce", "uet") for p in pairs]
+    for f in rnd["flows"]:
+        assert {"rc", "gbps", "verified", "credible", "causes", "error"} <= set(f)
+        # a flow that got as far as a result ran on the cluster's clock
+        assert f["scale"] in (n, None) and (f["scale"] == n) >= (f["rc"] == 0), f
+        assert f["gbps"] <= 400, f  # fabric Gb/s: no more than the NIC's line rate
+        assert f["verified"], f  # each flow's data arrived and was checked
+    assert [(f["capacity_gbps"], f["share_gbps"]) for f in fl["flows"]] == [(400, 200)] * 8
+    assert fl["median_total_gbps"] == pytest.approx(sum(f["gbps"] for f in rnd["flows"]))
+    assert fl["all_verified"]
 
 
 @needs_root
