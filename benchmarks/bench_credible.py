@@ -372,7 +372,7 @@ def flows_part(name: str, transports: list[str], rounds: int, iters: int, size: 
         share = cf.shares(flows, {h: min(pt.rate for pt in n.ports)
                                   for h, n in p.nics.items()})
         for r in range(rounds):
-            fl = cf.run_round(EMU, name, flows, iters, size, scale_of)
+            fl = cf.run_round(EMU, name, flows, iters, size, scale_of, p.time.clock())
             ok = sum(f["verified"] for f in fl)
             say(f"  flows round {r + 1}/{rounds} (scale "
                 f"{_fmt(_one_scale([f['scale'] for f in fl]))}): {ok}/{len(fl)} verified, "

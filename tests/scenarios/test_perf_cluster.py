@@ -201,3 +201,21 @@ def test_receive_coalescing_holds_a_streams_reads_never_a_ping_pongs(cluster):
     p, doc = perf(cluster, "write-bw", "-s", "1048576", "-n", "60", "--transport", "uet")
     assert doc["passed"] is True
     assert _holds(cluster, "h2") > before["h2"]
+
+
+def test_start_at_waits_for_the_fabric_clock_and_says_when_it_was_missed(cluster):
+    """``--start-at T``: the client posts nothing before the cluster's fabric clock reads
+    T (so separate commands start together at any scale); a T already past is said and
+    the run starts at once."""
+    from emu.cluster.cluster import plan_of
+
+    clock = plan_of(cluster).time.clock()
+    at = clock.now() + clock.to_fabric(3.0)
+    p, doc = perf(cluster, "write-bw", "-s", "4096", "-n", "50", "--start-at", repr(at))
+    assert doc["passed"] and doc["start_at"] == {"fabric_s": at, "missed_by_s": None}
+    [r] = doc["results"]
+    # the run began at T at the earliest: it cannot have ended before T + its own length
+    assert clock.now() >= at + r["seconds"]
+    p, doc = perf(cluster, "write-bw", "-s", "4096", "-n", "50", "--start-at", "0")
+    assert doc["passed"] and doc["start_at"]["missed_by_s"] > 0
+    assert "--start-at 0 passed" in p.stderr

@@ -63,6 +63,7 @@ class Options:
     all_sizes: bool = False
     iters: int = 1000
     duration: float | None = None
+    start_at: float | None = None  # fabric seconds (--start-at)
     qps: int = 1
     tx_depth: int = 128
     rx_depth: int = 512
@@ -141,6 +142,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run for this long instead of a number of iterations (fabric "
                         "seconds: at time scale N the run takes N times as long on the wall "
                         "clock)")
+    g.add_argument("--start-at", type=float, metavar="FABRIC_S",
+                   help="client: begin posting when the cluster's fabric clock reads this "
+                        "(fabric seconds since the cluster's epoch; emu status --json "
+                        "'time'): flows started by separate commands then start together "
+                        "at every time scale")
     g.add_argument("-a", "--all", dest="all_sizes", action="store_true",
                    help="run sizes 2 .. 2^23 bytes")
     g.add_argument("-q", "--qp", dest="qps", type=int, help="number of QPs (BW tests; default 1)")
@@ -222,6 +228,7 @@ def from_args(a: argparse.Namespace) -> Options:
     o.all_sizes = bool(a.all_sizes)
     o.iters = a.iters if a.iters is not None else (5000 if test.name == "write-bw" else 1000)
     o.duration = a.duration
+    o.start_at = a.start_at
     o.qps = a.qps if a.qps is not None else 1
     o.tx_depth = a.tx_depth if a.tx_depth is not None else (128 if test.is_bw else 1)
     o.rx_depth = a.rx_depth if a.rx_depth is not None else 512
@@ -288,6 +295,8 @@ def validate(o: Options) -> None:
         need(o.test.name in PERFTEST_TESTS, f"--oob perftest runs {', '.join(PERFTEST_TESTS)} "
              f"(got {o.test.name})")
         need(o.transport == "roce", "--oob perftest is RoCEv2 (perftest has no UET)")
+        need(o.start_at is None, "--oob perftest: --start-at is emu's own (perftest has no "
+             "fabric clock)")
         need(o.duration is None or (o.test.is_bw and o.test.verb != "send"),
              f"--oob perftest: {o.test.name} with --duration is not done yet (use -n)")
     if o.orchestrated:
@@ -313,6 +322,8 @@ def client_argv(o: Options, server: str) -> list[str]:
         argv.append("-a")
     if o.duration is not None:
         argv += ["-D", f"{o.duration:g}"]
+    if o.start_at is not None:
+        argv += ["--start-at", repr(o.start_at)]
     if o.mtu is not None:
         argv += ["-m", str(o.mtu)]
     for flag, on in (("--report_gbits", o.report_gbits), ("--json", o.json),

@@ -21,6 +21,7 @@ import json
 import math
 import signal
 import sys
+import time
 from typing import Any
 
 from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report
@@ -61,6 +62,7 @@ class _Side:
         #: the fabric clock the run is measured on: the NIC daemon's (its device info),
         #: so Gb/s, µs and -D are fabric time; real time without a daemon's word
         self.clock = FabricClock()
+        self.late_start: float | None = None  # fabric s a --start-at was missed by
 
     def say(self, line: str = "") -> None:
         """Human output: stdout, or stderr when stdout carries the JSON document."""
@@ -113,6 +115,8 @@ class _Side:
                 results=self.results, errors=self.errors, min_bw=self.opts.min_bw,
                 kernel_rtt=self.ping, kernel_rtt_error=self.ping_error,
                 time={"scale": self.clock.scale, "epoch": self.clock.epoch})
+            if self.opts.start_at is not None:
+                doc["start_at"] = {"fabric_s": self.opts.start_at, "missed_by_s": self.late_start}
             if self.overload is not None:  # the cluster's daemons during the run
                 doc["overload"] = self.overload
                 doc["credible"] = self.overload["credible"]
@@ -235,6 +239,22 @@ class Client(_Side):
             print(f"emu perf {self.test.name}: kernel RTT not measured: {e}", file=self.err,
                   flush=True)
 
+    def _wait_start(self) -> None:
+        """``--start-at``: sleep (wall) until the fabric clock reads it, so that flows
+        started by separate commands begin together in fabric time at any scale. Missed
+        (the command came up after it): said, and the run starts at once."""
+        at = getattr(self.opts, "start_at", None)
+        if at is None:
+            return
+        late = self.clock.now() - at
+        if late > 0:
+            self.late_start = late
+            print(f"emu perf {self.test.name}: --start-at {at:g} passed {late * 1e6:.1f} "
+                  "fabric us before the connection was ready: started at once",
+                  file=self.err, flush=True)
+            return
+        time.sleep(self.clock.to_wall(-late))
+
     def _round(self, ep: Endpoint, chan: Channel, size: int, pattern: Pattern | None
                ) -> BwResult | LatResult:
         o = self.opts
@@ -242,6 +262,7 @@ class Client(_Side):
             lat.prepare_client(ep, size)
         chan.send("round", size=size)
         chan.recv("go")
+        self._wait_start()
         res: BwResult | LatResult
         if o.test.is_bw:
             run = bw.run_client(ep, ep.remote, o.test.verb, size, iters=o.iters,
