@@ -31,6 +31,7 @@ Control sockets are files, so this works from inside any host namespace
 from __future__ import annotations
 
 import glob
+import math
 import os
 import time
 from collections.abc import Collection
@@ -316,10 +317,48 @@ def _advice(d: dict[str, Any], starved: bool) -> tuple[str, str]:
                   f"help: {'; '.join(limits)}; try {_names(helps, 'or')}")
 
 
+def judge_scale(d: dict[str, Any], floor: float, what: str) -> None:
+    """Flag a run (``d``, :func:`delta`'s verdict) made at a time scale below ``floor``,
+    the smallest at which this machine gives ``what`` (the plan's rule: keeping up, or
+    emu's own round trip within its share of the fabric's): there emu's own time is part
+    of the result even with no packet lost or late, so the result is not credible."""
+    scale = float(d.get("time_scale") or 1.0)
+    if floor <= 0 or scale >= floor * (1 - 1e-9):
+        return
+    d["causes"]["scale_too_small"] = 1
+    d["total"] += 1
+    d["credible"] = False
+    d["scale_floor"] = {"scale": scale, "floor": floor, "what": what}
+
+
+def _scale_line(d: dict[str, Any]) -> str:
+    f = d["scale_floor"]
+    return (f"time scale {f['scale']:g} is below the {f['floor']:.3g} this fabric needs on "
+            f"this machine for {f['what']}, so emu's own time is part of the result — NOT "
+            f"CREDIBLE; run the fabric slower: --set time.scale={nice_scale(f['floor'])} "
+            "(or leave [time] scale at \"auto\")")
+
+
+def nice_scale(x: float) -> str:
+    """``x`` rounded up to two significant digits, as a ``--set`` value."""
+    if x <= 1:
+        return "1"
+    k = math.floor(math.log10(x)) - 1
+    step = 10.0 ** k
+    return f"{math.ceil(x / step * (1 - 1e-12)) * step:g}"
+
+
 def warning(d: dict[str, Any]) -> str | None:
     """The one line a tool prints when a result is not credible (None when it is)."""
     if d["credible"]:
         return None
+    if d.get("scale_floor"):
+        rest = {k: v for k, v in d["causes"].items() if k != "scale_too_small"}
+        line = f"warning: {_scale_line(d)}"
+        if not rest:
+            return line
+        other = warning({**d, "causes": rest, "scale_floor": None})
+        return f"{other}; and the {_scale_line(d)}" if other else line
     parts = [f"{k} {v:g}" for k, v in sorted(d["causes"].items())]
     where = ", ".join(sorted(d["daemons"]))
     lost = ""

@@ -36,6 +36,12 @@ class TimePlan:
     #: the cluster's fabric epoch (an :func:`emu.fabricclock.wall` time, taken when the plan
     #: was made): fabric time = (monotonic - epoch) / scale. 0 at real time
     epoch: float = 0.0
+    #: the smallest scales at which this machine keeps up with the fabric's traffic and
+    #: at which emu's own round trip is within the overhead rule (rules (a) and (b) of
+    #: "auto", :func:`emu.plan.scale.choose`), kept at any scale so that a run below them
+    #: is flagged (0: not known — real time with no fabric rates, or an older plan)
+    keep_up_floor: float = 0.0
+    latency_floor: float = 0.0
 
     def clock(self) -> FabricClock:
         """The fabric clock this plan's daemons and tools run on."""

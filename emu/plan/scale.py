@@ -100,15 +100,17 @@ def time_plan(topology: Topology, costs: capacity.Costs, switching: rates.Switch
     :func:`choose` finds it. The epoch is now: fabric time starts at 0 when the plan is
     made (``emu up``)."""
     scale = topology.time.get("scale", "auto")
+    c = choose(topology, costs, switching, path)
+    floors = {"keep_up_floor": c.keep_up, "latency_floor": c.own_rtt} if c else {}
     if scale == "auto":
-        c = choose(topology, costs, switching, path)
         if c is None:
             return TimePlan(why="auto: no fabric rates written (the ports run at the rate "
                             "this machine sustains), so real time")
         if c.scale == 1:
-            return TimePlan(why=c.why())
-        return TimePlan(scale=c.scale, why=c.why(), epoch=wall())
+            return TimePlan(why=c.why(), **floors)
+        return TimePlan(scale=c.scale, why=c.why(), epoch=wall(), **floors)
     s = float(scale)  # type: ignore[arg-type]
     if s == 1:
-        return TimePlan(why="manual: time scale 1 (real time)")
-    return TimePlan(scale=s, why="manual: [time] scale / --set time.scale", epoch=wall())
+        return TimePlan(why="manual: time scale 1 (real time)", **floors)
+    return TimePlan(scale=s, why="manual: [time] scale / --set time.scale", epoch=wall(),
+                    **floors)

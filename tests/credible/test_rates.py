@@ -15,7 +15,7 @@ from fabric_util import shipped_real_time
 
 import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers the shipped files need)
 from emu.credible import capacity, rates
-from emu.credible.overload import delta, warning
+from emu.credible.overload import delta, judge_scale, warning
 from emu.nic.daemon import overload
 from emu.nic.pacer import PortPacer
 from emu.nic.timerfd import TimerFd
@@ -364,3 +364,23 @@ def test_a_window_idled_behind_held_acks_for_a_share_of_the_run_is_overload():
     much = delta(snap(0, 10.0), snap(int(2e6 * ACK_LATE_MAX * 2), 12.0))
     assert not much["credible"] and much["causes"] == {"ack_late": 1}
     assert much["daemons"]["nicd h1"]["ack_late_s"] == pytest.approx(4 * ACK_LATE_MAX)
+
+
+def test_a_run_below_the_plans_floor_is_not_credible_and_says_which_scale_would_be():
+    """No packet lost or late, but made at a scale below the plan's floor: flagged
+    ``scale_too_small``, with the floor and the --set that reaches it; at or above the
+    floor, or with no floor known, the verdict is the counters' alone."""
+    quiet = {"nic": {"h1": {"overload": {}, "tx_packets": 10, "retransmits": 0}},
+             "switch": {}, "unreachable": [], "t": 0.0}
+    d = delta(quiet, dict(quiet, t=1.0))
+    d["time_scale"] = 1775.0
+    for floor in (0.0, 1775.0, 1000.0):
+        e = {**d, "causes": dict(d["causes"])}
+        judge_scale(e, floor, "latency")
+        assert e["credible"] and warning(e) is None, floor
+    judge_scale(d, 7090.0, "latency")
+    assert not d["credible"] and d["causes"] == {"scale_too_small": 1} and d["total"] == 1
+    assert d["scale_floor"] == {"scale": 1775.0, "floor": 7090.0, "what": "latency"}
+    w = warning(d)
+    assert w is not None and "time scale 1775 is below the 7.09e+03" in w
+    assert "--set time.scale=7100" in w and "NOT CREDIBLE" in w

@@ -83,6 +83,20 @@ def test_a_number_is_taken_as_given_and_a_fabric_without_rates_runs_in_real_time
     assert t.scale == 1 and "no fabric rates written" in t.why
 
 
+def test_the_plan_keeps_both_floors_at_any_scale_so_a_run_below_them_can_be_flagged():
+    """Rules (a) and (b)'s minimum scales are in the plan whether the scale is auto or a
+    number; a fabric without rates has none."""
+    topo = load(NS / "pair.toml")
+    c = scale.choose(topo, COSTS, rates.switching(topo), rates.longest_path(topo))
+    assert c is not None
+    for sets in ([], ["time.scale=1775"], ["time.scale=1"]):
+        t = P.build(load(NS / "pair.toml", sets), COSTS).time
+        assert (t.keep_up_floor, t.latency_floor) == (c.keep_up, c.own_rtt), sets
+    bare = loads('[topology]\nkind = "pair"\n[defaults.link]\nmtu = 9000\n')
+    t = P.build(bare, COSTS).time
+    assert (t.keep_up_floor, t.latency_floor) == (0.0, 0.0)
+
+
 def test_nice_ceil_rounds_up_to_two_significant_digits():
     assert [scale.nice_ceil(x) for x in (0.3, 1, 1.04, 7.09, 519, 7090.3, 12345)] == \
         [1, 1, 1.1, 7.1, 520, 7100, 13000]

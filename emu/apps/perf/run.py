@@ -205,6 +205,7 @@ class Client(_Side):
             # the verdict is the whole cluster's; the packets counted, this run's two NICs
             own = [h for h in (str(dev.attrs.get("host") or ""), self.peer_host) if h]
             self.overload = overload.delta(before, overload.snapshot(cluster), own=own or None)
+            self._judge_scale(cluster)
             print(f"emu perf: {overload.retransmitted(self.overload)}", file=self.err,
                   flush=True)
             line = overload.warning(self.overload)
@@ -214,6 +215,24 @@ class Client(_Side):
         self._check_min_bw()
         if o.plot:
             self._plot(o.plot)
+
+    def _judge_scale(self, cluster: str) -> None:
+        """Below the plan's floors the result is emu's too (:func:`overload.judge_scale`):
+        a bandwidth test needs the scale at which the machine keeps up; a latency test
+        also the one at which emu's own round trip is a small share of the fabric's."""
+        from emu.cluster.cluster import ClusterError, plan_of
+
+        assert self.overload is not None
+        try:
+            t = plan_of(cluster).time
+        except (ClusterError, OSError, ValueError, KeyError, TypeError):
+            return  # no plan to judge by (an older cluster): the counters decide alone
+        if self.test.is_bw:
+            overload.judge_scale(self.overload, t.keep_up_floor, "keeping up with the traffic")
+        else:
+            overload.judge_scale(self.overload, max(t.keep_up_floor, t.latency_floor),
+                                 "latency (emu's own round trip within its share of the "
+                                 "fabric's)")
 
     def _plot(self, path: str) -> None:
         """The chart, after the run. Its path was checked before the run (``from_args``);
