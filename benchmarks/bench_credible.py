@@ -41,6 +41,14 @@ h3, h2 → h4, h3 → h1, h4 → h2 each; eight flows with RoCEv2 and UET), ``--
 data verified and credible; each flow's goodput beside its path's capacity and its fair
 share; ``--twice`` compares the total at twice the scale (within 10 %).
 
+``--part invariance`` (not in ``all``; :mod:`credible_invariance`) runs the pair with 1 %
+loss on its cable (write-bw 1 MiB) and a 3 -> 1 incast through ECN-marking switches
+(leaf-spine with the pipeline, flows started together), each at its auto scale and at
+twice it, and prints the ratio of each median (goodput; each flow's completion time and
+Jain's fairness). A RoCEv2 QP that loses a message's last packet waits its local ACK
+timeout, 67 fabric ms — 8 wall minutes at 7100 — so the full run is long; ``--quick``
+runs it without loss and with flows that fit a port's queue.
+
 ``--quick`` is the test suite's smoke run of the same code: one run of 5 WRITEs
 and 20 write-lat iterations per transport, the pair over IPv4 and the leaf-spine
 with the pipeline only; ``--part flows --quick`` one round of 5 16 KiB WRITEs a flow.
@@ -419,6 +427,59 @@ def flows_main(a: argparse.Namespace, name: str, transports: list[str],
     return 0
 
 
+def invariance_main(a: argparse.Namespace, name: str, transports: list[str],
+                   scale: float | None, doc: dict[str, Any]) -> int:
+    """Pair with 1 % loss and a 3 -> 1 incast through ECN-marking switches, at the auto
+    scale (or ``--scale``) and at twice it (:mod:`credible_invariance`)."""
+    import credible_invariance as ci
+
+    from emu.cluster.cluster import plan_of
+
+    def down(n: str) -> None:
+        emu("down", n, check=False)
+
+    runs = 1 if a.quick else a.runs
+    # --quick: the same code with no loss and incast flows that fit a port's queue, so it
+    # never waits out a retransmission timeout (RoCEv2's is 67 fabric ms: 8 wall minutes
+    # at 7100; UET's 5 fabric ms, 35 s)
+    loss, size, loss_iters, incast_iters = (("0%", "16K", 5, 5) if a.quick
+                                            else ("1%", "1M", a.iters, 16))
+    clock_of = (lambda n: plan_of(n).time.clock())  # noqa: E731
+    cases = {  # each case at its own scale, then at twice that
+        "loss": lambda sc: ci.loss_case(EMU, name, up, down, transports, runs, loss_iters,
+                                        sc, say, loss=loss, size=size),
+        "incast": lambda sc: ci.incast_case(EMU, name, up, down, clock_of, transports, runs,
+                                            incast_iters, sc, say, size=size),
+    }
+    results: list[dict[str, Any]] = [{}, {}]
+    scales: dict[str, list[float | None]] = {}
+    for case, run in cases.items():
+        say(f"bench-credible invariance: {case} at scale "
+            f"{'auto' if scale is None else f'{scale:g}'}")
+        first = run(scale)
+        ran = _one_scale([r["scale"] for r in first] if case == "loss"
+                         else [f["scale"] for r in first for f in r["flows"]])
+        results[0][case] = first
+        scales[case] = [ran, 2 * ran if ran else None]
+        if ran is None:
+            continue
+        say(f"bench-credible invariance: {case} at twice the scale, {2 * ran:g}")
+        results[1][case] = run(2 * ran)
+    doc["invariance"] = results
+    doc["invariance_scales"] = scales
+    rows: list[dict[str, Any]] = []
+    if all(results[1].get(c) for c in cases):
+        rows = ci.ratios(ci.medians(**results[0]), ci.medians(**results[1]))
+    doc["invariance_ratios"] = rows
+    doc["ended"] = time.time()
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    if rows:
+        ci.print_ratios(rows, scales)
+    return 0
+
+
 def print_summary_flows(label: str, res: dict[str, Any]) -> None:
     import credible_flows as cf
 
@@ -440,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run each case at twice its scale and print the ratio of the "
                          "fabric results (issue #34: within 5 %%)")
     ap.add_argument("--transports", default="roce,uet")
-    ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows"),
+    ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows", "invariance"),
                     default="all")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
     ap.add_argument("--flow-iters", type=int, default=64,
@@ -478,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
                            "bandwidth": [], "latency": [], "not_run": []}
     if a.part == "flows":
         return flows_main(a, name, transports, scale, doc)
+    if a.part == "invariance":
+        return invariance_main(a, name, transports, scale, doc)
     cases = [c for c in CASES
              if a.part in ("all", "lat") or c[1].startswith(a.part)]
     if a.quick:  # one case of each kind: the pair, the leaf-spine with its pipeline

@@ -270,6 +270,29 @@ def test_bench_credible_quick_flows_at_a_scale():
 
 
 @needs_root
+def test_bench_credible_quick_invariance_runs_each_case_at_its_scale_and_twice_it():
+    """``--part invariance --quick --json``: the pair (its loss case, with no loss under
+    --quick) and the 3 -> 1 incast through the pipeline each at its own auto scale and at
+    twice it, every flow verified, and a ratio per median figure (goodput; each flow's
+    completion time and Jain's fairness) that is at-2x over at-scale."""
+    res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--part", "invariance",
+                           "--quick", "--json"]).stdout)
+    pair, ls = _auto_scale("pair.toml"), _auto_scale("leaf-spine.toml", "switch.pipeline=true")
+    assert res["invariance_scales"] == {"loss": [pair, 2 * pair], "incast": [ls, 2 * ls]}
+    for k in (0, 1):
+        assert all(r["verified"] for r in res["invariance"][k]["loss"])
+        for rnd in res["invariance"][k]["incast"]:
+            assert [f["verified"] for f in rnd["flows"]] == [True] * 3, rnd
+            assert 1 / 3 <= rnd["jain"] <= 1
+    whats = {(r["case"], r["transport"], r["what"]) for r in res["invariance_ratios"]}
+    for t in ("roce", "uet"):
+        assert ("loss", t, "goodput Gb/s") in whats and ("incast 3->1", t, "Jain") in whats
+        assert ("incast 3->1", t, "h3->h4 FCT us") in whats
+    for r in res["invariance_ratios"]:
+        assert r["ratio"] == pytest.approx(r["at_twice"] / r["at_scale"])
+
+
+@needs_root
 def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
     """``scripts/bench-switch --quick``: kernel-only forwarding, the kernel datapath and the
     user-space datapath each carried packets through the switch namespace, and each
