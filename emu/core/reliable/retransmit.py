@@ -47,6 +47,10 @@ class RetransmitQueue(Generic[K]):
         self.now.append(key)
         return True
 
+    def owes(self, key: K) -> bool:
+        """Whether ``key`` is owed a resend, at once or delayed."""
+        return key in self._owed or key in self.later
+
     def pop(self) -> K:
         """The oldest key owed a resend at once (the caller resends it now)."""
         key = self.now.popleft()

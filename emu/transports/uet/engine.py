@@ -102,6 +102,13 @@ class UetEngine(Engine):
     retransmit timer runs from transmission, the engine's from emission, so every
     timeout (``rto``, ``rto_max`` and the RTOs measured between them) is that much
     longer — else a packet still queued in its own port times out.
+    ``loss_threshold`` resends a packet without waiting for its RTO once that many
+    packets sent after it were ACKed or SACKed (0: RTO only;
+    :meth:`~emu.core.reliable.scoreboard.Scoreboard.presumed_lost`). The default,
+    16, lies above the reordering of paths whose queues differ by 16 packets
+    (64 KiB: 1.3 µs at 400 Gb/s, a third of the default marking port's
+    threshold band) and far below a window; TCP's single-path 3 would resend
+    packets that a sprayed fabric merely delivered late.
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -115,7 +122,7 @@ class UetEngine(Engine):
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
                  gather: bool = False, runs: bool = False, ack_coalesce: bool = False,
                  idle_timeout: float | None = None, rto_max: float | None = None,
-                 tx_hold: float = 0.0) -> None:
+                 tx_hold: float = 0.0, loss_threshold: int = 16) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -124,6 +131,8 @@ class UetEngine(Engine):
             raise ValueError("rto must be 1..5 ms (uet.md: Retransmit)")
         if rto_max is not None and not rto <= rto_max <= 1.0:
             raise ValueError("rto_max must lie between rto and 1 s")
+        if not 0 <= loss_threshold <= 1 << 16:
+            raise ValueError("loss_threshold is 0 (off) .. 65536 packets")
         if not 0 <= tx_hold <= 1.0:
             raise ValueError("tx_hold must lie between 0 and 1 s")
         if max_retries < 0 or ack_bytes < 1 or not 0 <= job_id < 1 << 24:
@@ -142,6 +151,7 @@ class UetEngine(Engine):
         self.rto = rto + tx_hold
         self.rto_max = (rto_max if rto_max is not None else rto) + tx_hold
         self.nack_retx_delay = nack_retx_delay
+        self.loss_threshold = loss_threshold
         self.ack_bytes = ack_bytes
         self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))
         if any(not 0 < e < 65536 for e in self.entropies):

@@ -46,6 +46,7 @@ class PdsHost(Protocol):
 
     rto: float
     rto_max: float
+    loss_threshold: int
     rx_at: float  # when the datagram being handled reached the port (round trips end there)
     max_retries: int
     nack_retx_delay: float
@@ -169,15 +170,15 @@ class Initiator:
         pkt = pdc.sb.unacked.get(psn)
         if pkt is None:
             return
-        pkt.sent_at = now
-        pkt.resent = True
+        pdc.sb.resending(pkt, now)
         ent = None
         if pkt.ctl_type >= 0:
             buf = control_packet(pdc, pkt.ctl_type, psn, retx=True)
         else:
             assert pkt.msg is not None
             buf = self._request(pdc, pkt.msg, psn, pkt.offset, pkt.length, True, True)
-            ent = self.h.flowctl.resent(pdc, pkt, now, reason == "rto")  # path policy
+            # path policy; a loss (timed out or presumed from SACKs) tells the controller
+            ent = self.h.flowctl.resent(pdc, pkt, now, reason != "nack")
         self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
         self._arm(pdc, now)
@@ -392,6 +393,10 @@ class Initiator:
             pkts = sb.sack(cack + ack.sack_psn_offset, bm)
             if pkts:
                 self._released(pdc, pkts, now, held)
+        if h.loss_threshold:
+            for psn in sb.presumed_lost(h.loss_threshold):  # (emu.core.reliable)
+                h.stats["sack_retransmits"] += 1
+                self._retransmit(pdc, psn, now, reason="sack")
         if rsp is not None:
             msg = pdc.msgs.get(rsp.message_id)
             if msg is not None and msg.all_sent:

@@ -65,6 +65,40 @@ def test_release_cancels_a_delayed_resend_and_go_back_brings_them_forward():
     assert not sb.unacked and not sb.retx and sb.next_psn == sb.start == sb.oldest == 1000
 
 
+def test_a_packet_is_presumed_lost_once_enough_sent_after_it_were_delivered():
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, NEAR_WRAP)
+    ps = sent(sb, 20)
+    sb.ack_through(ps[1])
+    sb.sack(ps[3], (1 << 16) - 1)  # ps[3..18] delivered: 16 after ps[2]; ps[19] in flight
+    assert sb.presumed_lost(17) == [] and sb.presumed_lost(16) == [ps[2]]
+    sb.retx.at_once(ps[2])
+    assert sb.presumed_lost(16) == []  # owed already: not named twice
+    assert sb.retx.pop() == ps[2]
+    sb.resending(sb.unacked[ps[2]], 1.0)  # its place in send order is now after ps[19]
+    more = sent(sb, 20)
+    assert sb.presumed_lost(16) == []
+    sb.sack(more[0], (1 << 15) - 1)  # 15 delivered after the resend, ps[19] still out
+    assert sb.presumed_lost(16) == []
+    sb.ack(ps[19])  # before the resend: it does not count for ps[2]
+    assert sb.presumed_lost(16) == [] and sb.presumed_lost(15) == [ps[2]]
+    sb.ack(more[15])
+    assert sb.presumed_lost(16) == [ps[2]]
+    sb.ack(ps[2])  # the resent copy (or the first) arrived: no news about what followed
+    assert sb.high_delivered == more[15] and list(sb.unacked) == more[16:]
+    assert sb.presumed_lost(1) == []  # nothing below the highest delivered is outstanding
+
+
+def test_presumed_lost_counts_only_what_was_delivered_between():
+    """Two holes: the older one has the younger hole above it, which was not delivered."""
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, 0)
+    ps = sent(sb, 12)
+    for p in ps:
+        if p not in (ps[0], ps[1]):
+            sb.ack(p)
+    assert sb.presumed_lost(10) == [ps[0], ps[1]]
+    assert sb.presumed_lost(11) == []  # 10 delivered above either hole, not 11
+
+
 ops = st.lists(st.one_of(
     st.tuples(st.just("send"), st.integers(1, 8)),
     st.tuples(st.just("cack"), st.integers(-2, 40)),
@@ -72,6 +106,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("sack"), st.integers(-2, 40), st.integers(0, (1 << 64) - 1)),
     st.tuples(st.just("later"), st.integers(0, 40)),
     st.tuples(st.just("goback"), st.integers(0, 40)),
+    st.tuples(st.just("resend"), st.integers(0, 40)),
+    st.tuples(st.just("lost"), st.integers(1, 12)),
 ), max_size=60)
 
 
@@ -84,6 +120,7 @@ def test_never_both_acked_and_outstanding(seq):
     start = NEAR_WRAP
     sb: Scoreboard[Pkt] = Scoreboard(PSN32, start)
     released: set[int] = set()
+    resent_at: dict[int, int] = {}  # PSN → next_psn when resent
 
     def took(pkts: list[Pkt]) -> None:
         for p in pkts:
@@ -105,6 +142,16 @@ def test_never_both_acked_and_outstanding(seq):
             sb.retx.after(start + op[1], 1.0)
         elif kind == "goback":
             sb.go_back(start + op[1])
+        elif kind == "resend" and start + op[1] in sb.unacked:
+            sb.resending(sb.unacked[start + op[1]], 0.0)
+            resent_at[start + op[1]] = sb.next_psn
+        elif kind == "lost":  # RFC 6675's IsLost, counted by brute force
+            k, high = op[1], sb.high_delivered
+            firsts = [p for p in released if p not in resent_at]
+            assert high == max(firsts, default=start - 1)
+            want = [p for p in sb.unacked if not sb.retx.owes(p) and
+                    sum(1 for q in released if resent_at.get(p, p + 1) <= q <= high) >= k]
+            assert sb.presumed_lost(k) == want
         out = set(sb.unacked)
         assert not out & released
         assert out | released == set(range(start, sb.next_psn))  # nothing lost

@@ -292,6 +292,55 @@ def test_two_nacks_for_one_trimmed_packet_in_a_batch_owe_one_resend():
     assert len(resent) == 1
 
 
+# -- loss presumed from SACKs -------------------------------------------------------------
+
+
+def _lose_data_packet(n: int):
+    """A drop hook losing the ``n``-th first transmission of a data request from A."""
+    seen = []
+
+    def drop(d: bytes, s: tuple, dst: tuple) -> bool:
+        if s == A and is_data(d) and not decode_packet(d).pds.retx:
+            seen.append(d)
+            return len(seen) == n
+        return False
+
+    drop.seen = seen  # type: ignore[attr-defined]
+    return drop
+
+
+@pytest.mark.parametrize("threshold", [16, 0])
+def test_a_lost_packet_is_resent_once_sixteen_after_it_are_sacked_not_at_the_rto(threshold):
+    """The 5th of 64 packets is lost. With the default threshold the SACKs of those after
+    it resend it one round trip later, long before the RTO; with 0 (RTO only) it waits
+    the whole timeout."""
+    p = uet_pair(seed=21, ekw={"mtu": 1024, "rto": 5e-3, "loss_threshold": threshold})
+    p.link.drop = _lose_data_packet(5)
+    _, dst, data = write(p, 1, 64 * 1024)
+    p.link.run()
+    ok(p.link.completions("a"), 1)
+    assert bytes(dst.view[:64 * 1024]) == data
+    c = p.ea.counters()
+    if threshold:
+        assert (c.get("sack_retransmits"), c.get("rto_retransmits", 0)) == (1, 0)
+        assert c["tx_retransmits"] == 1 and p.link.now < 1e-3  # no RTO was waited for
+    else:
+        assert (c.get("sack_retransmits", 0), c.get("rto_retransmits")) == (0, 1)
+        assert p.link.now > 5e-3
+
+
+def test_a_lost_tail_still_needs_the_rto():
+    """Nothing is sent after the last packet, so nothing can show it lost but the timer."""
+    p = uet_pair(seed=22, ekw={"mtu": 1024, "rto": 1e-3})
+    p.link.drop = _lose_data_packet(20)
+    _, dst, data = write(p, 1, 20 * 1024)
+    p.link.run()
+    ok(p.link.completions("a"), 1)
+    assert bytes(dst.view[:20 * 1024]) == data
+    c = p.ea.counters()
+    assert (c.get("sack_retransmits", 0), c.get("rto_retransmits")) == (0, 1)
+
+
 # -- RTO and close --------------------------------------------------------------------
 
 
