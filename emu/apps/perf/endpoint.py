@@ -56,7 +56,7 @@ class Endpoint:
     """``nqp`` QPs on ``dev`` (which the endpoint closes when it is closed)."""
 
     def __init__(self, dev: Device, nqp: int, buf_size: int, *, mtu: int | None, outs: int,
-                 cqe: int, transport: str = "roce") -> None:
+                 cqe: int, transport: str = "roce", qp_timeout: int | None = None) -> None:
         self.dev = dev
         # a refused pipelined post is reported by check() (a TransportError that names it),
         # not raised by the client library in the middle of a timed loop
@@ -73,6 +73,8 @@ class Endpoint:
             attrs: dict[str, Any] = {"max_rd_atomic": outs, "max_dest_rd_atomic": outs}
             if mtu is not None:
                 attrs["pmtu"] = mtu
+            if qp_timeout is not None and transport == "roce":
+                attrs["timeout"] = qp_timeout  # the local ACK timeout (perftest's -u)
             for _ in range(nqp):
                 buf = self.dev.alloc_buffer(buf_size)
                 self.bufs.append(buf)

@@ -69,6 +69,8 @@ class Options:
     rx_depth: int = 512
     cq_mod: int = 100
     outs: int = 16
+    #: -u: the RoCEv2 QPs' local ACK timeout code (4.096 µs × 2^code), perftest's 14
+    qp_timeout: int = 14
     mtu: int | None = None
     port: int = DEFAULT_PORT
     report_gbits: bool = False
@@ -111,7 +113,7 @@ class Options:
                 "duration": self.duration, "qps": self.qps, "tx_depth": self.tx_depth,
                 "rx_depth": self.rx_depth, "cq_mod": self.cq_mod, "outs": self.outs,
                 "mtu": self.mtu, "verify": self.verify, "report_gbits": self.report_gbits,
-                "transport": self.transport}
+                "transport": self.transport, "qp_timeout": self.qp_timeout}
 
 
 def _size(text: str) -> int:
@@ -157,6 +159,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-Q", "--cq-mod", dest="cq_mod", type=int,
                    help="signal a completion every N posts (BW tests; default 100)")
     g.add_argument("-o", "--outs", type=int, help="outstanding reads (read tests; default 16)")
+    g.add_argument("-u", "--qp-timeout", dest="qp_timeout", type=int, metavar="CODE",
+                   help="RoCEv2 QPs' local ACK timeout, 4.096 us x 2^CODE of fabric time "
+                        "(default 14: 67 ms, as perftest): what a lost last packet waits")
     g.add_argument("-m", "--mtu", type=int, choices=PMTUS,
                    help="RoCE path MTU (default: the largest the link MTU allows)")
     g.add_argument("-p", "--port", type=int, help=f"side-channel TCP port (default "
@@ -234,6 +239,7 @@ def from_args(a: argparse.Namespace) -> Options:
     o.rx_depth = a.rx_depth if a.rx_depth is not None else 512
     o.cq_mod = a.cq_mod if a.cq_mod is not None else 100
     o.outs = a.outs if a.outs is not None else 16
+    o.qp_timeout = a.qp_timeout if a.qp_timeout is not None else 14
     o.mtu = a.mtu
     o.port = a.port if a.port is not None else DEFAULT_PORT
     o.report_gbits = bool(a.report_gbits)
@@ -281,6 +287,10 @@ def validate(o: Options) -> None:
     need(1 <= o.rx_depth <= 16384, "--rx-depth must be 1 .. 16384")
     need(1 <= o.cq_mod <= 1024, "--cq-mod must be 1 .. 1024")
     need(1 <= o.outs <= 255, "--outs must be 1 .. 255")
+    need(1 <= o.qp_timeout <= 31, "--qp-timeout must be 1 .. 31 (0, wait forever, would "
+         "hang a run on its first lost last packet)")
+    need(o.transport == "roce" or "qp_timeout" not in o.explicit,
+         "--qp-timeout is a RoCEv2 QP attribute (UET's timer is its RTO)")
     need(0 < o.port < 65536, f"--port must be 1 .. 65535, got {o.port}")
     need(o.timeout > 0, "--timeout must be positive")
     need(o.min_bw is None or o.min_bw >= 0, "--min-bw must be >= 0")
@@ -318,6 +328,8 @@ def client_argv(o: Options, server: str) -> list[str]:
     argv = [o.test.name, server, "-s", str(o.size), "-n", str(o.iters), "-q", str(o.qps),
             "-t", str(o.tx_depth), "-r", str(o.rx_depth), "-Q", str(o.cq_mod),
             "-o", str(o.outs), "-p", str(o.port), "--timeout", f"{o.timeout:g}"]
+    if o.qp_timeout != 14:
+        argv += ["-u", str(o.qp_timeout)]
     if o.all_sizes:
         argv.append("-a")
     if o.duration is not None:

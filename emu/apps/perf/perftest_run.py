@@ -80,7 +80,8 @@ class _PerftestSide(_Side):
         depth = max(o.tx_depth, o.rx_depth if self.test.verb == "send" else 0)
         self.ep = ep = Endpoint(dev, o.qps, max(self.recv_off + region,
                                                 buffer_size(o.sizes, depth, False)),
-                                mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params), transport="roce")
+                                mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params), transport="roce",
+                                qp_timeout=o.qp_timeout)
         self._prepare(ep)  # before the peer learns our keys: it may start at once after
         mtu = sess.mtu(ep.mtu)
         infos = [qp.local_info() for qp in ep.qps]

@@ -171,7 +171,7 @@ class Client(_Side):
             self.ep = ep = Endpoint(dev, o.qps, buffer_size(o.sizes, o.tx_depth,
                                                             not o.test.is_bw),
                                     mtu=o.mtu, outs=o.outs, cqe=_cqe(self.params),
-                                    transport=o.transport)
+                                    transport=o.transport, qp_timeout=o.qp_timeout)
             chan_info = ep.infos()
             ep.connect(hello["qps"])
             _check_transport(o.test, o.sizes, ep)
@@ -342,7 +342,8 @@ class Server(_Side):
         depth = p["rx_depth"] if self.test.verb == "send" else p["tx_depth"]
         self.ep = ep = Endpoint(dev, p["qps"], buffer_size(sizes, depth, not self.test.is_bw),
                                 mtu=p["mtu"], outs=p["outs"], cqe=_cqe(p),
-                                transport=str(p.get("transport", "roce")))
+                                transport=str(p.get("transport", "roce")),
+                                qp_timeout=p.get("qp_timeout"))
         # our host, so the client counts this NIC's packets with its own (and no other's)
         chan.send("hello", qps=ep.infos(), host=dev.attrs.get("host"))
         ep.connect(chan.recv("connect")["qps"])

@@ -146,12 +146,22 @@ def test_a_run_document_names_its_first_error_as_the_error_document_does():
 def test_client_argv_round_trips():
     o = parse("send-bw", "--from", "h1", "--to", "h2", "-s", "4096", "-n", "77", "-q", "3",
               "-D", "1.5", "--report_gbits", "--json", "--min-bw", "0.5", "--no-verify",
-              "-m", "2048", "--plot", "x.svg")
+              "-m", "2048", "--plot", "x.svg", "-u", "9")
     again = parse(*client_argv(o, "10.0.1.12"))
     assert again.server == "10.0.1.12" and again.params() == o.params()
+    assert o.params()["qp_timeout"] == 9  # the server's QPs take the client's timeout
     assert (again.min_bw, again.json, again.plot) == (0.5, True, "x.svg")
     srv = parse(*server_argv(o))
     assert srv.server is None and srv.port == o.port
+
+
+def test_qp_timeout_is_perftests_u_for_roce_only():
+    assert parse("write-bw", "x").qp_timeout == 14  # perftest's default: 67 ms
+    assert parse("write-bw", "x", "-u", "8").qp_timeout == 8
+    with pytest.raises(UsageError, match="--qp-timeout must be 1 .. 31"):
+        parse("write-bw", "x", "-u", "0")
+    with pytest.raises(UsageError, match="RoCEv2 QP attribute"):
+        parse("write-bw", "x", "-u", "8", "--transport", "uet")
 
 
 def test_default_port_is_the_exchange_modules():
