@@ -440,8 +440,8 @@ def invariance_main(a: argparse.Namespace, name: str, transports: list[str],
 
     runs = 1 if a.quick else a.runs
     # --quick: the same code with no loss and incast flows that fit a port's queue, so it
-    # never waits out a retransmission timeout (RoCEv2's is 67 fabric ms: 8 wall minutes
-    # at 7100; UET's 5 fabric ms, 35 s)
+    # never waits out a retransmission timeout (a lost last packet: RoCEv2's at -u 8 is
+    # 1 fabric ms, 7 wall seconds at 7100; UET's RTO 5 fabric ms, 35 s)
     loss, size, loss_iters, incast_iters = (("0%", "16K", 5, 5) if a.quick
                                             else ("1%", "1M", a.iters, 16))
     clock_of = (lambda n: plan_of(n).time.clock())  # noqa: E731

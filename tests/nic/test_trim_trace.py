@@ -209,16 +209,20 @@ def test_cli_trace_and_trimmed_dscp_options():
         trimmed_table((64,))
 
 
-def test_uet_engine_traces_entropy_retx_flag_nack_and_rto():
+@pytest.mark.parametrize("loss_threshold", [0, 16])
+def test_uet_engine_traces_entropy_retx_flag_nack_and_rto(loss_threshold):
     """Sans-IO: the trace fields the e2e test and users rely on. One packet trimmed
     (explicit ``trimmed=True``, as the daemon passes it) → NACK TRIMMED → resend at once;
-    one packet dropped → the RTO timer fires and resends it."""
+    one packet dropped → with ``loss_threshold`` 0 the RTO timer fires and resends it;
+    by default it is presumed lost at the transfer's tail, once the packets after it
+    were SACKed, and resent with reason "sack" before any timer fires."""
     from uet_pair import A, ok, uet_pair, write
 
     from emu.core.trace import Trace, select
 
     trace = Trace.memory("a")
-    p = uet_pair(seed=21, ekw={"mtu": 1024, "trace": trace, "rto": 2e-3})
+    p = uet_pair(seed=21, ekw={"mtu": 1024, "trace": trace, "rto": 2e-3,
+                               "loss_threshold": loss_threshold})
     events: list[str] = []
 
     def impair(d: bytes, s: tuple, dst: tuple) -> bool:
@@ -244,11 +248,16 @@ def test_uet_engine_traces_entropy_retx_flag_nack_and_rto():
     assert nk["data"]["code"] == 0x01
     (by_nack,) = select(trace.events, "packet_retransmitted", reason="nack")
     assert by_nack["data"]["psn"] == nk["data"]["psn"] and by_nack["time"] == nk["time"]
-    (by_rto,) = select(trace.events, "packet_retransmitted", reason="rto")
-    assert by_rto["data"]["psn"] != nk["data"]["psn"]
     fired = select(trace.events, "timer_fired", timer="retx")
-    assert fired and fired[0]["time"] == by_rto["time"]
-    assert by_rto["time"] - sent[0]["time"] >= p.ea.rto  # the RTO, not sooner
+    if loss_threshold:
+        (by_rto,) = select(trace.events, "packet_retransmitted", reason="sack")
+        assert not fired and by_rto["time"] - sent[0]["time"] < p.ea.rto
+        assert not select(trace.events, "packet_retransmitted", reason="rto")
+    else:
+        (by_rto,) = select(trace.events, "packet_retransmitted", reason="rto")
+        assert fired and fired[0]["time"] == by_rto["time"]
+        assert by_rto["time"] - sent[0]["time"] >= p.ea.rto  # the RTO, not sooner
+    assert by_rto["data"]["psn"] != nk["data"]["psn"]
     resent = select(trace.events, "packet_sent", retx=True)
     assert {e["data"]["psn"] for e in resent} == {nk["data"]["psn"], by_rto["data"]["psn"]}
     assert all(e["data"]["ent"] in p.ea.entropies for e in resent)

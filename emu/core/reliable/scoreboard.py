@@ -172,7 +172,7 @@ class Scoreboard(Generic[P]):
             return None
         return now - pkt.sent_at
 
-    def presumed_lost(self, threshold: int) -> list[int]:
+    def presumed_lost(self, threshold: int, tail: bool = False) -> list[int]:
         """Outstanding PSNs presumed lost, oldest first, that no resend is owed yet: at
         least ``threshold`` packets sent after one (in their first transmission) were
         delivered before it — RFC 6675's IsLost with ``threshold`` as its DupThresh, in
@@ -183,9 +183,15 @@ class Scoreboard(Generic[P]):
         times say little about send order within a window; PSNs say it exactly. A
         threshold above the reordering the paths cause keeps a merely late packet from
         being resent (1 on a single path; sprayed paths reorder by their queues'
-        difference)."""
+        difference).
+
+        ``tail``: the sender has nothing new to send, so no more packets will come to
+        count — RFC 5827's Early Retransmit: the threshold for a packet is at most the
+        packets sent after it (all of them delivered: it is lost). Without it a loss
+        among a transfer's last ``threshold`` packets waited for the RTO (measured: one
+        run in seven of a 20 MiB UET write-bw at 1 % loss paid 5 fabric ms)."""
         high = self.high_delivered
-        if high - threshold < self.start:
+        if high - (1 if tail else threshold) < self.start:
             return []
         # outstanding PSNs at or below ``high``, ascending: the holes (every PSN below
         # next_psn was sent, so the rest of [p, high] was delivered)
@@ -197,13 +203,19 @@ class Scoreboard(Generic[P]):
         n = len(holes)
         retx, order = self.retx, self._order
         out: list[int] = []
+        last = self.next_psn - 1
         for i, p in enumerate(holes):
             o = order.get(p)
             if o is None:  # delivered after p: high - p PSNs less the holes above p
-                if high - p - (n - 1 - i) < threshold:
+                need = min(threshold, last - p) if tail else threshold
+                if high - p - (n - 1 - i) < need:
+                    if tail:
+                        continue
                     break  # (non-increasing along the holes)
-            elif high - o + 1 - (n - bisect_left(holes, o)) < threshold:
-                continue  # resent: counted from where it was resent
+            else:  # resent: counted from where it was resent
+                need = min(threshold, last - o + 1) if tail else threshold
+                if need < 1 or high - o + 1 - (n - bisect_left(holes, o)) < need:
+                    continue
             if not retx.owes(p):
                 out.append(p)
         return out

@@ -394,7 +394,8 @@ class Initiator:
             if pkts:
                 self._released(pdc, pkts, now, held)
         if h.loss_threshold:
-            for psn in sb.presumed_lost(h.loss_threshold):  # (emu.core.reliable)
+            # nothing new to send: the packets after a hole are all there will be
+            for psn in sb.presumed_lost(h.loss_threshold, tail=not pdc.queue):
                 h.stats["sack_retransmits"] += 1
                 self._retransmit(pdc, psn, now, reason="sack")
         if rsp is not None:

@@ -88,6 +88,19 @@ def test_a_packet_is_presumed_lost_once_enough_sent_after_it_were_delivered():
     assert sb.presumed_lost(1) == []  # nothing below the highest delivered is outstanding
 
 
+def test_at_the_tail_every_packet_sent_after_a_hole_delivered_is_enough():
+    """RFC 5827's Early Retransmit: nothing more will be sent, so the 3 packets after a
+    hole are all the evidence there will ever be."""
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, 0)
+    ps = sent(sb, 6)
+    sb.ack_through(ps[1])
+    sb.sack(ps[3], 0b111)  # ps[2] missing, the 3 after it delivered
+    assert sb.presumed_lost(16) == [] and sb.presumed_lost(16, tail=True) == [ps[2]]
+    sb.retx.at_once(ps[2])
+    sb.resending(sb.unacked[sb.retx.pop()], 1.0)
+    assert sb.presumed_lost(16, tail=True) == []  # nothing sent after the resend
+
+
 def test_presumed_lost_counts_only_what_was_delivered_between():
     """Two holes: the older one has the younger hole above it, which was not delivered."""
     sb: Scoreboard[Pkt] = Scoreboard(PSN32, 0)
@@ -107,7 +120,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("later"), st.integers(0, 40)),
     st.tuples(st.just("goback"), st.integers(0, 40)),
     st.tuples(st.just("resend"), st.integers(0, 40)),
-    st.tuples(st.just("lost"), st.integers(1, 12)),
+    st.tuples(st.just("lost"), st.integers(1, 12), st.booleans()),
 ), max_size=60)
 
 
@@ -145,13 +158,18 @@ def test_never_both_acked_and_outstanding(seq):
         elif kind == "resend" and start + op[1] in sb.unacked:
             sb.resending(sb.unacked[start + op[1]], 0.0)
             resent_at[start + op[1]] = sb.next_psn
-        elif kind == "lost":  # RFC 6675's IsLost, counted by brute force
-            k, high = op[1], sb.high_delivered
+        elif kind == "lost":  # RFC 6675's IsLost (RFC 5827's at the tail), by brute force
+            k, tail, high, last = op[1], op[2], sb.high_delivered, sb.next_psn - 1
             firsts = [p for p in released if p not in resent_at]
             assert high == max(firsts, default=start - 1)
-            want = [p for p in sb.unacked if not sb.retx.owes(p) and
-                    sum(1 for q in released if resent_at.get(p, p + 1) <= q <= high) >= k]
-            assert sb.presumed_lost(k) == want
+            want = []
+            for p in sb.unacked:
+                after = resent_at.get(p, p + 1)  # first PSN sent after it
+                need = min(k, last - after + 1) if tail else k
+                if (not sb.retx.owes(p) and need >= 1 and
+                        sum(1 for q in released if after <= q <= high) >= need):
+                    want.append(p)
+            assert sb.presumed_lost(k, tail) == want
         out = set(sb.unacked)
         assert not out & released
         assert out | released == set(range(start, sb.next_psn))  # nothing lost

@@ -144,7 +144,8 @@ def test_ecn_ce_forces_an_ack_with_m_set():
 
 
 def test_sack_bitmap_lsb_first_from_the_sack_base():
-    p = uet_pair(seed=8, ekw={"mtu": 1024})
+    # the hole must outlive the look at the ACK: no resend before the RTO
+    p = uet_pair(seed=8, ekw={"mtu": 1024, "loss_threshold": 0})
     write(p, 1, 10)
     p.link.run()
     first: list[int] = []
@@ -309,36 +310,32 @@ def _lose_data_packet(n: int):
     return drop
 
 
-@pytest.mark.parametrize("threshold", [16, 0])
-def test_a_lost_packet_is_resent_once_sixteen_after_it_are_sacked_not_at_the_rto(threshold):
-    """The 5th of 64 packets is lost. With the default threshold the SACKs of those after
-    it resend it one round trip later, long before the RTO; with 0 (RTO only) it waits
-    the whole timeout."""
+# (which of how many packets is lost, loss_threshold, resent on SACKs, by the RTO)
+LOSSES = {
+    # the 5th of 64: 16 sent after it are SACKed one round trip later, long before the RTO
+    "sixteen after it sacked": (5, 64, 16, 1, 0),
+    # loss_threshold 0: the RTO alone
+    "rto only": (5, 64, 0, 0, 1),
+    # the 18th of 20: the 2 after it are all there will be (RFC 5827's Early Retransmit)
+    "all after it at the tail": (18, 20, 16, 1, 0),
+    # the last: nothing sent after it can show it lost, only the timer
+    "the last packet": (20, 20, 16, 0, 1),
+}
+
+
+@pytest.mark.parametrize("case", LOSSES)
+def test_a_lost_packet_is_resent_on_the_sacks_of_those_after_it_or_at_the_rto(case):
+    nth, count, threshold, on_sacks, on_rto = LOSSES[case]
     p = uet_pair(seed=21, ekw={"mtu": 1024, "rto": 5e-3, "loss_threshold": threshold})
-    p.link.drop = _lose_data_packet(5)
-    _, dst, data = write(p, 1, 64 * 1024)
+    p.link.drop = _lose_data_packet(nth)
+    _, dst, data = write(p, 1, count * 1024)
     p.link.run()
     ok(p.link.completions("a"), 1)
-    assert bytes(dst.view[:64 * 1024]) == data
+    assert bytes(dst.view[:count * 1024]) == data
     c = p.ea.counters()
-    if threshold:
-        assert (c.get("sack_retransmits"), c.get("rto_retransmits", 0)) == (1, 0)
-        assert c["tx_retransmits"] == 1 and p.link.now < 1e-3  # no RTO was waited for
-    else:
-        assert (c.get("sack_retransmits", 0), c.get("rto_retransmits")) == (0, 1)
-        assert p.link.now > 5e-3
-
-
-def test_a_lost_tail_still_needs_the_rto():
-    """Nothing is sent after the last packet, so nothing can show it lost but the timer."""
-    p = uet_pair(seed=22, ekw={"mtu": 1024, "rto": 1e-3})
-    p.link.drop = _lose_data_packet(20)
-    _, dst, data = write(p, 1, 20 * 1024)
-    p.link.run()
-    ok(p.link.completions("a"), 1)
-    assert bytes(dst.view[:20 * 1024]) == data
-    c = p.ea.counters()
-    assert (c.get("sack_retransmits", 0), c.get("rto_retransmits")) == (0, 1)
+    assert (c.get("sack_retransmits", 0), c.get("rto_retransmits", 0)) == (on_sacks, on_rto)
+    assert c["tx_retransmits"] == 1
+    assert (p.link.now > 5e-3) == bool(on_rto)  # only a timeout waits its 5 ms
 
 
 # -- RTO and close --------------------------------------------------------------------
