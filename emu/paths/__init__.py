@@ -71,7 +71,8 @@ class PathPolicy(ABC):
         """A NACK came back on ``entropy`` (``trimmed``: a trimming NACK)."""
 
     def on_timeout(self, entropy: int, now: float) -> None:  # noqa: B027 (optional hook)
-        """A packet sent on ``entropy`` timed out (RTO)."""
+        """A packet sent on ``entropy`` was lost: its RTO fired, or the ACKs of packets
+        sent after it showed it missing (``Scoreboard.presumed_lost``)."""
 
     def state(self) -> dict[str, Any]:
         """Numbers for counters, traces and tests."""

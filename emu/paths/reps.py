@@ -17,7 +17,8 @@ Our rules (learned from the htsim UEC model's behaviour, written anew):
 * :meth:`Reps.choose` pops the FIFO's head (a *recycle*); when the FIFO is
   empty it *explores*: a uniformly random entropy among those not banned
   (all of them if every entropy is banned, so sending never stalls).
-* ECN-marked ACK, any NACK, and a timeout *penalise*: every queued copy of
+* ECN-marked ACK, any NACK, and a loss (a timeout, or a packet the ACKs of later
+  ones showed missing; counted as ``timeout``) *penalise*: every queued copy of
   that entropy is forgotten and it is banned from exploration for
   ``penalty`` seconds. After the ban it is an ordinary candidate again —
   a path that was congested for a moment recovers on its own.

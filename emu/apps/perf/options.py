@@ -48,6 +48,9 @@ class Test:
         return self.kind == "bw"
 
 
+#: perftest's -u: the RoCEv2 QPs' local ACK timeout code, 4.096 µs × 2^14 = 67 ms
+PERFTEST_QP_TIMEOUT = 14
+
 TITLES = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send"}
 TESTS = {f"{v}-{k}": Test(f"{v}-{k}", v, k, TITLES[v])
          for v in ("write", "read", "send") for k in ("bw", "lat")}
@@ -69,8 +72,7 @@ class Options:
     rx_depth: int = 512
     cq_mod: int = 100
     outs: int = 16
-    #: -u: the RoCEv2 QPs' local ACK timeout code (4.096 µs × 2^code), perftest's 14
-    qp_timeout: int = 14
+    qp_timeout: int = PERFTEST_QP_TIMEOUT  # -u (4.096 µs × 2^code)
     mtu: int | None = None
     port: int = DEFAULT_PORT
     report_gbits: bool = False
@@ -239,7 +241,7 @@ def from_args(a: argparse.Namespace) -> Options:
     o.rx_depth = a.rx_depth if a.rx_depth is not None else 512
     o.cq_mod = a.cq_mod if a.cq_mod is not None else 100
     o.outs = a.outs if a.outs is not None else 16
-    o.qp_timeout = a.qp_timeout if a.qp_timeout is not None else 14
+    o.qp_timeout = a.qp_timeout if a.qp_timeout is not None else PERFTEST_QP_TIMEOUT
     o.mtu = a.mtu
     o.port = a.port if a.port is not None else DEFAULT_PORT
     o.report_gbits = bool(a.report_gbits)
@@ -328,7 +330,7 @@ def client_argv(o: Options, server: str) -> list[str]:
     argv = [o.test.name, server, "-s", str(o.size), "-n", str(o.iters), "-q", str(o.qps),
             "-t", str(o.tx_depth), "-r", str(o.rx_depth), "-Q", str(o.cq_mod),
             "-o", str(o.outs), "-p", str(o.port), "--timeout", f"{o.timeout:g}"]
-    if o.qp_timeout != 14:
+    if o.qp_timeout != PERFTEST_QP_TIMEOUT:
         argv += ["-u", str(o.qp_timeout)]
     if o.all_sizes:
         argv.append("-a")

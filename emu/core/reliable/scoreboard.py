@@ -123,10 +123,11 @@ class Scoreboard(Generic[P]):
     # -- release -----------------------------------------------------------------
 
     def _delivered(self, pkt: P) -> None:
-        if not pkt.resent and pkt.psn > self.high_delivered:
-            self.high_delivered = pkt.psn
-        elif pkt.resent:
+        """``pkt`` was released: a first transmission may raise :attr:`high_delivered`."""
+        if pkt.resent:
             self._order.pop(pkt.psn, None)
+        elif pkt.psn > self.high_delivered:
+            self.high_delivered = pkt.psn
 
     def ack_through(self, cack: int) -> list[P]:
         """Release every outstanding PSN up to and including ``cack`` (a cumulative ACK),

@@ -221,11 +221,12 @@ class FlowCtl:
             f.cc.on_sent(k * nbytes, now)
         return ents
 
-    def resent(self, pdc: InitiatorPdc, pkt: TxPacket, now: float, timeout: bool) -> int:
-        """A retransmission: a fresh entropy; after an RTO the old path is penalised and
-        the controller told of a loss (once per timer round)."""
+    def resent(self, pdc: InitiatorPdc, pkt: TxPacket, now: float, lost: bool) -> int:
+        """A retransmission: a fresh entropy; for a lost packet (its RTO fired, or the
+        ACKs of packets sent after it showed it missing) the old path is penalised and
+        the controller told of a loss (once per instant); a NACK's resend is neither."""
         f = self.flow(pdc)
-        if timeout:
+        if lost:
             old = f.ledger.sent.get(pkt.psn)
             if old is not None:
                 f.path.on_timeout(old[0], now)

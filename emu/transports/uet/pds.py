@@ -177,8 +177,7 @@ class Initiator:
         else:
             assert pkt.msg is not None
             buf = self._request(pdc, pkt.msg, psn, pkt.offset, pkt.length, True, True)
-            # path policy; a loss (timed out or presumed from SACKs) tells the controller
-            ent = self.h.flowctl.resent(pdc, pkt, now, reason != "nack")
+            ent = self.h.flowctl.resent(pdc, pkt, now, lost=reason != "nack")
         self.h.emit(buf, pdc.addr, ent, pkt.ctl_type >= 0)
         self.h.stats["tx_retransmits"] += 1
         self._arm(pdc, now)
