@@ -81,6 +81,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                    help="probability that a packet is sent twice, e.g. 5%% (never 3 times)")
     p.add_argument("--delay", help="fabric time, e.g. 2us (needs netem)")
     p.add_argument("--jitter", help="fabric time, e.g. 100ns (needs netem)")
+    p.add_argument("--seed", help="which packets --loss, --ecn and --duplicate pick: a "
+                                  "number (the same packets, by their order on the link, "
+                                  "in every run; the file's seed, 1 unless it says, is "
+                                  "kept otherwise) or 'random' (the kernel's draw)")
     p.add_argument("--clear", action="store_true",
                    help="remove every impairment first (a host port keeps its line rate)")
     cluster_arg(p)
@@ -441,7 +445,7 @@ def _impair(a: argparse.Namespace) -> int:
     from emu.fabric import linkctl, state
     from emu.topology import Event
     from emu.topology.model import Direction
-    from emu.topology.units import UnitError, parse_prob, parse_rate, parse_time
+    from emu.topology.units import UnitError, parse_prob, parse_rate, parse_seed, parse_time
 
     need_root()
     try:
@@ -457,7 +461,8 @@ def _impair(a: argparse.Namespace) -> int:
                                 ("ecn_ce", "ecn_ce", parse_prob),
                                 ("duplicate", "duplicate", parse_prob),
                                 ("delay", "delay_s", parse_time),
-                                ("jitter", "jitter_s", parse_time)):
+                                ("jitter", "jitter_s", parse_time),
+                                ("seed", "seed", parse_seed)):
             value = getattr(a, opt)
             if value is not None:
                 try:
@@ -465,8 +470,8 @@ def _impair(a: argparse.Namespace) -> int:
                 except UnitError as e:
                     raise UserError(f"--{opt.replace('_ce', '')}: {e}") from None
         if not settings and not a.clear:
-            raise UserError("nothing to set: give --rate, --loss, --ecn, --duplicate, --delay "
-                            "or --clear")
+            raise UserError("nothing to set: give --rate, --loss, --ecn, --duplicate, --delay, "
+                            "--seed or --clear")
         if settings:  # before --clear changes anything: a delay this kernel cannot do
             fabricunits.check_kernel(settings, tp, lk.name)
         if a.clear:
@@ -531,6 +536,8 @@ def _fmt_dir(d, time=None) -> str:
     if d.delay_s:
         parts.append(f"delay {d.delay_s * 1e6:g}us" if scale == 1 else
                      f"delay {fmt_time(d.delay_s / scale)} (wall {fmt_time(d.delay_s)})")
+    if d.loss or d.ecn_ce or d.duplicate:
+        parts.append("seed random" if d.seed is None else f"seed {d.seed}")
     return ",".join(parts) or "clean"
 
 

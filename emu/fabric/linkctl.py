@@ -38,7 +38,11 @@ Mechanisms (all on this kernel; see ``/work/shared/DESIGN.md`` "Kernel facts")
   packets (not non-IP frames). Rules:
   ``numgen random mod 1000000 < round(p × 10⁶) counter drop comment "emu:loss"``
   and ``ip ecn {ect0, ect1} numgen random mod 1000000 < K counter ip ecn set ce``
-  (same for ``ip6``, comments ``emu:ce4``/``emu:ce6``). Probabilities therefore
+  (same for ``ip6``, comments ``emu:ce4``/``emu:ce6``) where the direction's seed is
+  ``"random"``; with a seed (the default) a UDP packet meets
+  ``meta l4proto udp numgen inc mod PERIOD { ordinals }`` instead: the transports'
+  packets picked by their order through the rule, the same in every run
+  (:mod:`emu.fabric.nftrules`; other packets keep the random draw). Probabilities
   have a resolution of 10⁻⁶ (probability 1 writes no ``numgen``: ``< 1000000``
   is out of nft's range for ``mod 1000000``). **CE is set only on ECN-capable packets** (ECT(0)
   or ECT(1)); Not-ECT packets are left alone (RFC 3168 §5: a router must not
@@ -122,6 +126,13 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
 
 from emu.fabric import netns as emu_netns
+from emu.fabric.nftrules import (
+    NFT_PREFIX,
+    PROB_SCALE,
+    nft_ruleset,
+    nft_table,
+    stream_key,
+)
 from emu.fabricclock import FabricClock
 from emu.topology.model import Direction, Link
 
@@ -131,13 +142,6 @@ _SIOCGSKNS = 0x894C
 QDISC_MAJOR = 0xE3E0
 QDISC_HANDLE = QDISC_MAJOR << 16
 CHILD_HANDLE = (QDISC_MAJOR + 1) << 16
-#: every nftables table we make starts with this
-NFT_PREFIX = "emu_lc_"
-#: numgen modulus: probabilities have a resolution of 1 / PROB_SCALE
-PROB_SCALE = 1_000_000
-#: skb mark bit a duplicate carries while in the egress hook (so it is not duplicated
-#: again); distinct from the switch pipeline's CE bit (0x20000000)
-DUP_MARK = 0x40000000
 ETH_HLEN = 14
 DEFAULT_STATE_DIR = Path("/run/emu/linkctl")
 NETNS_DIR = Path("/run/netns")
@@ -453,53 +457,10 @@ def _del_our_qdisc(ipr: IPRoute, index: int) -> bool:
 # --------------------------------------------------------------------------- nftables
 
 
-def nft_table(ifname: str) -> str:
-    """The nftables table emu uses for ``ifname`` (an nft identifier)."""
-    safe = re.sub(r"[^A-Za-z0-9_]", "_", ifname)
-    if safe != ifname:  # keep distinct names distinct after sanitising
-        safe += "_" + format(sum(ifname.encode()) * 2654435761 % (1 << 24), "06x")
-    return NFT_PREFIX + safe
-
-
 def _prob(p: float, what: str) -> int:
     if not 0.0 <= p <= 1.0:
         raise LinkCtlError(f"{what} must be a probability in [0, 1], not {p}")
     return round(p * PROB_SCALE)
-
-
-def _chance(k: int) -> str:
-    """The nft match "with probability k / PROB_SCALE" (nothing for always)."""
-    return "" if k >= PROB_SCALE else f"numgen random mod {PROB_SCALE} < {k} "
-
-
-def _nft_ruleset(ifname: str, loss: int, ce: int, egress: bool, dup: int = 0) -> str:
-    table = nft_table(ifname)
-    family = "netdev" if egress else "inet"
-    if egress:
-        hook = f'type filter hook egress device "{ifname}" priority 0; policy accept;'
-        match = ""
-    else:
-        hook = "type filter hook postrouting priority 0; policy accept;"
-        match = f'oifname "{ifname}" '
-    rules = []
-    if loss:
-        rules.append(f'{match}{_chance(loss)}counter drop comment "emu:loss"')
-    if dup:
-        keep = 0xFFFFFFFF & ~DUP_MARK
-        rules.append(f"{match}meta mark & {DUP_MARK:#010x} == 0 {_chance(dup)}"
-                     f"meta mark set meta mark | {DUP_MARK:#010x} counter "
-                     f'dup to "{ifname}" meta mark set meta mark & {keep:#010x} '
-                     'comment "emu:dup"')
-    if ce:
-        for fam, tag in (("ip", "ce4"), ("ip6", "ce6")):
-            rules.append(f"{match}{fam} ecn {{ ect0, ect1 }} {_chance(ce)}"
-                         f'counter {fam} ecn set ce comment "emu:{tag}"')
-    body = "".join(f"    {r}\n" for r in rules)
-    return (f"table {family} {table} {{}}\n"
-            f"delete table {family} {table}\n"
-            f"table {family} {table} {{\n"
-            f'  comment "emu linkctl {ifname}"\n'
-            f"  chain egress {{\n    {hook}\n{body}  }}\n}}\n")
 
 
 def _nft_tables(ns: str) -> list[tuple[str, str]]:
@@ -571,7 +532,8 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
         elif d.rate_bps:
             _add_tbf(ipr, idx, QDISC_HANDLE, TC_H_ROOT, d.rate_bps, b, lim)
     if loss or ce or dup:
-        _nft(ns, _nft_ruleset(ifname, loss, ce, feats.nft_egress, dup))
+        key = stream_key(d.seed, link or ifname, direction)
+        _nft(ns, nft_ruleset(ifname, loss, ce, feats.nft_egress, dup, key))
         settings["hook"] = "netdev egress" if feats.nft_egress else "inet postrouting"
     else:
         _del_our_table(ns, ifname)

@@ -7,14 +7,15 @@ File format (TOML; every table optional except ``[topology]``)::
                     name = "ls" (cluster name; default: file stem), description = "…"
     [params]        generator parameters (see emu.topology.generators.GENERATORS)
     [defaults.link] mtu (9000; 1280..65535: every port has IPv6), up (true), rate, loss,
-                    ecn_ce, duplicate, delay, jitter,
+                    ecn_ce, duplicate, delay, jitter, seed (0..2**32-1 or "random";
+                    default 1: which packets loss/ecn_ce/duplicate pick),
                     a_to_b = {…}, b_to_a = {…} (per-direction values win)
     [[link]]        generated kinds: match = "leaf1-spine1" | "leaf1:spine*" + settings
                     custom: a, b, a_if, b_if, plane + settings
     [[node]]        custom only: name, kind = "host"|"switch", role, plane
     [[event]]       at = "2s", action = "down"|"up"|"impair", target = link name |
                     "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, duplicate,
-                    delay, jitter (at, rates, delays: fabric time, [time] scale)
+                    delay, jitter, seed (at, rates, delays: fabric time, [time] scale)
     [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1
 
 ``--set`` overrides (``load(path, ["hosts_per_leaf=8", "link.mtu=1500"])``):

@@ -18,6 +18,9 @@ NodeKind = Literal["host", "switch"]
 
 #: Linux's IFNAMSIZ - 1
 MAX_IFNAME = 15
+#: the seed of every link direction's impairments unless a file or ``--set link.seed=N``
+#: says otherwise (:class:`Direction`)
+DEFAULT_SEED = 1
 
 
 class TopologyError(ValueError):
@@ -42,6 +45,15 @@ class Direction:
     probability; a duplicate is never duplicated again). ``delay_s``/``jitter_s``
     need netem (feature-detected by the fabric; refused with a clear error where
     the kernel lacks it).
+
+    ``seed`` decides *which* packets those probabilities pick: a number picks them
+    by their order on the link from a pseudo-random sequence of that seed (and the
+    link's name and direction), so a run repeated — at another time scale, or
+    tomorrow — loses, marks and duplicates the same packets, as a simulator's seeded
+    run does; None ("random") leaves the draw to the kernel, different every run.
+    Why seeded by default: a result must not depend on which packets the kernel
+    happened to drop (the scale-invariance check compares runs), and an experiment
+    that varies the seed on purpose says so.
     """
 
     rate_bps: int | None = None
@@ -50,9 +62,11 @@ class Direction:
     delay_s: float = 0.0
     jitter_s: float = 0.0
     duplicate: float = 0.0
+    seed: int | None = DEFAULT_SEED
 
     def is_default(self) -> bool:
-        return self == Direction()
+        """No impairment: the seed alone changes nothing on the wire."""
+        return dataclasses.replace(self, seed=DEFAULT_SEED) == Direction()
 
 
 @dataclass

@@ -2,7 +2,8 @@
 """Link settings (``[defaults.link]``, ``[[link]]``) and scheduled ``[[event]]`` entries.
 
 A settings table holds ``mtu``, ``up`` and the per-direction keys ``rate``,
-``loss``, ``ecn_ce``, ``duplicate``, ``delay``, ``jitter``; the latter apply to both
+``loss``, ``ecn_ce``, ``duplicate``, ``delay``, ``jitter``, ``seed`` (which packets the
+probabilities pick: :class:`~emu.topology.model.Direction`); the latter apply to both
 directions unless repeated inside an ``a_to_b`` / ``b_to_a`` table, which wins
 for its direction. Parsed values use :class:`~emu.topology.model.Direction`'s
 field names (``rate_bps``, ``delay_s`` …) so applying them is a plain replace.
@@ -16,7 +17,14 @@ from dataclasses import dataclass, field
 
 from emu.topology.locate import Locator
 from emu.topology.model import Event, Link, Topology
-from emu.topology.units import UnitError, parse_int, parse_prob, parse_rate, parse_time
+from emu.topology.units import (
+    UnitError,
+    parse_int,
+    parse_prob,
+    parse_rate,
+    parse_seed,
+    parse_time,
+)
 
 __all__ = ["LinkSettings", "parse_settings", "apply_overrides", "parse_events", "DIR_KEYS",
            "TargetError", "planes", "resolve_target"]
@@ -29,6 +37,7 @@ DIR_KEYS = {
     "duplicate": ("duplicate", parse_prob),
     "delay": ("delay_s", parse_time),
     "jitter": ("jitter_s", parse_time),
+    "seed": ("seed", parse_seed),
 }
 LINK_KEYS = {"mtu", "up", "a_to_b", "b_to_a", *DIR_KEYS}
 ACTIONS = ("down", "up", "impair")

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UnitError", "parse_rate", "parse_prob", "parse_time", "parse_int", "format_rate"]
+__all__ = ["UnitError", "parse_rate", "parse_prob", "parse_time", "parse_int", "parse_seed",
+           "format_rate"]
 
 
 class UnitError(ValueError):
@@ -132,3 +133,15 @@ def parse_int(value: object, lo: int | None = None, hi: int | None = None) -> in
         hi_s = "" if hi is None else str(hi)
         raise UnitError(f"{value} is out of range {lo_s}..{hi_s}")
     return value
+
+
+def parse_seed(value: object) -> int | None:
+    """A link's impairment seed: an integer in 0..2**32-1, or ``"random"`` (None: the
+    kernel's draw, different every run)."""
+    if isinstance(value, str) and value.strip().lower() == "random":
+        return None
+    try:
+        return parse_int(value, 0, 2**32 - 1)
+    except UnitError as e:
+        raise UnitError(f"bad seed {value!r}: expected an integer 0..4294967295 or "
+                        f"'random' ({e})") from None

@@ -75,6 +75,11 @@ def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
     st = json.loads(emu("status", cluster, "--json").stdout)
     lk = next(x for x in st["links"] if x["name"] == "leaf1-spine1")
     assert lk["a_to_b"]["loss"] == pytest.approx(0.02) and "counters" in lk["a_to_b"]
+    assert lk["a_to_b"]["seed"] == 1  # seeded unless asked: the same packets every run
+    out = emu("impair", "-c", cluster, "leaf1:spine1", "--seed", "random").stdout
+    assert "loss 2.000%" in out and "seed random" in out, out
+    r = emu("impair", "-c", cluster, "leaf1:spine1", "--seed", "lucky", check=False)
+    assert r.returncode != 0 and "bad seed" in r.stderr
     emu("impair", "-c", cluster, "leaf1:spine1", "--clear")
 
     # clearing a host link's impairment keeps its port's line rate: the NIC's serializer

@@ -23,6 +23,7 @@ import pytest
 import trio
 from routed_ns import RoutedTriple, made_and_removed
 
+from emu.fabric import nftrules
 from emu.topology.model import Direction, Endpoint, Event, Link, Node, Topology
 
 PORT = 5555
@@ -175,15 +176,21 @@ def test_rate_64bit_and_default_sizes(net):
     assert burst == 12_500_000 and limit == burst + 250_000_000
 
 
-@pytest.mark.parametrize("where", ["forwarded", "local"])
-def test_loss_10_percent(net, where):
+@pytest.mark.parametrize(("where", "seed"), [("forwarded", 1), ("local", 1),
+                                             ("forwarded", None)])
+def test_loss_10_percent(net, where, seed):
+    """10 % loss (±4σ), seeded (the default) or the kernel's random draw, on a forwarded
+    and on a locally sent packet's egress; nft counts every drop."""
     from emu.fabric import linkctl
 
     tx, rx = net.sock(net.a), net.sock(net.b, bind=True)
     _wait_reachable(tx, rx, "10.77.2.2")
     ns, ifn = (net.r, "r1") if where == "forwarded" else (net.a, "a0")
-    s = linkctl.apply_direction(ns, ifn, Direction(loss=0.1))
-    assert s["hook"] == "netdev egress"
+    s = linkctl.apply_direction(ns, ifn, Direction(loss=0.1, seed=seed))
+    assert s["hook"] == "netdev egress" and s["seed"] == seed
+    rules = linkctl.run_in_ns(ns, ["nft", "list", "table", "netdev",
+                                   nftrules.nft_table(ifn)]).stdout
+    assert ("udp numgen inc" in rules) == (seed is not None)  # the rest: the kernel's draw
     n = 5000
     got = len(_send_and_receive(tx, rx, "10.77.2.2", n))
     lost = n - got
@@ -192,6 +199,38 @@ def test_loss_10_percent(net, where):
     c = linkctl.counters(ns, ifn)
     # nft counted every drop (± a stray neighbour/MLD packet)
     assert 0 <= c["dropped"] - lost <= 3, (c, lost)
+
+
+def test_seeded_loss_drops_the_same_packets_every_time(net):
+    """A seeded direction drops exactly the packets its pattern names, by their order on
+    the link — the same ones when the setting is applied again (a new run) — and another
+    seed or another direction drops others."""
+    from emu.fabric import linkctl
+
+    tx, rx = net.sock(net.a), net.sock(net.b, bind=True)
+    _wait_reachable(tx, rx, "10.77.2.2")
+    n, p = 3000, 0.2
+    period, ordinals, picked = nftrules.seeded_pattern(
+        round(p * nftrules.PROB_SCALE), f"7/{net.link_rb.name}/a_to_b/loss")
+    assert picked and period > n
+    want_lost = [i for i in ordinals if i < n]
+    runs = []
+    for _ in range(2):
+        linkctl.apply_direction(net.r, "r1", Direction(loss=p, seed=7),
+                                link=net.link_rb.name, direction="a_to_b")
+        seen = _numbered(tx, rx, "10.77.2.2", n)
+        assert set(seen) <= {0, 1}
+        runs.append([i for i, k in enumerate(seen) if k == 0])
+    assert runs[0] == runs[1] == want_lost, (len(runs[0]), len(want_lost))
+    assert linkctl.counters(net.r, "r1")["dropped"] == len(want_lost)
+    for seed, direction in ((8, "a_to_b"), (7, "b_to_a")):
+        linkctl.apply_direction(net.r, "r1", Direction(loss=p, seed=seed),
+                                link=net.link_rb.name, direction=direction)
+        seen = _numbered(tx, rx, "10.77.2.2", n)
+        other = [i for i, k in enumerate(seen) if k == 0]
+        assert other != want_lost
+        ok, why = _within_4sigma(len(other), n, p)
+        assert ok, why
 
 
 def test_ce_marking_ect_only(net):
@@ -297,7 +336,7 @@ def test_duplicate_rule_text_and_certain_probabilities(net):
     drops everything rather than failing to apply."""
     from emu.fabric import linkctl
 
-    text = linkctl._nft_ruleset("x0", linkctl.PROB_SCALE, 0, True, dup=linkctl.PROB_SCALE)
+    text = nftrules.nft_ruleset("x0", nftrules.PROB_SCALE, 0, True, dup=nftrules.PROB_SCALE)
     assert "numgen" not in text and 'dup to "x0"' in text
     assert text.index("emu:loss") < text.index("emu:dup")  # a dropped packet is not copied
     assert "0x40000000" in text and "0xbfffffff" in text
