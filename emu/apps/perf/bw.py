@@ -105,7 +105,9 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
     deadline = t0 + duration if duration else None
     prog = Progress(t0, progress)
     stopping = False
-    last_progress = last_peer_check = t0
+    # the stall check and the peer check run on the wall clock: ``timeout`` is wall
+    # seconds (:mod:`emu.apps.perf.stall`), ``clock`` (fabric time) times the results
+    last_progress = last_peer_check = time.monotonic()
     done_bytes = 0
 
     def post(q: int, first: int, n: int, force_signal_last: bool) -> None:
@@ -150,12 +152,12 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
         wcs = ep.send_cq.wait(1, timeout=0.2)
         if wcs:
             wcs += ep.send_cq.poll(1 << 16)
-        now = clock()
+        now, wall = clock(), time.monotonic()
         if not wcs:
             ep.check()
-            if now - last_progress > timeout:
-                raise TransportError(f"no completion for {timeout:g} s ({sum(completed)} of "
-                                     f"{sum(posted)} posts completed)")
+            if wall - last_progress > timeout:
+                raise TransportError(f"no completion for {timeout:g} wall s ({sum(completed)} "
+                                     f"of {sum(posted)} posts completed)")
         for wc in wcs:
             if wc.status != WcStatus.SUCCESS:
                 raise _wc_error(wc)
@@ -178,10 +180,10 @@ def run_client(ep: Endpoint, remote: list[dict[str, Any]], verb: str, size: int,
             tc.extend([now] * n)
             timeline.add(now, n * size)
             done_bytes += n * size
-            last_progress = now
-        if now - last_peer_check > 0.2:
+            last_progress = wall
+        if wall - last_peer_check > 0.2:
             _peer_check(chan)
-            last_peer_check = now
+            last_peer_check = wall
         prog.tick(now, done_bytes, len(tc))
     ep.check()
     run.counts = completed
@@ -331,5 +333,5 @@ class SendReceiver:
                 ep.check()
                 if time.monotonic() - last_progress > timeout and target is not None:
                     raise TransportError(f"received {sum(self.received())} of {sum(target)} "
-                                         f"messages; nothing for {timeout:g} s")
+                                         f"messages; nothing for {timeout:g} wall s")
         return self.received()

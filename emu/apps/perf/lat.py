@@ -79,7 +79,7 @@ class Waiter:
                         return check(msg, self.expect)
                 if now - start > self.timeout:
                     self.ep.check()
-                    raise TransportError(f"no {what} for {self.timeout:g} s")
+                    raise TransportError(f"no {what} for {self.timeout:g} wall s")
                 if now - start > BACKOFF_AFTER:
                     time.sleep(20e-6)
                     continue

@@ -186,8 +186,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when the average bandwidth is below this (Gb/s)")
     e.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="do not fill and check data patterns")
-    e.add_argument("--timeout", type=float, help="seconds to wait for the peer and for "
-                   "progress (default 60)")
+    e.add_argument("--timeout", type=float, help="wall seconds to wait for the peer, and "
+                   "for progress on top of three of the transport's own retransmission "
+                   "waits at the cluster's time scale (a RoCEv2 QP's -u timeout, UET's RTO "
+                   "ceiling: 3 x 67 fabric ms is 24 wall minutes at scale 7100); default 60")
     e.add_argument("--plot", metavar="OUT.svg", help="chart of bandwidth over time (BW tests)")
     e.add_argument("--transport", choices=TRANSPORTS,
                    help="RDMA transport (default roce; uet = UET endpoints, RUD, sprayed)")

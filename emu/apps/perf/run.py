@@ -24,11 +24,11 @@ import sys
 import time
 from typing import Any
 
-from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report
+from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report, stall
 from emu.apps.perf.channel import Channel, ChannelError, PeerAbort
 from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_size, open_device
 from emu.apps.perf.kernel_rtt import PathRtt, RttError, ping_rtt
-from emu.apps.perf.options import TESTS, Options, Test
+from emu.apps.perf.options import PERFTEST_QP_TIMEOUT, TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
 from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
 from emu.credible import overload
@@ -63,6 +63,15 @@ class _Side:
         #: so Gb/s, µs and -D are fabric time; real time without a daemon's word
         self.clock = FabricClock()
         self.late_start: float | None = None  # fabric s a --start-at was missed by
+
+    def _stall_limit(self) -> float:
+        """Wall seconds with nothing completing before this side gives up: ``--timeout``
+        plus the transport's own waits at the clock's scale (:mod:`emu.apps.perf.stall`;
+        the run's transport and ``-u`` are the client's: a server takes them from it)."""
+        p = self.params
+        return stall.stall_limit(self.opts.timeout, str(p.get("transport") or "roce"),
+                                 int(p.get("qp_timeout") or PERFTEST_QP_TIMEOUT),
+                                 self.clock.scale)
 
     def say(self, line: str = "") -> None:
         """Human output: stdout, or stderr when stdout carries the JSON document."""
@@ -286,7 +295,7 @@ class Client(_Side):
         if o.test.is_bw:
             run = bw.run_client(ep, ep.remote, o.test.verb, size, iters=o.iters,
                                 duration=o.duration, tx_depth=o.tx_depth, cq_mod=o.cq_mod,
-                                pattern=pattern, chan=chan, timeout=o.timeout,
+                                pattern=pattern, chan=chan, timeout=self._stall_limit(),
                                 clock=self.clock.now)
             elapsed = run.end - run.tposted[0] if run.tposted else 0.0
             res = bw_result(size, run.tposted, run.tcompleted, o.report_gbits,
@@ -296,7 +305,7 @@ class Client(_Side):
         else:
             lrun = lat.client(ep, ep.remote, o.test.verb, size, iters=o.iters,
                               duration=o.duration, pattern=pattern, chan=chan,
-                              timeout=o.timeout, clock=self.clock.now)
+                              timeout=self._stall_limit(), clock=self.clock.now)
             res = latency_stats(lrun.samples, size, lrun.iterations)
             counts = [lrun.iterations]
         chan.send("done", counts=counts, row=report.row(res, o.report_gbits),
@@ -363,7 +372,7 @@ class Server(_Side):
                ) -> dict[str, Any]:
         p, verb = self.params, self.test.verb
         iters = None if p["duration"] else int(p["iters"])
-        timeout = self.opts.timeout
+        timeout = self._stall_limit()
         rx = None
         if self.test.is_bw:
             if verb == "read":

@@ -92,3 +92,58 @@ def test_the_same_message_twice_or_wrong_bytes_fail():
     sr, chan, _ = _server([(0, 0), (1, 40), (2, 2), (3, 3), (4, 4), (5, 5)])
     with pytest.raises(DataError, match="iteration 1"):
         sr.serve(chan, timeout=5)
+
+
+def _client_ep(quiet_waits: int):
+    """A client endpoint whose send CQ answers nothing ``quiet_waits`` times, then
+    completes every signaled post."""
+    signaled: list[int] = []
+    waits = [0]
+
+    class _SendCq:
+        def wait(self, n: int, timeout: float) -> list:  # noqa: ARG002
+            waits[0] += 1
+            if waits[0] <= quiet_waits or not signaled:
+                return []
+            return [SimpleNamespace(status=WcStatus.SUCCESS, qp_num=7, wr_id=signaled.pop(0))]
+
+        def poll(self, n: int) -> list:  # noqa: ARG002
+            return []
+
+    def post_many(wrs, wait):  # noqa: ARG001
+        signaled.extend(w["wr_id"] for w in wrs if w["signaled"])
+
+    ep = SimpleNamespace(qps=[SimpleNamespace(post_many=post_many)],
+                         mrs=[SimpleNamespace(va=0, lkey=1, view=memoryview(bytearray(4096)))],
+                         send_cq=_SendCq(), by_qpn={7: 0}, check=lambda: None)
+    return ep, [{"va": 0, "rkey": 2}]
+
+
+def test_the_client_waits_for_progress_in_wall_time_not_fabric_time():
+    """At a large time scale the fabric clock races past the wall clock (here 1000
+    fabric s per reading): a quiet spell of a few empty CQ waits is not a stall unless
+    ``timeout`` *wall* seconds pass (:mod:`emu.apps.perf.stall`). On the fabric clock the
+    check would have given up at the first empty wait."""
+    from emu.apps.perf import bw
+
+    ticks = iter(range(0, 10**9, 1000))
+    ep, remote = _client_ep(quiet_waits=3)
+    run = bw.run_client(ep, remote, "write", 256, iters=4, duration=None, tx_depth=4,
+                        cq_mod=1, pattern=None, chan=None, timeout=60.0, progress=False,
+                        clock=lambda: float(next(ticks)))
+    assert run.counts == [4]
+    ep, remote = _client_ep(quiet_waits=10**9)  # nothing ever completes: a wall stall
+    with pytest.raises(TransportError, match="no completion for 0.05 wall s"):
+        bw.run_client(ep, remote, "write", 256, iters=4, duration=None, tx_depth=4,
+                      cq_mod=1, pattern=None, chan=None, timeout=0.05, progress=False)
+
+
+def test_stall_limit_is_timeout_plus_the_transports_waits_dilated():
+    from emu.apps.perf import stall
+
+    # RoCEv2 at perftest's -u 14: 67.1 fabric ms a wait; three of them at scale 7100
+    wait = 4.096e-6 * 2**14
+    assert stall.stall_limit(60, "roce", 14, 7100) == pytest.approx(60 + 3 * wait * 7100)
+    assert stall.stall_limit(60, "roce", 8, 1) == pytest.approx(60 + 3 * 4.096e-6 * 256)
+    assert stall.stall_limit(60, "uet", 14, 2) == pytest.approx(
+        60 + 3 * stall.DEFAULT_DAEMON_RTO_MAX * 2)
