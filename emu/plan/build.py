@@ -251,7 +251,8 @@ def _ports(topology: Topology, serializers: dict[str, int],
 def wall_model(topology: Topology, plan: Plan) -> Topology:
     """``topology`` as the kernel is to run it: each link direction at the plan's wall
     rate (a host port's line rate where the link has none of its own:
-    :func:`emu.credible.rates.serialized`) and jitter, and no propagation delay — the
+    :func:`emu.credible.rates.serialized`) — none where a switch pipeline's port
+    serializes it — and jitter, and no propagation delay — the
     receiving NIC daemons hold each packet for its path's (:mod:`emu.nic.delayline`;
     this kernel may have no netem, and a fabric's nanoseconds are below what netem
     keeps). A copy; the caller's model is left alone."""
@@ -263,7 +264,13 @@ def wall_model(topology: Topology, plan: Plan) -> Topology:
             p = by_dir[(lk.name, label)]
             d = getattr(lk, label)
             new = d
-            if p.wall_rate is not None and (p.serializer or scaled):
+            if p.pipeline_rate is not None:
+                # the switch pipeline serializes this port (its tbf + BPF queue, or its
+                # releases): a link tbf under it would queue unmarked, and the kernel
+                # datapath cannot attach where a root qdisc is already
+                if d.rate_bps is not None:
+                    new = replace(new, rate_bps=None)
+            elif p.wall_rate is not None and (p.serializer or scaled):
                 new = replace(new, rate_bps=int(p.wall_rate))
             if d.delay_s:
                 new = replace(new, delay_s=0.0)

@@ -17,8 +17,13 @@
 
 ``host_facing`` is derived from the topology (the port's peer is a host), so
 trimmed packets on a last hop carry TRIMMED_LASTHOP without anyone listing
-ports. Validation builds every switch's config once at load time, so a bad
-key fails ``emu up`` before anything is created.
+ports. A port with no ``rate`` of its own serializes at its cable's (the rate of the
+link direction it sends on, ``[defaults.link] rate``): a switch's egress queue is where
+a fabric's congestion builds, so turning the pipeline on gives every port its queue,
+ECN marking and trimming at the rate the fabric has — without it a 400 Gb/s leaf-spine
+with ``switch.pipeline = true`` queued in the link's tbf alone and never marked.
+Validation builds every switch's config once at load time, so a bad key fails ``emu up``
+before anything is created.
 """
 
 from __future__ import annotations
@@ -95,6 +100,8 @@ def configs(topology: Topology, raw: dict[str, Any] | None = None) -> dict[str, 
                     apply_settings(port, {k: v for k, v in o.items() if k not in ("node", "port")},
                                    where)
             port.host_facing = topology.nodes[peer.node].kind == "host"
+            if port.rate is None:  # the port serializes at its cable's rate (docstring)
+                port.rate = (lk.a_to_b if lk.a is end else lk.b_to_a).rate_bps
             cfg.ports[end.ifname] = port
         out[node.name] = cfg
     return out

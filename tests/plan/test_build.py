@@ -80,6 +80,14 @@ def _before_the_plan(topology: Topology, costs: capacity.Costs) -> dict[str, Any
         topology = rates.serialized(topology, ports)
     enabled = switch_topology.enabled(topology)
     switch_cfgs = switch_topology.configs(topology) if enabled else {}
+    links = []  # since switch ports serialize at their cable's rate: no link tbf under them
+    for lk in topology.links:
+        for label, end in (("a_to_b", lk.a), ("b_to_a", lk.b)):
+            pc = switch_cfgs[end.node].ports.get(end.ifname) if end.node in switch_cfgs else None
+            if pc is not None and pc.rate:
+                lk = replace(lk, **{label: replace(getattr(lk, label), rate_bps=None)})
+        links.append(lk)
+    topology = replace(topology, links=links)
     extra: tuple[str, ...] = ("--optional-transports",)
     if switch_cfgs:
         dscps = sorted({d for c in switch_topology.configs(topology).values()
@@ -174,6 +182,28 @@ def test_a_scale_changes_wall_units_in_one_place():
     lk = next(lk for lk in wall.links if lk.a.node == "h1")
     # the kernel serializes at the wall rate and holds no propagation delay
     assert lk.a_to_b.rate_bps == 250_000_000 and lk.a_to_b.delay_s == 0
+
+
+def test_a_switch_port_serializes_at_its_cables_rate_unless_told():
+    """With the pipeline on and no port rate, every switch port queues (and marks) at its
+    link direction's rate — the 400 Gb/s leaf-spine as written, where before the ports
+    had no queue and congestion built in the link's tbf, unmarked; a port rate given
+    wins, per port, and a link with no rate leaves its port without a queue."""
+    plan = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true"]), COSTS)
+    switch_ports = [p for p in plan.ports if p.node in plan.switches]
+    assert switch_ports and all(p.pipeline_rate == 400e9 for p in switch_ports)
+    assert all(s.datapath == "kernel" for s in plan.switches.values())
+    up = load(NS / "leaf-spine.toml", ["switch.pipeline=true", "switch.port.rate=100gbit",
+                                       "link.a_to_b.rate=unlimited"])
+    cfgs = switch_topology.configs(up)
+    assert {p.rate for c in cfgs.values() for p in c.ports.values()} == {100_000_000_000}
+    topo = load(NS / "leaf-spine.toml", ["switch.pipeline=true"])
+    for lk in topo.links:
+        if lk.a.node.startswith("leaf") and lk.b.node.startswith("spine"):
+            lk.a_to_b = replace(lk.a_to_b, rate_bps=None)
+    cfgs = switch_topology.configs(topo)
+    assert cfgs["leaf1"].ports["spine1"].rate is None  # its cable has no rate either
+    assert cfgs["spine1"].ports["leaf1"].rate == 400_000_000_000  # the other direction's
 
 
 def test_the_plan_says_why_each_switch_takes_its_datapath():
