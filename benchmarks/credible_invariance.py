@@ -113,7 +113,10 @@ def incast_case(emu_argv: list[str], name: str, up: Callable[..., None],
                     + ", ".join(f"{s}->{d} {f['seconds'] * 1e6:.0f} us"
                                 for (s, d), f in zip(INCAST, flows, strict=True))
                     + f", Jain {j:.3f}, verified {sum(f['verified'] for f in flows)}/3, "
-                    f"credible {sum(f['credible'] for f in flows)}/3")
+                    f"credible {sum(f['credible'] for f in flows)}/3"
+                    + "".join(f"; {s}->{d} {f['causes']}"
+                              for (s, d), f in zip(INCAST, flows, strict=True)
+                              if not f["credible"] and f["causes"]))
                 out.append({"transport": t, "round": i + 1, "flows": flows, "jain": j})
     finally:
         down(name)
