@@ -343,6 +343,10 @@ def _with_links(s: dict, name: str) -> dict:
     if isinstance(st.get("plan"), dict) and "time" in st["plan"]:
         s["time"] = st["plan"]["time"]  # the scale beside every figure (DESIGN: Fabric time)
     serializers = _planned(st, "serializers")
+    plan = st.get("plan") if isinstance(st.get("plan"), dict) else {}
+    # ports a switch pipeline serializes (no link tbf there: emu.plan.build.wall_model)
+    switch_rates = {(p.get("link"), p.get("direction")): p.get("pipeline_rate")
+                    for p in plan.get("ports") or () if isinstance(p, dict)}
     snap = snapshot(name, timeout=2.0)
     s["overload"] = {**{f"nicd {h}": v["overload"] for h, v in snap["nic"].items()},
                      **{f"switchd {n}": v["overload"] for n, v in snap["switch"].items()}}
@@ -361,6 +365,8 @@ def _with_links(s: dict, name: str) -> dict:
             # the rate is a NIC port's line rate (its serializer), not an impairment
             rec[label]["line_rate"] = bool(d.rate_bps) and d.rate_bps == serializers.get(
                 f"{lk.name} {label}")
+            # the switch pipeline's port rate, fabric units (it serializes this direction)
+            rec[label]["switch_rate"] = switch_rates.get((lk.name, label))
             if not d.is_default():
                 try:
                     rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
@@ -378,19 +384,21 @@ def _impairment_table(s: dict) -> str:
         for label in ("a_to_b", "b_to_a"):
             d = rec.get(label)
             if not d or all(not d.get(k) for k in ("rate_bps", "loss", "ecn_ce", "duplicate",
-                                                   "delay_s")):
+                                                   "delay_s", "switch_rate")):
                 continue
             c = d.get("counters", {})
             rate = f"{d['rate_bps'] * scale / 1e9:.4g}G" if d.get("rate_bps") else "-"
             if d.get("line_rate"):
                 rate += " (NIC)"
-            rows.append(f"{rec['name']:<18} {label:<7} {rate:>10} {d['loss']:>7.2%} "
+            elif not d.get("rate_bps") and d.get("switch_rate"):
+                rate = f"{d['switch_rate'] / 1e9:.4g}G (switch)"  # already fabric units
+            rows.append(f"{rec['name']:<18} {label:<7} {rate:>13} {d['loss']:>7.2%} "
                         f"{d['ecn_ce']:>7.2%} {d.get('duplicate', 0):>7.2%} "
                         f"{c.get('dropped', '-')!s:>8} {c.get('marked', '-')!s:>8} "
                         f"{c.get('duplicated', '-')!s:>8} {c.get('qdisc_dropped', '-')!s:>8}")
     if not rows:
         return ""
-    head = (f"\n\n{'LINK SETTINGS':<18} {'DIR':<7} {'RATE':>10} {'LOSS':>7} {'CE':>7} "
+    head = (f"\n\n{'LINK SETTINGS':<18} {'DIR':<7} {'RATE':>13} {'LOSS':>7} {'CE':>7} "
             f"{'DUP':>7} {'DROPPED':>8} {'MARKED':>8} {'DUPED':>8} {'Q-DROPS':>8}")
     if scale != 1:
         rows.append(f"(rates are the fabric's; at time scale {scale:g} the kernel's tbf runs "

@@ -138,6 +138,9 @@ from emu.topology.model import Direction, Link
 
 #: ioctl: an fd of the network namespace a socket belongs to (linux/sockios.h)
 _SIOCGSKNS = 0x894C
+#: root qdisc handle major of the switch pipeline's kernel datapath ("e1:",
+#: :mod:`emu.switch.kernel`), which serializes a port in its link's place
+SWITCH_QDISC_MAJOR = 0xE1
 #: root qdisc handle major of emu's qdiscs ("e3e0:"); child tbf under netem is e3e1:
 QDISC_MAJOR = 0xE3E0
 QDISC_HANDLE = QDISC_MAJOR << 16
@@ -516,6 +519,11 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
         q = _root_qdisc(ipr, idx)
         if q is not None and q["handle"] >> 16 != QDISC_MAJOR and q.get_attr("TCA_KIND") not in (
                 "noqueue", "pfifo_fast", "mq", "pfifo", "bfifo") and (d.rate_bps or wants_netem):
+            if q["handle"] >> 16 == SWITCH_QDISC_MAJOR:
+                raise LinkCtlError(
+                    f"{ns}/{ifname}: the switch pipeline serializes this port (its kernel "
+                    "datapath's tbf); change its rate with `emu switch NODE PORT set "
+                    "rate=…` — loss, marking and duplication still apply here")
             raise LinkCtlError(f"{ns}/{ifname}: root qdisc {q.get_attr('TCA_KIND')} is not emu's;"
                                " refusing to replace it")
         _del_our_qdisc(ipr, idx)

@@ -167,6 +167,21 @@ def test_switch_names_only_real_ports_and_nodes(small):
     assert rows == real
 
 
+def test_impair_a_pipeline_port_rate_says_where_the_rate_is_set(small):
+    """The pipeline serializes its ports (its kernel datapath's tbf, no link tbf under it):
+    a link rate there is refused with where to set it; loss still applies on the link."""
+    name = small
+    row = next(x for x in emu("status", name).stdout.splitlines()
+               if x.startswith("h1-leaf1") and "b_to_a" in x)
+    assert "1G (switch)" in row, row  # status says who serializes it
+    p = emu("impair", "-c", name, "leaf1:h1", "--direction", "a_to_b", "--rate", "10mbit",
+            check=False)
+    err = _one_line_error(p)
+    assert "switch pipeline serializes this port" in err and "emu switch" in err, err
+    out = emu("impair", "-c", name, "leaf1:h1", "--direction", "a_to_b", "--loss", "1%").stdout
+    assert "loss 1.000%" in out
+
+
 def test_switch_says_a_node_is_missing_or_a_host(small):
     name = small
     # a node that is not there, or is a host: said so, with the switches listed
