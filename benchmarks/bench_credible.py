@@ -389,7 +389,11 @@ def flows_part(name: str, transports: list[str], rounds: int, iters: int, size: 
                 + "".join(f"\n    {f['transport']} {f['flow']}: rc {f['rc']} {f['error']}"
                           for f in fl if not f["verified"])
                 + "".join(f"\n    {f['transport']} {f['flow']}: not credible: {f['causes']}"
-                          for f in fl if f["verified"] and not f["credible"]))
+                          for f in fl if f["verified"] and not f["credible"])
+                + "".join(f"\n    {f['transport']} {f['flow']}: started "
+                          f"{f['start_missed_s'] * 1e6:.1f} fabric us after the others "
+                          "(--start-at missed)"
+                          for f in fl if (f.get("start_missed_s") or 0) > 0))
             rounds_out.append({"round": r + 1, "flows": fl})
     finally:
         emu("down", name, check=False)

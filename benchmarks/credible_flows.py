@@ -58,8 +58,13 @@ def shares(flows: list[tuple[str, str, str]], nic_rate: dict[str, float]
 
 
 #: wall seconds between launching a round's commands and their common start: each must
-#: bring its two ends up and connect before the fabric clock reaches it
+#: bring its two ends up and connect before the fabric clock reaches it — at least this …
 START_LEAD_WALL_S = 8.0
+#: … and this per flow: an ``emu perf`` client and the server it starts cost ~1.6 s of CPU
+#: to come up (imports, QPs; measured: 1.6 s for a 4-s run and 1.8 s for a 62-s one), so
+#: eight flows are ~13 CPU-s on two cores — they were still starting when an 8-s lead ran
+#: out, and their start-up showed as the daemons' lateness in the round
+START_LEAD_PER_FLOW_S = 2.0
 
 
 def run_round(emu_argv: list[str], name: str, flows: list[tuple[str, str, str]], iters: int,
@@ -67,7 +72,8 @@ def run_round(emu_argv: list[str], name: str, flows: list[tuple[str, str, str]],
     """One round: every flow launched with the same ``--start-at`` (so they start together
     in fabric time at any scale, not as their processes happen to come up), then each
     one's outcome from its ``--json``."""
-    start = clock.now() + clock.to_fabric(START_LEAD_WALL_S)
+    start = clock.now() + clock.to_fabric(max(START_LEAD_WALL_S,
+                                              START_LEAD_PER_FLOW_S * len(flows)))
     procs = []
     try:
         for i, (t, src, dst) in enumerate(flows):
