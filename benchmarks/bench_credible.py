@@ -453,7 +453,8 @@ def invariance_main(a: argparse.Namespace, name: str, transports: list[str],
         "loss": lambda sc: ci.loss_case(EMU, name, up, down, transports, runs, loss_iters,
                                         sc, say, loss=loss, size=size),
         "incast": lambda sc: ci.incast_case(EMU, name, up, down, clock_of, transports, runs,
-                                            incast_iters, sc, say, size=size),
+                                            incast_iters, sc, say, size=size,
+                                            extra=tuple(a.incast_set)),
     }
     results: list[dict[str, Any]] = [{}, {}]
     scales: dict[str, list[float | None]] = {}
@@ -507,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transports", default="roce,uet")
     ap.add_argument("--part", choices=("all", "pair", "leaf-spine", "lat", "flows", "invariance"),
                     default="all")
+    ap.add_argument("--incast-set", action="append", default=[], metavar="K=V",
+                    help="--part invariance: passed to the incast case's emu up only, e.g. "
+                         "--incast-set switch.port.lossless=true (PFC; the user-space "
+                         "datapath) (repeatable)")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of --part flows")
     ap.add_argument("--flow-iters", type=int, default=64,
                     help="WRITEs per flow in --part flows (-n)")

@@ -95,9 +95,12 @@ def loss_case(emu_argv: list[str], name: str, up: Callable[..., None],
 def incast_case(emu_argv: list[str], name: str, up: Callable[..., None],
                 down: Callable[[str], None], clock_of: Callable[[str], Any],
                 transports: list[str], runs: int, iters: int, scale: float | None,
-                say: Callable[[str], None], size: str = "1M") -> list[dict[str, Any]]:
-    """3 → 1 through ECN-marking switches, ``runs`` rounds per transport."""
-    sets = ["switch.pipeline=true"] + ([] if scale is None else [f"time.scale={scale:g}"])
+                say: Callable[[str], None], size: str = "1M",
+                extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """3 → 1 through ECN-marking switches, ``runs`` rounds per transport; ``extra``:
+    more ``--set`` for this case's cluster (e.g. ``switch.port.lossless=true``: PFC)."""
+    sets = ["switch.pipeline=true", *extra] + ([] if scale is None
+                                                else [f"time.scale={scale:g}"])
     out = []
     try:
         up("leaf-spine.toml", name, sets)
