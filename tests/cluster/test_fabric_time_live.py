@@ -27,14 +27,33 @@ def payload_share(transport: str) -> float:
     return 4096 / (4096 + 12 + 4 + 8 + 20 + 14)
 
 
+#: runs of one (transport, scale) tried for one whose daemons kept up: emu counts a run's
+#: late sends and the like (a busy machine: real time at 1 Gb/s is the least slack there
+#: is), and such a run measures the machine, not the fabric, so it is not compared
+TRIES = 3
+
+
+def fell_behind(doc: dict) -> set[str]:
+    """The run's overload causes that are the daemons' lateness (``scale_too_small`` is the
+    plan's floor for the pair's 400 Gb/s cables, which this test runs at 1 Gb/s)."""
+    return set((doc.get("overload") or {}).get("causes") or {}) - {"scale_too_small"}
+
+
 def write_bw(cluster: str, transport: str) -> dict:
-    p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster, "-s", "1M",
-                "-n", "60", "--transport", transport, "--json", timeout=300)
-    return json.loads(p.stdout)
+    """A run's document whose daemons kept up (the last one when none of :data:`TRIES`
+    did)."""
+    for _ in range(TRIES):
+        p = emu_cli("perf", "write-bw", "--from", "h1", "--to", "h2", "-c", cluster, "-s",
+                    "1M", "-n", "60", "--transport", transport, "--json", timeout=300)
+        doc = json.loads(p.stdout)
+        if not fell_behind(doc):
+            break
+    return doc
 
 
 def test_write_bw_is_the_same_in_fabric_time_at_scale_1_and_2():
     fabric: dict[tuple[str, int], float] = {}
+    lateness: dict[tuple[str, int], list[str]] = {}  # what a compared run was flagged for
     for scale in (1, 2):
         # the same fabric at both scales: the line rate given (with none, the plan proposes
         # what this machine sustains at the scale, which grows with it)
@@ -48,6 +67,7 @@ def test_write_bw_is_the_same_in_fabric_time_at_scale_1_and_2():
                 assert doc["time"]["scale"] == scale and doc["units"]["time"] == "fabric"
                 r = doc["results"][0]
                 fabric[(transport, scale)] = r["gbps_average"]
+                lateness[(transport, scale)] = sorted(fell_behind(doc))
                 assert r["wall"]["gbps_average"] == pytest.approx(r["gbps_average"] / scale)
             if scale != 1:
                 text = emu_cli("status", name).stdout
@@ -56,6 +76,6 @@ def test_write_bw_is_the_same_in_fabric_time_at_scale_1_and_2():
                 emu_cli("impair", "-c", name, "h1-h2", "--loss", "0%")
     for transport in ("roce", "uet"):
         one, two = fabric[(transport, 1)], fabric[(transport, 2)]
-        assert two == pytest.approx(one, rel=0.15), (transport, fabric)
+        assert two == pytest.approx(one, rel=0.15), (transport, fabric, lateness)
         for g in (one, two):  # near the line rate's payload share, in fabric Gb/s
             assert 0.6 * payload_share(transport) * LINE / 1e9 < g <= LINE / 1e9, fabric
