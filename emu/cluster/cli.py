@@ -82,9 +82,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delay", help="fabric time, e.g. 2us (needs netem)")
     p.add_argument("--jitter", help="fabric time, e.g. 100ns (needs netem)")
     p.add_argument("--seed", help="which packets --loss, --ecn and --duplicate pick: a "
-                                  "number (the same packets, by their order on the link, "
-                                  "in every run; the file's seed, 1 unless it says, is "
-                                  "kept otherwise) or 'random' (the kernel's draw)")
+                                  "number (by their order on the link, the same n-th UDP "
+                                  "packets in every run; the file's seed, 1 unless it "
+                                  "says, is kept otherwise) or 'random' (the kernel's draw)")
     p.add_argument("--clear", action="store_true",
                    help="remove every impairment first (a host port keeps its line rate)")
     cluster_arg(p)
@@ -453,7 +453,8 @@ def _impair(a: argparse.Namespace) -> int:
     from emu.fabric import linkctl, state
     from emu.topology import Event
     from emu.topology.model import Direction
-    from emu.topology.units import UnitError, parse_prob, parse_rate, parse_seed, parse_time
+    from emu.topology.settings import DIR_KEYS
+    from emu.topology.units import UnitError
 
     need_root()
     try:
@@ -465,12 +466,7 @@ def _impair(a: argparse.Namespace) -> int:
         if ":" in a.link and a.link.split(":", 1)[0] == lk.b.node and direction != "both":
             direction = "b_to_a" if direction == "a_to_b" else "a_to_b"
         settings: dict[str, object] = {}
-        for opt, key, parse in (("rate", "rate_bps", parse_rate), ("loss", "loss", parse_prob),
-                                ("ecn_ce", "ecn_ce", parse_prob),
-                                ("duplicate", "duplicate", parse_prob),
-                                ("delay", "delay_s", parse_time),
-                                ("jitter", "jitter_s", parse_time),
-                                ("seed", "seed", parse_seed)):
+        for opt, (key, parse) in DIR_KEYS.items():  # a file's per-direction keys, parsed alike
             value = getattr(a, opt)
             if value is not None:
                 try:

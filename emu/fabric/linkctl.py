@@ -126,6 +126,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
 
 from emu.fabric import netns as emu_netns
+from emu.fabric.naming import LINK_QDISC_MAJOR, SWITCH_QDISC_MAJOR
 from emu.fabric.nftrules import (
     NFT_PREFIX,
     PROB_SCALE,
@@ -138,13 +139,8 @@ from emu.topology.model import Direction, Link
 
 #: ioctl: an fd of the network namespace a socket belongs to (linux/sockios.h)
 _SIOCGSKNS = 0x894C
-#: root qdisc handle major of the switch pipeline's kernel datapath ("e1:",
-#: :mod:`emu.switch.kernel`), which serializes a port in its link's place
-SWITCH_QDISC_MAJOR = 0xE1
-#: root qdisc handle major of emu's qdiscs ("e3e0:"); child tbf under netem is e3e1:
-QDISC_MAJOR = 0xE3E0
-QDISC_HANDLE = QDISC_MAJOR << 16
-CHILD_HANDLE = (QDISC_MAJOR + 1) << 16
+QDISC_HANDLE = LINK_QDISC_MAJOR << 16
+CHILD_HANDLE = (LINK_QDISC_MAJOR + 1) << 16
 ETH_HLEN = 14
 DEFAULT_STATE_DIR = Path("/run/emu/linkctl")
 NETNS_DIR = Path("/run/netns")
@@ -451,7 +447,7 @@ def _root_qdisc(ipr: IPRoute, index: int):
 
 def _del_our_qdisc(ipr: IPRoute, index: int) -> bool:
     q = _root_qdisc(ipr, index)
-    if q is None or q["handle"] >> 16 != QDISC_MAJOR:
+    if q is None or q["handle"] >> 16 != LINK_QDISC_MAJOR:
         return False
     ipr.tc("del", index=index, handle=q["handle"], parent=TC_H_ROOT)
     return True
@@ -517,9 +513,10 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
         if mtu is None:
             mtu = ipr.get_links(idx)[0].get_attr("IFLA_MTU")
         q = _root_qdisc(ipr, idx)
-        if q is not None and q["handle"] >> 16 != QDISC_MAJOR and q.get_attr("TCA_KIND") not in (
+        major = None if q is None else q["handle"] >> 16
+        if q is not None and major != LINK_QDISC_MAJOR and q.get_attr("TCA_KIND") not in (
                 "noqueue", "pfifo_fast", "mq", "pfifo", "bfifo") and (d.rate_bps or wants_netem):
-            if q["handle"] >> 16 == SWITCH_QDISC_MAJOR:
+            if major == SWITCH_QDISC_MAJOR:
                 raise LinkCtlError(
                     f"{ns}/{ifname}: the switch pipeline serializes this port (its kernel "
                     "datapath's tbf); change its rate with `emu switch NODE PORT set "

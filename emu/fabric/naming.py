@@ -12,6 +12,12 @@ from __future__ import annotations
 import re
 import secrets
 
+#: root qdisc handle majors of emu's own qdiscs: a link's (``e3e0:``; a tbf under netem
+#: is ``e3e1:``) and the switch pipeline's kernel datapath's (``e1:``), which serializes a
+#: port in its link's place — only a qdisc with one of these is ever replaced or deleted
+LINK_QDISC_MAJOR = 0xE3E0
+SWITCH_QDISC_MAJOR = 0xE1
+
 _CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
 

@@ -6,9 +6,12 @@ Which packets a probability picks: with a seed (the default,
 :class:`~emu.topology.model.Direction`) a rule counts the packets it sees
 (``numgen inc mod PERIOD``) and picks those whose ordinal is in a set drawn once from
 a pseudo-random sequence of the seed, the link and the direction
-(:func:`seeded_pattern`) — the same packets, by their order on the link, in every run
-and at every time scale, as a seeded simulator loses them. Only UDP packets (the
-transports') are counted so: the rest keep the kernel's draw (:func:`chances`). Without one
+(:func:`seeded_pattern`) — the same ordinals (the n-th UDP packet through the rule
+since it was applied) in every run and at every time scale, as a seeded simulator
+draws them. They are the same packets only where the traffic is the same sequence:
+RoCEv2's ACKs and go-back-N follow time, so its runs part from their first packets
+(docs/measurements.md). Only UDP packets (the transports') are counted so: the rest
+keep the kernel's draw (:func:`chances`). Without one
 (``seed = "random"``) it is ``numgen random``, the kernel's draw, different every
 run. Either way a probability has a resolution of 10⁻⁶ and 1 writes no match at all.
 """

@@ -49,11 +49,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from emu.fabric.naming import SWITCH_QDISC_MAJOR
 from emu.fabricclock import wall
 from emu.switch.config import PortConfig, SwitchConfig
 from emu.switch.queue import NCLASS
 
 SOURCE = Path(__file__).with_name("bpf") / "port.bpf.c"
+#: the port's tbf: a root qdisc emu's link control knows as the switch's
+ROOT_HANDLE = f"{SWITCH_QDISC_MAJOR:x}:"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "emu" / "bpf"
 
 #: struct port_cfg (port.bpf.c): ps_per_byte, depth, loss, udp_port[4], ip_proto[2],
@@ -305,7 +308,7 @@ def remove_leftovers(ifnames: list[str]) -> int:
                 TC_HANDLE, "bpf", check=False)
             hit = True
         out = _tc("-j", "qdisc", "show", "dev", ifname, check=False) or "[]"
-        if any(q.get("root") and q.get("handle") == "e1:" for q in json.loads(out)):
+        if any(q.get("root") and q.get("handle") == ROOT_HANDLE for q in json.loads(out)):
             _tc("qdisc", "del", "dev", ifname, "root", check=False)
             hit = True
         n += hit
@@ -353,7 +356,7 @@ class KernelPort:
             if p.rate:
                 burst = tbf_burst(self.mtu)
                 limit = p.depth + burst + (64 << 10)
-                _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", "e1:", "tbf",
+                _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE, "tbf",
                     "rate", f"{wall_rate(p, self.scale)}bit", "burst", str(burst),
                     "limit", str(limit))
             elif self.rate:

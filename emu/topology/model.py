@@ -49,11 +49,12 @@ class Direction:
     ``seed`` decides *which* packets those probabilities pick: a number picks them
     by their order on the link from a pseudo-random sequence of that seed (and the
     link's name and direction), so a run repeated — at another time scale, or
-    tomorrow — loses, marks and duplicates the same packets, as a simulator's seeded
-    run does; None ("random") leaves the draw to the kernel, different every run.
-    Why seeded by default: a result must not depend on which packets the kernel
-    happened to drop (the scale-invariance check compares runs), and an experiment
-    that varies the seed on purpose says so.
+    tomorrow — loses, marks and duplicates the same ordinals, as a simulator's seeded
+    run does (the same packets where the traffic is the same sequence; RoCEv2's, which
+    follows time, is not: :mod:`emu.fabric.nftrules`); None ("random") leaves the draw
+    to the kernel, different every run. Why seeded by default: the pattern, not the
+    kernel's draw, is then part of the experiment, and one that varies the seed on
+    purpose says so.
     """
 
     rate_bps: int | None = None

@@ -17,12 +17,11 @@ minutes rather than hours.
 
 from __future__ import annotations
 
+from emu.transports.roce.qp import ack_timeout
 from emu.transports.uet.factory import DEFAULT_DAEMON_RTO_MAX
 
 #: the transport's own retransmission waits a test sits through with nothing completing
 STALL_WAITS = 3
-#: one unit of a RoCEv2 QP's local ACK timeout (IBTA: 4.096 µs × 2^timeout)
-QP_TIMEOUT_UNIT_S = 4.096e-6
 
 
 def transport_wait(transport: str, qp_timeout: int) -> float:
@@ -30,11 +29,10 @@ def transport_wait(transport: str, qp_timeout: int) -> float:
     RoCEv2's local ACK timeout; UET's RTO ceiling (a daemon's RTO follows the measured
     round trip up to it; ``--set nic.uet.rto_max`` above it is not known here)."""
     if transport == "roce":
-        return QP_TIMEOUT_UNIT_S * 2 ** qp_timeout
+        return ack_timeout(qp_timeout) or 0.0  # code 0 (forever) is refused by the options
     return DEFAULT_DAEMON_RTO_MAX
 
 
 def stall_limit(timeout: float, transport: str, qp_timeout: int, scale: float) -> float:
     """Wall seconds with no completion after which a test gives up (module docstring)."""
     return timeout + STALL_WAITS * transport_wait(transport, qp_timeout) * scale
-
