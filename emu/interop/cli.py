@@ -102,8 +102,11 @@ def _run(a: argparse.Namespace) -> int:
         cases = select(a.test_cases)
         present = [n for n, i in known.items() if i.available]
         named = set(_split(a.servers) + _split(a.clients))
-        for n in sorted((set(own) | named) & set(known) - set(present)):
-            print(f"skipping {n}: {known[n].requires} not found in {known[n].dir}")
+        # what this matrix would have run, had it been there: the implementations named,
+        # or the default matrix's; a diagnostic (stderr): stdout is the matrix
+        for n in sorted((named or set(own)) & set(known) - set(present)):
+            req = os.path.join(known[n].dir, known[n].requires or "")
+            print(f"skipping {n}: {req} not found", file=sys.stderr)
         def usable(names: list[str]) -> list[str]:
             return [n for n in names if n in present or n not in known]
         default = [n for n in own if n in present]

@@ -21,11 +21,11 @@ protocol: the user-space pipeline that trims is past its credible rate here
 the NIC daemons wait for a CPU too, and the NACK loop then took 6-12 ms in
 about 3 runs of 10. So every run asserts what holds whatever the timing: each
 NACK's resend is its own effect in the first send after it (no new data and
-no timer's resend in between), no packet goes twice in one step, and NACKs drove more resends than the timer. Only a run in
-which the emulator counted no overload during the incast must also show every
-NACK beating the RTO (the emulated round trip is under 2 ms): a timeout that
-beat a NACK otherwise is emu's lateness, shown as overload, never judged as
-protocol behaviour.
+no timer's resend in between), no packet goes twice in one step, and NACKs
+drove more resends than the timer. Only a run in which the emulator counted
+no overload during the incast must also show every NACK beating the RTO (the
+emulated round trip is under 2 ms): a timeout that beat a NACK otherwise is
+emu's lateness, shown as overload, never judged as protocol behaviour.
 
 No wall-clock thresholds: the retransmission delay is compared with the
 engine's own RTO, both from the same trace; timeouts only make failures fast.

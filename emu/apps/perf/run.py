@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from emu.api import NicError
 from emu.apps.perf import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bw, lat, report, stall
 from emu.apps.perf.channel import Channel, ChannelError, PeerAbort
 from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_size, open_device
@@ -96,6 +97,10 @@ class _Side:
             self.fail(EXIT_FAILED, str(e))
         except TransportError as e:
             self.fail(EXIT_FAILED, str(e))
+        except NicError as e:
+            # a post or a request the daemon's socket refused mid-run (it died: kill -9 in
+            # tests/chaos): the same one line as a lost connection found between posts
+            self.fail(EXIT_FAILED, f"NIC daemon connection lost: {e}")
         except PeerAbort as e:
             peer = "server" if self.role == "client" else "client"
             self.fail(e.code, f"the {peer} stopped: {e}", tell_peer=False)

@@ -444,3 +444,21 @@ def test_no_nic_daemon_is_a_setup_error_before_waiting(monkeypatch, tmp_path, ca
     assert main(["perf", "send-lat", "127.0.0.1", "--json", "--timeout", "1"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["passed"] is False and "NIC daemon" in doc["errors"][0]
+
+
+def test_a_daemon_that_dies_mid_post_is_one_line_not_a_traceback(capsys):
+    """kill -9 of the NIC daemon while a client posts (tests/chaos): the post's write fails
+    with ECONNRESET; the run ends with exit 1 and one line naming the lost connection."""
+    from emu.api import NicError
+    from emu.apps.perf import EXIT_FAILED
+    from emu.apps.perf.run import Client
+
+    class Dying(Client):
+        def _run(self) -> None:
+            raise NicError("ECONNRESET", "[Errno 32] Broken pipe")
+
+    side = Dying(parse("write-bw", "127.0.0.1", "--timeout", "1"))
+    assert side.run() == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err == ("emu perf write-bw (client): NIC daemon connection lost: "
+                   "ECONNRESET: [Errno 32] Broken pipe\n")
