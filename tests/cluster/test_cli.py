@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from fabric_util import shipped_real_time
 
+from emu.credible import capacity
 from emu.fabric import state
 from emu.fabric.naming import random_cluster
+from emu.topology.loader import load
 from emu.wire.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,14 +90,16 @@ def test_leaf_spine_up_status_exec_link_impair_capture_down(cluster, tmp_path):
     emu("impair", "-c", cluster, "h1:leaf1", "--clear")
     st = json.loads(emu("status", cluster, "--json").stdout)
     lk = next(x for x in st["links"] if x["name"] == "h1-leaf1")
-    assert lk["a_to_b"]["rate_bps"] == 1_000_000_000 and lk["a_to_b"]["loss"] == 0
+    sustained = capacity.propose(load(topo))  # emu doctor's proposal for this machine
+    assert lk["a_to_b"]["rate_bps"] == sustained and lk["a_to_b"]["loss"] == 0
     assert lk["b_to_a"]["rate_bps"] is None  # the leaf's side: no NIC, no serializer
     qd = emu("exec", f"{cluster}:h1", "--", "tc", "qdisc", "show", "dev", "eth0").stdout
-    assert " tbf " in qd and "rate 1Gbit" in qd, qd
+    tc_rate = (f"{sustained / 1e9:g}Gbit" if sustained >= 1e9 else f"{sustained / 1e6:g}Mbit")
+    assert " tbf " in qd and f"rate {tc_rate}" in qd, qd
     assert lk["a_to_b"]["line_rate"] is True  # status says it is the NIC's, not an impairment
     row = next(x for x in emu("status", cluster).stdout.splitlines()
                if x.startswith("h1-leaf1") and "a_to_b" in x)
-    assert "1G (NIC)" in row, row
+    assert f"{sustained / 1e9:.4g}G (NIC)" in row, row
 
     # a spine link down: traffic still flows (via the other spine), and the change is logged
     emu("link", "-c", cluster, "leaf2-spine2", "down")
