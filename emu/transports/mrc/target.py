@@ -1,0 +1,268 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The receiving half of one MRC QP: place WRITEs out of order, SACK every packet.
+
+What MRC's receiver does (``specs/mrc.md``, Behaviour):
+
+* **Placement out of order.** Every WRITE packet carries METH (its message's
+  MSN) and RETH (the R_Key, *this packet's* address, and the message's DMA
+  length), so each packet is placed where it belongs the moment it arrives,
+  whatever came before it. The PSN window decides only whether it is new.
+* **The window is MPR.** PSNs in ``[cack + 1, cack + MPR)`` are accepted;
+  beyond it a packet is refused with NACK PSN_OOR_WINDOW; behind it (a
+  duplicate) it is SACKed again and not placed twice.
+* **Reliability and semantics apart.** Each packet that arrives whole is
+  SACKed (SETH: cumulative ACK + 64-bit bitmap, the packet's EV echoed, the
+  CE mark echoed per EV in ``cc_flags``; CC_STATE: the sender's timestamp
+  reflected, out-of-order count, bytes received). A packet the remote access
+  checks refuse (R_Key, bounds, rights) is still SACKed — it arrived — and
+  answered with a transport NAK (AETH REMOTE_ACCESS_ERROR, 0xD1) that names
+  its message; nothing of it is written.
+* **Trimmed packets** (a switch cut the payload; the daemon sees the trimmed
+  DSCP) are NACKed at once, TRIMMED or TRIMMED_LASTHOP, so the sender resends
+  without waiting for a timeout; they are not accepted.
+* **Immediates complete in MSN order.** A WRITE_*_IMM message completes
+  (``RECV_RDMA_WITH_IMM``, consuming a pre-posted receive) when all its bytes
+  are in and every earlier message has completed; a plain WRITE message just
+  advances the order. A message whose receive is not posted yet waits for one
+  (counted: MRC has no RNR).
+
+Sans-IO: :meth:`TargetQP.receive` takes a decoded packet and ``now``;
+replies collect in :attr:`TargetQP.out` as ``(datagram, ev)`` — the EV the
+reply goes back on is the one the packet came on — and completions in
+:attr:`TargetQP.completions`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
+from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
+from emu.core.psn import PSN24
+from emu.core.reliable.window import RecvWindow, Rx
+from emu.core.verbs import RecvWR
+from emu.wire.codec.mrc import (
+    CC_STATE,
+    METH,
+    MPR_UNIT,
+    MRC_RELIABILITY_NACK,
+    MRC_RELIABILITY_SACK,
+    MRC_TRANSPORT_ACK,
+    NACK_PSN_OOR_WINDOW,
+    NACK_TRIMMED,
+    NACK_TRIMMED_LASTHOP,
+    NETH,
+    RCVD_BYTES_UNIT,
+    SETH,
+    TSETH,
+    WRITE_IMM_OPCODES,
+)
+from emu.wire.codec.roce import (
+    AETH,
+    AETH_ACK,
+    AETH_NAK,
+    BTH,
+    RETH,
+    ImmDt,
+    RocePacket,
+    aeth_syndrome,
+    encode_packet,
+)
+
+#: AETH NAK value for a request the memory checks refuse (IBTA: remote access error)
+NAK_REMOTE_ACCESS = 2
+#: ``cc_flags`` bit that echoes a CE mark on the SACKed packet's EV
+CC_FLAG_CE = 0x1
+#: the cc_type of a SACK's congestion fields: NSCC
+CC_TYPE_NSCC = 1
+_M16 = 0xFFFF
+
+
+@dataclass(slots=True)
+class _Message:
+    """One WRITE message being received: its length, what has arrived, its immediate."""
+
+    total: int
+    got: int = 0
+    imm: int | None = None
+    seen_imm_packet: bool = False
+    failed: bool = False
+
+
+@dataclass
+class TargetStats:
+    """What a target counts (``rx_drop_*``: dropped, never an exception)."""
+
+    c: dict[str, int] = field(default_factory=lambda: dict.fromkeys((
+        "rx_packets", "rx_bytes", "rx_duplicate", "rx_stale", "rx_trimmed",
+        "rx_out_of_window", "rx_ooo", "rx_ce", "tx_sacks", "tx_nacks", "tx_naks",
+        "rx_access_error", "msgs_done", "imm_waiting_recv", "rx_drop_malformed"), 0))
+
+
+class TargetQP:
+    """The receive side of one MRC QP connected to ``peer_qpn``.
+
+    ``mpr``: the receive window in packets (a multiple of 128, MRC's MPR unit);
+    ``start_psn``: the peer's first PSN; ``pd``: the QP's protection domain (a
+    remote access must name a region of it)."""
+
+    def __init__(self, qpn: int, peer_qpn: int, memory: MemoryTable, *, start_psn: int = 0,
+                 mpr: int = 16 * MPR_UNIT, pd: ProtectionDomain | None = None) -> None:
+        if mpr <= 0 or mpr % MPR_UNIT:
+            raise ValueError(f"MPR {mpr} packets is not a positive multiple of {MPR_UNIT}")
+        if mpr > PSN24.half:
+            raise ValueError(f"MPR {mpr} packets is more than half the PSN space")
+        self.qpn = qpn
+        self.peer = peer_qpn
+        self.memory = memory
+        self.pd = pd
+        self.mpr = mpr
+        self.window = RecvWindow(PSN24, start_psn, mpr)
+        self.msgs: dict[int, _Message] = {}  # MSN (16-bit, wrapping) → message
+        self.next_msn = 0  # the next message to complete, in order
+        self.recvs: deque[RecvWR] = deque()
+        self.out: list[tuple[bytearray, int]] = []
+        self.completions: list[WorkCompletion] = []
+        self.rcvd_bytes = 0
+        self.stats = TargetStats().c
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """A receive for a WRITE with immediate (its SGEs are not written: the data went
+        where the RETH said). Completes a message that was waiting for one."""
+        self.recvs.append(wr)
+        self._complete_in_order()
+
+    # -- the wire ------------------------------------------------------------------------
+
+    def receive(self, pkt: RocePacket, ev: int, now: float, *, ce: bool = False,
+                trimmed: int = 0) -> None:
+        """One WRITE packet that came on ``ev``; ``ce``: its IP header was CE-marked;
+        ``trimmed``: 0, or the NACK reason its trimmed DSCP names (a switch cut it)."""
+        st = self.stats
+        bth = pkt.bth
+        psn = self.window.ext(bth.psn)
+        if trimmed:
+            st["rx_trimmed"] += 1
+            self._nack(trimmed, bth.psn, ev, ce)
+            return
+        verdict = self.window.classify(psn)
+        if verdict is Rx.OUT_OF_WINDOW:
+            st["rx_out_of_window"] += 1
+            self._nack(NACK_PSN_OOR_WINDOW, bth.psn, ev, ce)
+            return
+        if verdict is Rx.STALE:
+            st["rx_stale"] += 1  # a stray from before the window: nothing to say
+            return
+        meth = pkt.header(METH)
+        reth = pkt.header(RETH)
+        if not isinstance(meth, METH) or not isinstance(reth, RETH):
+            st["rx_drop_malformed"] += 1
+            return
+        ts = pkt.header(TSETH)
+        st["rx_packets"] += 1
+        st["rx_ce"] += ce
+        if verdict is Rx.DUPLICATE:
+            st["rx_duplicate"] += 1  # its SACK was lost or late: say it again
+            self._sack(psn, ev, ce, ts)
+            return
+        n = len(pkt.payload)
+        if psn > self.window.first_missing:
+            st["rx_ooo"] += 1
+        self.window.accept(psn)
+        st["rx_bytes"] += n
+        self.rcvd_bytes += n
+        self._place(bth, meth, reth, pkt)
+        self._sack(psn, ev, ce, ts)
+        self._complete_in_order()
+
+    def _place(self, bth: BTH, meth: METH, reth: RETH, pkt: RocePacket) -> None:
+        msg = self.msgs.get(meth.msn)
+        if msg is None:
+            msg = self.msgs[meth.msn] = _Message(reth.dmalen)
+        payload = pkt.payload
+        try:
+            self.memory.remote_write(reth.rkey, reth.va, payload, self.pd)
+        except MemoryAccessError as e:
+            self.stats["rx_access_error"] += 1
+            if not msg.failed:
+                msg.failed = True
+                self._transport_nak(meth.msn, str(e))
+        msg.got += len(payload)
+        if bth.opcode in WRITE_IMM_OPCODES:
+            imm = pkt.header(ImmDt)
+            msg.imm = imm.imm if isinstance(imm, ImmDt) else 0
+            msg.seen_imm_packet = True
+
+    def _complete_in_order(self) -> None:
+        """Complete messages in MSN order while the next one is whole."""
+        while True:
+            msg = self.msgs.get(self.next_msn)
+            if msg is None or msg.got < msg.total:
+                return
+            if msg.seen_imm_packet and not msg.failed:
+                if not self.recvs:
+                    self.stats["imm_waiting_recv"] += 1
+                    return
+                wr = self.recvs.popleft()
+                self.completions.append(WorkCompletion(
+                    wr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, self.qpn,
+                    byte_len=msg.total, imm=msg.imm, src_qp=self.peer))
+            del self.msgs[self.next_msn]
+            self.stats["msgs_done"] += 1
+            if not msg.failed:  # a failed one had its NAK
+                self._transport_ack(self.next_msn)
+            self.next_msn = (self.next_msn + 1) & _M16
+
+    # -- replies -------------------------------------------------------------------------
+
+    def _bth(self, opcode: int, psn: int) -> BTH:
+        return BTH(opcode=opcode, dqpn=self.peer, psn=psn & PSN24.mask)
+
+    def _sack(self, psn: int, ev: int, ce: bool, ts: Any) -> None:
+        cack, base, bitmap = self.window.sack(psn)
+        seth = SETH(ack_psn_offset=_s16(psn - cack), ev=ev, spdcid=self.qpn & _M16,
+                    dpdcid=self.peer & _M16, cack_psn=cack & PSN24.mask,
+                    cc_type=CC_TYPE_NSCC, cc_flags=CC_FLAG_CE if ce else 0,
+                    mpr=self.mpr // MPR_UNIT, sack_offset=_s16(base - cack), sack_bitmap=bitmap)
+        cc = CC_STATE(tx_timestamp=ts.tx_timestamp if isinstance(ts, TSETH) else 0,
+                      ooo_count=min(self.window.ooo, 0x7FFF),
+                      rcvd_bytes=(self.rcvd_bytes // RCVD_BYTES_UNIT) & 0xFFFFFF)
+        self.out.append((encode_packet(self._bth(MRC_RELIABILITY_SACK, cack), [seth, cc]), ev))
+        self.stats["tx_sacks"] += 1
+
+    def _nack(self, reason: int, psn: int, ev: int, ce: bool) -> None:
+        neth = NETH(nack_reason=reason, ev=ev, spdcid=self.qpn & _M16, dpdcid=self.peer & _M16,
+                    nack_psn=psn & PSN24.mask, cc_type=CC_TYPE_NSCC,
+                    cc_flags=CC_FLAG_CE if ce else 0)
+        self.out.append((encode_packet(self._bth(MRC_RELIABILITY_NACK, psn), [neth]), ev))
+        self.stats["tx_nacks"] += 1
+
+    def _transport_ack(self, msn: int) -> None:
+        """The semantic ACK of message ``msn`` (AETH's MSN: the messages completed)."""
+        aeth = AETH(syndrome=aeth_syndrome(AETH_ACK, 0x1F), msn=msn & 0xFFFFFF)
+        self.out.append((encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth]), 0))
+
+    def _transport_nak(self, msn: int, why: str) -> None:
+        aeth = AETH(syndrome=aeth_syndrome(AETH_NAK, NAK_REMOTE_ACCESS), msn=msn & 0xFFFFFF)
+        self.out.append((encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth]), 0))
+        self.stats["tx_naks"] += 1
+
+    def take(self) -> list[tuple[bytearray, int]]:
+        """The replies to send, oldest first (and forget them)."""
+        out, self.out = self.out, []
+        return out
+
+
+def _s16(x: int) -> int:
+    """``x`` as the signed 16-bit offset SETH carries (clamped: a 64-bit bitmap and the
+    window keep real offsets far inside it)."""
+    return max(-0x8000, min(0x7FFF, x))
+
+
+def trimmed_reason(last_hop: bool) -> int:
+    """The NACK reason for a trimmed packet: which DSCP the switch wrote says where."""
+    return NACK_TRIMMED_LASTHOP if last_hop else NACK_TRIMMED
