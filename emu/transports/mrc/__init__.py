@@ -1,9 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """MRC (OCP Multipath Reliable Connection), sans-IO — being built (issue #35).
 
-Here so far: EV profiles (:mod:`.evprofile`: which entropy values a QP may use)
-and the per-QP EV set (:mod:`.evset`: the values split over planes, their
-GOOD / SKIP / ASSUMED_BAD / DENIED states, rotation, probes, counters and
-events). The QP engine (WRITE / WRITE-with-Immediate with per-packet RETH,
-SACK and NACK handling, NSCC) is not here yet: ``emu nicd`` does not serve MRC.
+* :mod:`.engine` — :class:`MrcEngine`, every MRC QP of a NIC (the daemon's contract)
+* :mod:`.factory` — ``create_engine(ctx)``, the daemon's constructor hook
+* :mod:`.initiator` / :mod:`.target` — the two halves of a QP: spraying and loss
+  recovery; placement, SACKs, NACKs and the transport ACK
+* :mod:`.evset` / :mod:`.evprofile` — a QP's EVs over its planes, their states and
+  counters; which values an EV profile gives
+
+Not yet: reliability probes and endpoint operations on the wire, the STEV and SRv6
+EV formats in the daemon, multi-plane ports, ``emu mrc``.
 """
+
+from emu.transports.mrc.engine import MrcEngine
+from emu.transports.mrc.factory import create_engine
+
+__all__ = ["MrcEngine", "create_engine"]

@@ -144,11 +144,10 @@ class TargetQP:
         ``trimmed``: 0, or the NACK reason its trimmed DSCP names (a switch cut it)."""
         st = self.stats
         bth = pkt.bth
-        psn = self.window.ext(bth.psn)
         if trimmed:
-            st["rx_trimmed"] += 1
-            self._nack(trimmed, bth.psn, ev, ce)
+            self.trimmed(bth, ev, ce=ce, reason=trimmed)
             return
+        psn = self.window.ext(bth.psn)
         verdict = self.window.classify(psn)
         if verdict is Rx.OUT_OF_WINDOW:
             st["rx_out_of_window"] += 1
@@ -178,6 +177,14 @@ class TargetQP:
         self._place(bth, meth, reth, pkt)
         self._sack(psn, ev, ce, ts)
         self._complete_in_order()
+
+    def trimmed(self, bth: BTH, ev: int, *, ce: bool = False, reason: int = NACK_TRIMMED
+                ) -> None:
+        """A WRITE packet a switch cut to its headers (only its BTH is read): NACKed at
+        once with ``reason`` (TRIMMED, or TRIMMED_LASTHOP at the receiver's own port),
+        not accepted — the sender resends it without waiting for a timeout."""
+        self.stats["rx_trimmed"] += 1
+        self._nack(reason, bth.psn, ev, ce)
 
     def _place(self, bth: BTH, meth: METH, reth: RETH, pkt: RocePacket) -> None:
         msg = self.msgs.get(meth.msn)

@@ -1,0 +1,337 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The MRC engine: every MRC QP of one NIC behind one UDP port (sans-IO).
+
+It joins the two halves of each QP — :class:`~emu.transports.mrc.initiator.InitiatorQP`
+(spraying, SACK/NACK/timeout recovery, NSCC) and
+:class:`~emu.transports.mrc.target.TargetQP` (placement, SACKs, NACKs, the transport
+ACK) — to the daemon's :class:`emu.transports.base.Engine` contract and verbs calls
+(``create_qp``, ``connect``, ``post_send``, ``post_recv``, ``destroy_qp``).
+
+The EV on the wire. This engine uses the UDP format: a packet's EV *is* its UDP
+source port (``TxMeta.entropy``), so every switch's ECMP hash sees it and the
+receiver reads it back from the source port to echo it. Its default EV profile
+therefore generates ports 49152–65535 (a port is never 0 or well known); the
+STEV and SRv6 formats need the IPv6 flow label per packet, which the daemon does
+not set yet (issue #35).
+
+Sans-IO: time is an argument, randomness the injected RNG; nothing raises on
+input from the wire (counted ``rx_drop_*``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from emu.cc.nscc import Nscc
+from emu.core.cq import WcStatus
+from emu.core.datagram import ECN_CE, ECN_ECT0, ECN_NOT_ECT, Addr, TxMeta
+from emu.core.memory import MemoryTable, ProtectionDomain
+from emu.core.psn import PSN24, RandomBits
+from emu.core.verbs import RecvWR, SendWR
+from emu.transports.base import Completion, Engine, Event, StateChanged, VerbsError
+from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
+from emu.transports.mrc.evset import EVSet
+from emu.transports.mrc.initiator import InitiatorQP, timeout_of
+from emu.transports.mrc.target import TargetQP, trimmed_reason
+from emu.wire.codec.ev import EVMode
+from emu.wire.codec.mrc import (
+    MPR_UNIT,
+    MRC_RELIABILITY_NACK,
+    MRC_RELIABILITY_SACK,
+    MRC_TRANSPORT_ACK,
+    NACK_TRIMMED,
+    NACK_TRIMMED_LASTHOP,
+    WRITE_OPCODES,
+)
+from emu.wire.codec.roce import BTH, decode_packet
+from emu.wire.errors import DecodeError
+
+#: MRC's UDP port in emu: the reconstructions' 4971 (specs/mrc.md: RoCEv2's 4791 is the
+#: other reading). A daemon serves RoCEv2 on 4791 with a socket of its own, and each
+#: engine has one socket, so MRC takes the setting the spec page names for it
+UDP_PORT = 4971
+#: EVs per QP (MRC: 128-256)
+DEFAULT_EV_SET = 128
+#: the receive window offered to the peer, in packets (16 MPR units)
+DEFAULT_MPR = 16 * MPR_UNIT
+#: the default EV profile: source ports 49152-65535, in order
+DEFAULT_PROFILE = EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
+                            fields=(GenField(16, init=0xC000, lo=0xC000),))
+#: DSCP of data (trimmable) and of SACKs, NACKs and ACKs (never trimmed, expedited)
+DSCP_DATA, DSCP_CONTROL = 0, 46
+STATES = ("RESET", "RTS", "ERR")
+
+
+@dataclass
+class _Qp:
+    qpn: int
+    pd: ProtectionDomain | None
+    send_cq: Hashable
+    recv_cq: Hashable
+    attrs: dict[str, Any]
+    sq_psn: int
+    state: str = "RESET"
+    dest: Addr | None = None
+    ini: InitiatorQP | None = None
+    tgt: TargetQP | None = None
+
+
+class MrcEngine(Engine):
+    """Every MRC QP of a NIC. ``line_rate`` (bits/s) and ``base_rtt`` (s) size NSCC's
+    window (``cc=None``: the MPR window alone); ``planes``: the NIC's ports an EV set
+    is split over."""
+
+    def __init__(self, memory: MemoryTable, rng: RandomBits, *,
+                 local_addr: Addr | None = None, line_rate: float = 400e9,
+                 base_rtt: float = 10e-6, cc: str | None = "nscc", pmtu: int = 4096,
+                 ev_set: int = DEFAULT_EV_SET, planes: int = 1, mpr: int = DEFAULT_MPR,
+                 timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
+                 loss_threshold: int = 16, profile: EVProfile = DEFAULT_PROFILE,
+                 ev_min_active: int = 1) -> None:
+        if cc not in ("nscc", None):
+            raise ValueError(f"MRC congestion control is nscc or none, not {cc!r}")
+        timeout_of(timeout)
+        self.memory = memory
+        self.rng = rng
+        self.local_addr = local_addr
+        self.line_rate = line_rate
+        self.base_rtt = base_rtt
+        self.cc = cc
+        self.pmtu = pmtu
+        self.ev_set = ev_set
+        self.planes = planes
+        self.mpr = mpr
+        self.timeout = timeout
+        self.retry_linear = retry_linear
+        self.retry_exp = retry_exp
+        self.loss_threshold = loss_threshold
+        self.profile = profile
+        self.ev_min_active = ev_min_active
+        self._qps: dict[int, _Qp] = {}
+        self._next_qpn = 2
+        self._events: deque[Event] = deque()
+        self._paused_until = 0.0
+        self.stats: dict[str, int] = dict.fromkeys((
+            "rx_datagrams", "rx_drop_malformed", "rx_drop_unknown_qp", "rx_drop_not_connected",
+            "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams"), 0)
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def create_qp(self, *, pd: ProtectionDomain | None = None, send_cq: Hashable = 0,
+                  recv_cq: Hashable = 0, attrs: dict[str, Any] | None = None,
+                  **kw: Any) -> int:
+        """A new QP (RESET until :meth:`connect`); ``attrs``: ``pmtu``, ``mpr`` (packets,
+        a multiple of 128), ``timeout``, ``retry_linear``, ``retry_exp``, ``ev_set``."""
+        a = {**(attrs or {}), **kw}
+        unknown = set(a) - {"pmtu", "mpr", "timeout", "retry_linear", "retry_exp", "ev_set",
+                            "max_send_wr", "max_recv_wr", "max_rd_atomic",
+                            "max_dest_rd_atomic"}
+        if unknown:
+            raise VerbsError(f"unknown MRC QP attribute(s): {', '.join(sorted(unknown))}")
+        qpn = self._next_qpn
+        while qpn in self._qps:
+            qpn = qpn + 1 if qpn < 0xFFFFFF else 2
+        self._next_qpn = qpn + 1 if qpn < 0xFFFFFF else 2
+        self._qps[qpn] = _Qp(qpn, pd, send_cq, recv_cq, a, PSN24.random(self.rng))
+        return qpn
+
+    def _qp(self, qpn: int) -> _Qp:
+        qp = self._qps.get(qpn)
+        if qp is None:
+            raise VerbsError(f"no MRC QP {qpn:#x}")
+        return qp
+
+    def query_qp(self, qpn: int) -> dict[str, Any]:
+        """The connection data a peer's :meth:`connect` takes, and the state."""
+        qp = self._qp(qpn)
+        a = self.local_addr
+        return {"qpn": qpn, "psn": qp.sq_psn, "pmtu": int(qp.attrs.get("pmtu", self.pmtu)),
+                "mpr": int(qp.attrs.get("mpr", self.mpr)), "address": a[0] if a else "",
+                "port": a[1] if a else UDP_PORT, "state": qp.state, "transport": "mrc"}
+
+    def connect(self, qpn: int, remote: dict[str, Any], now: float = 0.0) -> None:
+        """RESET → RTS towards ``remote`` (the peer's :meth:`query_qp`): the sender sprays
+        within the peer's MPR, the receiver's window starts at the peer's PSN."""
+        qp = self._qp(qpn)
+        if qp.state != "RESET":
+            raise VerbsError(f"MRC QP {qpn:#x} is {qp.state}, not RESET")
+        a = qp.attrs
+        try:
+            dest = (str(remote["address"]), int(remote.get("port", UDP_PORT)))
+            peer, peer_psn = int(remote["qpn"]), int(remote["psn"])
+            pmtu = min(int(a.get("pmtu", self.pmtu)), int(remote.get("pmtu", self.pmtu)))
+            peer_mpr = int(remote.get("mpr", self.mpr))
+        except (KeyError, TypeError, ValueError) as e:
+            raise VerbsError(f"remote connection data needs qpn, psn and address ({e!r})"
+                             ) from None
+        try:
+            evs = EVSet.build(self.profile, int(a.get("ev_set", self.ev_set)), self.planes,
+                              self.rng, ev_min_active=self.ev_min_active)
+            cc = None if self.cc is None else Nscc(self.line_rate, now, base_rtt=self.base_rtt,
+                                                     mtu=pmtu, trimming=True)
+            qp.ini = InitiatorQP(qpn, peer, self.memory, evs, start_psn=qp.sq_psn, pmtu=pmtu,
+                                 mpr=peer_mpr, timeout=int(a.get("timeout", self.timeout)),
+                                 retry_linear=int(a.get("retry_linear", self.retry_linear)),
+                                 retry_exp=int(a.get("retry_exp", self.retry_exp)),
+                                 loss_threshold=self.loss_threshold, cc=cc, pd=qp.pd,
+                                 max_send_wr=int(a.get("max_send_wr", 4096)))
+            qp.tgt = TargetQP(qpn, peer, self.memory, start_psn=peer_psn,
+                              mpr=int(a.get("mpr", self.mpr)), pd=qp.pd)
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
+        qp.dest = dest
+        qp.state = "RTS"
+
+    def post_send(self, qpn: int, wr: SendWR, now: float = 0.0) -> None:
+        qp = self._qp(qpn)
+        if qp.ini is None:
+            raise VerbsError(f"MRC QP {qpn:#x} is not connected")
+        try:
+            qp.ini.post_send(wr, now)
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
+
+    def post_recv(self, qpn: int, wr: RecvWR, now: float = 0.0) -> None:
+        qp = self._qp(qpn)
+        if qp.tgt is None:
+            raise VerbsError(f"MRC QP {qpn:#x} is not connected (post receives after "
+                             f"connect)")
+        qp.tgt.post_recv(wr)
+
+    def destroy_qp(self, qpn: int, now: float = 0.0) -> None:
+        self._qp(qpn)
+        del self._qps[qpn]
+
+    # -- the wire ------------------------------------------------------------------------
+
+    def receive_datagram(self, data: bytes | bytearray | memoryview, addr: Addr, now: float,
+                         *, ecn: int = ECN_NOT_ECT, trimmed: bool | int = False) -> None:
+        """One UDP payload from ``addr`` (its source port is the packet's EV); ``trimmed``:
+        a switch cut it (True, or the NACK reason its DSCP names)."""
+        st = self.stats
+        st["rx_datagrams"] += 1
+        try:
+            bth = BTH.decode(data, 0)
+            pkt = None if trimmed else decode_packet(data)
+        except DecodeError:
+            st["rx_drop_malformed"] += 1
+            return
+        qp = self._qps.get(bth.dqpn)
+        if qp is None:
+            st["rx_drop_unknown_qp"] += 1
+            return
+        if qp.ini is None or qp.tgt is None or qp.state != "RTS":
+            st["rx_drop_not_connected"] += 1
+            return
+        op = bth.opcode
+        ev = int(addr[1])
+        if op in WRITE_OPCODES:
+            if trimmed:
+                reason = NACK_TRIMMED if trimmed is True else int(trimmed)
+                if reason not in (NACK_TRIMMED, NACK_TRIMMED_LASTHOP):
+                    reason = trimmed_reason(last_hop=False)
+                qp.tgt.trimmed(bth, ev, ce=ecn == ECN_CE, reason=reason)
+            else:
+                assert pkt is not None
+                qp.tgt.receive(pkt, ev, now, ce=ecn == ECN_CE)
+                self._completions(qp)
+        elif pkt is None:
+            st["rx_drop_unsupported"] += 1  # only data is trimmable
+        elif op == MRC_RELIABILITY_SACK:
+            qp.ini.on_sack(pkt, now)
+        elif op == MRC_RELIABILITY_NACK:
+            qp.ini.on_nack(pkt, now)
+        elif op == MRC_TRANSPORT_ACK:
+            qp.ini.on_transport_ack(pkt, now)
+            self._completions(qp)
+        else:
+            st["rx_drop_unsupported"] += 1  # probes and endpoint operations: not yet
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
+        out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
+        for qp in self._qps.values():
+            if qp.dest is None or qp.tgt is None or qp.ini is None:
+                continue
+            for data, ev in qp.tgt.take():
+                out.append((data, qp.dest, TxMeta(ev or qp.ini.evs.slots[0].ev,
+                                                  DSCP_CONTROL, ECN_NOT_ECT)))
+            if now >= self._paused_until:
+                for data, ev in qp.ini.pull(now):
+                    out.append((data, qp.dest, TxMeta(ev, DSCP_DATA, ECN_ECT0)))
+            self._completions(qp)
+        self.stats["tx_datagrams"] += len(out)
+        return out
+
+    def _completions(self, qp: _Qp) -> None:
+        """Hand the halves' completions to the CQs; an initiator that failed makes the QP
+        enter ERR (once), as RC does."""
+        ini, tgt = qp.ini, qp.tgt
+        if ini is not None and ini.completions:
+            for wc in ini.completions:
+                self._events.append(Completion(qp.send_cq, wc))
+            ini.completions.clear()
+        if tgt is not None and tgt.completions:
+            for wc in tgt.completions:
+                self._events.append(Completion(qp.recv_cq, wc))
+            tgt.completions.clear()
+        if ini is not None and ini.error is not None and qp.state != "ERR":
+            qp.state = "ERR"
+            self.stats["qp_errors"] += 1
+            self._events.append(StateChanged(qp.qpn, "RTS", "ERR", ini.error,
+                                             _why(ini.error)))
+
+    # -- timers, events, counters --------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        t: float | None = None
+        for qp in self._qps.values():
+            if qp.ini is not None:
+                d = qp.ini.deadline()
+                if d is not None and (t is None or d < t):
+                    t = d
+        if self._paused_until and (t is None or self._paused_until < t):
+            t = self._paused_until
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        if self._paused_until and self._paused_until <= now:
+            self._paused_until = 0.0
+        for qp in list(self._qps.values()):
+            if qp.ini is not None and qp.state == "RTS":
+                qp.ini.on_timer(now)
+                self._completions(qp)
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def counters(self) -> dict[str, int | float]:
+        c: dict[str, int | float] = dict(self.stats)
+        for qp in self._qps.values():
+            for half in (qp.ini, qp.tgt):
+                if half is not None:
+                    for k, v in half.stats.items():
+                        c[k] = c.get(k, 0) + v
+        c["qps"] = len(self._qps)
+        c["events_pending"] = len(self._events)
+        return c
+
+    def pause(self, cls: int, until: float) -> None:
+        """PFC: data waits until ``until`` (one class: MRC data is all one)."""
+        self.stats["pause_frames"] += 1
+        self._paused_until = until
+
+    def ev_table(self, qpn: int) -> dict[str, Any]:
+        """The QP's EV set (``emu mrc qp``): summary and one row per EV."""
+        qp = self._qp(qpn)
+        if qp.ini is None:
+            return {"summary": None, "evs": []}
+        return {"summary": qp.ini.evs.summary(), "evs": qp.ini.evs.table()}
+
+
+def _why(status: WcStatus) -> str:
+    return {WcStatus.RETRY_EXC_ERR: "retries exhausted (the peer does not answer)",
+            WcStatus.REM_ACCESS_ERR: "the peer refused a remote access (transport NAK)"
+            }.get(status, status.name)

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The daemon's way to build an :class:`MrcEngine` (``emu.nic.engines`` looks for
+``create_engine`` in ``emu.transports.mrc``): addresses, MTU and options from the
+daemon's context, mapped in one place, as for RoCEv2 and UET."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu.transports.mrc.engine import UDP_PORT, MrcEngine
+
+#: MrcEngine keyword arguments a daemon may pass through ``--engine-opt mrc.K=V``
+ENGINE_OPTIONS = ("line_rate", "base_rtt", "cc", "pmtu", "ev_set", "planes", "mpr", "timeout",
+                  "retry_linear", "retry_exp", "loss_threshold", "ev_min_active")
+#: IP + UDP + BTH + METH + RETH + ImmDt + ICRC around a PMTU-sized payload (IPv6)
+PMTU_OVERHEAD = 40 + 8 + 12 + 4 + 16 + 4 + 4
+PMTUS = (256, 512, 1024, 2048, 4096)
+
+
+def pmtu_for(ip_mtu: int) -> int:
+    """The largest path MTU whose MRC packets fit an IP MTU (1500 → 1024, 4200 → 4096)."""
+    fit = [p for p in PMTUS if p + PMTU_OVERHEAD <= ip_mtu]
+    return fit[-1] if fit else PMTUS[0]
+
+
+def create_engine(ctx: Any) -> MrcEngine:
+    """An engine from an EngineContext (``memory``, ``rng``, ``addresses``, ``port``,
+    ``mtu``, ``options``)."""
+    raw = dict(getattr(ctx, "options", {}) or {})
+    opts = {k: v for k, v in raw.items() if k in ENGINE_OPTIONS}
+    if opts.get("cc") in (False, "none"):
+        opts["cc"] = None
+    opts.setdefault("pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
+    if hasattr(ctx, "in_force"):
+        ctx.in_force(opts)
+    addrs = list(getattr(ctx, "addresses", []) or [])
+    local = (addrs[0], int(getattr(ctx, "port", UDP_PORT))) if addrs else None
+    return MrcEngine(ctx.memory, ctx.rng, local_addr=local, **opts)

@@ -1,0 +1,400 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The sending half of one MRC QP: spray WRITEs over EVs, resend holes only.
+
+What MRC's sender does (``specs/mrc.md``, Behaviour):
+
+* **Spraying.** Each packet takes the next EV of the QP's EV set
+  (:mod:`emu.transports.mrc.evset`: a rotation over the usable EVs, planes
+  interleaved). Every packet carries METH and its own RETH (this packet's
+  address), so the receiver places it whatever order it arrives in.
+* **Windows.** New packets go while the PSNs outstanding stay under the
+  receiver's MPR and the bytes in flight under NSCC's window (SACK-clocked;
+  :class:`emu.cc.nscc.Nscc`, the UET algorithm MRC names "uet-1.0-nscc").
+* **Loss recovery, holes only.** A SACK releases its cumulative PSN and the
+  PSNs its bitmap marks; a packet with enough later ones delivered is presumed
+  lost and resent at once (:meth:`Scoreboard.presumed_lost`, RFC 6675 with the
+  reordering threshold ``loss_threshold``); a NACK TRIMMED resends at once; a
+  timeout resends the oldest outstanding packet. A resend has BTH.RTX set and
+  goes on another EV (the next in the rotation).
+* **EV feedback.** The SACK's echoed EV and M field, its per-EV CE echo, a
+  trim's NACK and a timeout go to the EV set, which skips or retires paths.
+* **Timeouts and retries** (``mrc.h``): the local ACK timeout is 1.024 µs ×
+  2^``timeout``; the first ``retry_linear`` consecutive timeouts wait that
+  long, the next ``retry_exp`` double it each time (``retry_exp`` 25 =
+  never give up); past them the QP fails every work request with
+  RETRY_EXC_ERR.
+* **Completions** come from the transport ACK (AETH's MSN), in MSN order,
+  not from the SACKs: a packet can be SACKed but its message transport-NAKed
+  (REM_ACCESS_ERR, the QP fails as in RC).
+
+Sans-IO: :meth:`InitiatorQP.pull` returns ``(datagram, ev)`` pairs; the
+engine reads :meth:`InitiatorQP.deadline` for its timer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emu.cc.nscc import Nscc
+from emu.core.cq import WcStatus, WorkCompletion
+from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain, gather
+from emu.core.psn import PSN24
+from emu.core.reliable.scoreboard import Scoreboard
+from emu.core.verbs import SendWR, WrOpcode
+from emu.transports.mrc.evset import EVSet, SackHint
+from emu.transports.mrc.target import CC_FLAG_CE
+from emu.wire.codec.mrc import (
+    METH,
+    MRC_WRITE_FIRST,
+    MRC_WRITE_LAST,
+    MRC_WRITE_LAST_IMM,
+    MRC_WRITE_MIDDLE,
+    MRC_WRITE_ONLY,
+    MRC_WRITE_ONLY_IMM,
+    NACK_PSN_OOR_WINDOW,
+    NACK_TRIMMED,
+    NACK_TRIMMED_LASTHOP,
+    NETH,
+    SETH,
+)
+from emu.wire.codec.roce import (
+    AETH,
+    AETH_ACK,
+    AETH_NAK,
+    BTH,
+    RETH,
+    ImmDt,
+    RocePacket,
+    aeth_kind,
+    encode_packet,
+)
+
+#: the local ACK timeout's unit (mrc.h): 1.024 µs × 2^timeout
+TIMEOUT_UNIT = 1.024e-6
+#: the largest timeout code (about 17 s)
+TIMEOUT_MAX_CODE = 24
+#: retry limits (mrc.h): linear ≤ 7, then exponential ≤ 25 (25: never give up)
+RETRY_LINEAR_MAX, RETRY_EXP_MAX, RETRY_FOREVER = 7, 25, 25
+#: a NACK PSN_OOR_WINDOW (the receiver's window moved less than ours): resend after this
+#: many timeouts' worth of the base round trip, not at once
+OOR_BACKOFF = 0.25
+_M16, _M24 = 0xFFFF, 0xFFFFFF
+
+
+def timeout_of(code: int) -> float:
+    """The local ACK timeout (seconds) of a ``timeout`` attribute."""
+    if not 0 <= code <= TIMEOUT_MAX_CODE:
+        raise ValueError(f"MRC timeout code {code} is not 0..{TIMEOUT_MAX_CODE}")
+    return TIMEOUT_UNIT * (1 << code)
+
+
+@dataclass(slots=True)
+class TxMessage:
+    """One posted WRITE: its data (a view of the registered buffer), where it goes, and
+    how far it has been sent and acknowledged."""
+
+    wr: SendWR
+    msn: int
+    data: memoryview | bytes
+    next_offset: int = 0
+    done: bool = False  # transport-ACKed
+
+
+@dataclass(slots=True)
+class TxPacket:
+    """One packet outstanding (the scoreboard's record)."""
+
+    psn: int  # extended
+    msg: TxMessage
+    offset: int
+    length: int
+    ev: int
+    sent_at: float
+    resent: bool = False
+    trimmed: bool = False  # a NACK TRIMMED came for it
+
+
+class InitiatorQP:
+    """The send side of one MRC QP connected to ``peer_qpn``."""
+
+    def __init__(self, qpn: int, peer_qpn: int, memory: MemoryTable, evs: EVSet, *,
+                 start_psn: int = 0, pmtu: int = 4096, mpr: int = 16 * 128,
+                 timeout: int = 14, retry_linear: int = RETRY_LINEAR_MAX,
+                 retry_exp: int = RETRY_EXP_MAX, loss_threshold: int = 16,
+                 cc: Nscc | None = None, pd: ProtectionDomain | None = None,
+                 max_send_wr: int = 1024) -> None:
+        if not 0 <= retry_linear <= RETRY_LINEAR_MAX or not 0 <= retry_exp <= RETRY_EXP_MAX:
+            raise ValueError(f"retries: linear 0..{RETRY_LINEAR_MAX}, exponential "
+                             f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
+        if pmtu < 256:
+            raise ValueError(f"path MTU {pmtu} is below 256 bytes")
+        self.qpn = qpn
+        self.peer = peer_qpn
+        self.memory = memory
+        self.pd = pd
+        self.evs = evs
+        self.pmtu = pmtu
+        self.mpr = mpr
+        self.rto = timeout_of(timeout)
+        self.retry_linear = retry_linear
+        self.retry_exp = retry_exp
+        self.loss_threshold = loss_threshold
+        self.cc = cc
+        self.max_send_wr = max_send_wr
+        self.sb: Scoreboard[TxPacket] = Scoreboard(PSN24, start_psn)
+        self.queue: deque[TxMessage] = deque()  # posted, not all sent
+        self.open: deque[TxMessage] = deque()  # sent or sending, not transport-ACKed
+        self.next_msn = 0
+        self.in_flight = 0  # bytes of data packets outstanding
+        self.timeouts = 0  # consecutive timeouts (retries used)
+        self.error: WcStatus | None = None
+        self.completions: list[WorkCompletion] = []
+        self.stats: dict[str, int] = dict.fromkeys((
+            "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
+            "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto", "tx_mpr_full",
+            "tx_cwnd_full", "rx_stale_ack"), 0)
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def post_send(self, wr: SendWR, now: float) -> None:
+        """A WRITE or WRITE with immediate (MRC has no SEND, READ or atomics). Raises
+        ValueError for anything else, a full send queue, or an SGE the memory refuses."""
+        if wr.opcode not in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM):
+            raise ValueError(f"MRC has WRITE and WRITE with immediate only, not "
+                             f"{wr.opcode.name}")
+        if (wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM) != (wr.imm is not None):
+            raise ValueError("imm is for (and required by) WRITE with immediate")
+        if self.error is not None:
+            self._flush_one(wr)
+            return
+        if len(self.queue) + len(self.open) >= self.max_send_wr:
+            raise ValueError(f"send queue full ({self.max_send_wr} work requests)")
+        try:
+            views = [self.memory.local_view(s.lkey, s.addr, s.length, False, self.pd)
+                     for s in wr.sg_list]
+        except MemoryAccessError as e:
+            raise ValueError(f"bad SGE: {e}") from None
+        total = sum(len(v) for v in views)
+        data = views[0] if len(views) == 1 else gather(views, 0, total)
+        msg = TxMessage(wr, self.next_msn, data)
+        self.next_msn = (self.next_msn + 1) & _M16
+        self.queue.append(msg)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def pull(self, now: float) -> list[tuple[bytearray, int]]:
+        """What may go now: owed resends first, then new packets within MPR and NSCC."""
+        out: list[tuple[bytearray, int]] = []
+        if self.error is not None:
+            return out
+        sb = self.sb
+        while sb.retx:
+            pkt = sb.unacked.get(sb.retx.pop())
+            if pkt is not None:
+                out.append(self._resend(pkt, now))
+        while self.queue:
+            if sb.span >= self.mpr:
+                self.stats["tx_mpr_full"] += 1
+                break
+            cwnd = self.cc.cwnd if self.cc is not None else None
+            if cwnd is not None and self.in_flight >= cwnd:
+                self.stats["tx_cwnd_full"] += 1
+                break
+            out.append(self._send_new(self.queue[0], now))
+        return out
+
+    def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int]:
+        off = msg.next_offset
+        total = len(msg.data)
+        n = min(self.pmtu, total - off)
+        msg.next_offset = off + n
+        if off == 0:
+            self.open.append(msg)
+        if msg.next_offset >= total:
+            self.queue.popleft()
+        psn = self.sb.take(1)
+        ev = self.evs.next().ev
+        pkt = TxPacket(psn, msg, off, n, ev, now)
+        self.sb.track(pkt)
+        self.in_flight += n
+        self.stats["tx_packets"] += 1
+        self.stats["tx_bytes"] += n
+        if self.cc is not None:
+            self.cc.on_sent(n, now)
+        return self._encode(pkt, rtx=False), ev
+
+    def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int]:
+        self.sb.resending(pkt, now)
+        pkt.ev = self.evs.next().ev  # another path than the one that lost it
+        pkt.trimmed = False
+        self.stats["tx_retransmits"] += 1
+        return self._encode(pkt, rtx=True), pkt.ev
+
+    def _encode(self, pkt: TxPacket, rtx: bool) -> bytearray:
+        msg = pkt.msg
+        total = len(msg.data)
+        first, last = pkt.offset == 0, pkt.offset + pkt.length >= total
+        imm = msg.wr.imm is not None
+        if first and last:
+            op = MRC_WRITE_ONLY_IMM if imm else MRC_WRITE_ONLY
+        elif first:
+            op = MRC_WRITE_FIRST
+        elif last:
+            op = MRC_WRITE_LAST_IMM if imm else MRC_WRITE_LAST
+        else:
+            op = MRC_WRITE_MIDDLE
+        hdrs: list[Any] = [METH(rqmsn=0, msn=msg.msn),
+                           RETH(va=msg.wr.remote_addr + pkt.offset, rkey=msg.wr.rkey,
+                                dmalen=total)]
+        if last and imm:
+            hdrs.append(ImmDt(imm=msg.wr.imm or 0))
+        ackreq = int(last or len(self.sb.unacked) >= self.mpr // 2)
+        bth = BTH(opcode=op, dqpn=self.peer, psn=pkt.psn & _M24, ackreq=ackreq, rtx=int(rtx),
+                  padcount=(-pkt.length) & 3)
+        return encode_packet(bth, hdrs, msg.data[pkt.offset:pkt.offset + pkt.length])
+
+    # -- feedback ------------------------------------------------------------------------
+
+    def on_sack(self, pkt: RocePacket, now: float) -> None:
+        """A RELIABILITY_SACK: release what it covers, tell the EV set and NSCC, owe
+        resends for what it shows lost."""
+        seth = pkt.header(SETH)
+        if not isinstance(seth, SETH) or self.error is not None:
+            return
+        self.stats["rx_sacks"] += 1
+        sb = self.sb
+        cack = sb.ext(seth.cack_psn)
+        acked_psn = cack + seth.ack_psn_offset
+        rtt = sb.round_trip(acked_psn, now)
+        released = sb.ack_through(cack)
+        if seth.sack_bitmap:
+            released += sb.sack(cack + seth.sack_offset, seth.sack_bitmap)
+        nbytes = 0
+        for p in released:
+            nbytes += p.length
+        self.in_flight -= nbytes
+        ce = bool(seth.cc_flags & CC_FLAG_CE)
+        hint = SackHint(seth.m) if seth.m in (0, 1, 2) else SackHint.NONE
+        self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce)
+        if self.cc is not None:
+            self.cc.on_ack(nbytes, now, ecn_echo=ce, rtt=rtt)
+        if released:
+            self.timeouts = 0
+        for psn in sb.presumed_lost(self.loss_threshold, tail=not self.queue):
+            if sb.retx.at_once(psn):
+                self.stats["retx_sack"] += 1
+
+    def on_nack(self, pkt: RocePacket, now: float) -> None:
+        """A RELIABILITY_NACK: a trim resends at once (and tells the EV set where it was
+        cut); PSN_OOR_WINDOW resends a little later; other reasons are counted."""
+        neth = pkt.header(NETH)
+        if not isinstance(neth, NETH) or self.error is not None:
+            return
+        self.stats["rx_nacks"] += 1
+        sb = self.sb
+        psn = sb.ext(neth.nack_psn)
+        rec = sb.unacked.get(psn)
+        if rec is None:
+            self.stats["rx_stale_ack"] += 1
+            return
+        reason = neth.nack_reason
+        if reason in (NACK_TRIMMED, NACK_TRIMMED_LASTHOP):
+            rec.trimmed = True
+            self.evs.on_trim(neth.ev, now, last_hop=reason == NACK_TRIMMED_LASTHOP)
+            if self.cc is not None:
+                self.cc.on_trim(rec.length, now)
+            if sb.retx.at_once(psn):
+                self.stats["retx_trim"] += 1
+        elif reason == NACK_PSN_OOR_WINDOW:
+            sb.retx.after(psn, now + OOR_BACKOFF * self.rto)
+            self.stats["retx_oor"] += 1
+
+    def on_transport_ack(self, pkt: RocePacket, now: float) -> None:
+        """AETH: an ACK completes every open message up to its MSN, in order; a NAK fails
+        the QP (REM_ACCESS_ERR for a remote access error, as RC does)."""
+        aeth = pkt.header(AETH)
+        if not isinstance(aeth, AETH) or self.error is not None:
+            return
+        kind, _ = aeth_kind(aeth.syndrome)
+        msn = aeth.msn & _M16
+        if kind == AETH_NAK:
+            self.stats["rx_naks"] += 1
+            self._fail(WcStatus.REM_ACCESS_ERR, now)
+            return
+        if kind != AETH_ACK:
+            return
+        self.stats["rx_acks"] += 1
+        while self.open and ((msn - self.open[0].msn) & _M16) < 0x8000:
+            msg = self.open[0]
+            if msg.next_offset < len(msg.data):
+                break  # not all sent: an ACK for it cannot be ours
+            self.open.popleft()
+            msg.done = True
+            if msg.wr.signaled:
+                self.completions.append(WorkCompletion(
+                    msg.wr.wr_id, WcStatus.SUCCESS, msg.wr.opcode.wc_opcode, self.qpn,
+                    byte_len=len(msg.data)))
+
+    # -- timers --------------------------------------------------------------------------
+
+    def wait(self) -> float:
+        """The timeout in force: ``rto`` for the linear retries, doubling after them."""
+        k = self.timeouts - self.retry_linear
+        return self.rto * (1 << min(k, 20)) if k > 0 else self.rto
+
+    def deadline(self) -> float | None:
+        """When the oldest outstanding packet times out (None: nothing outstanding); or the
+        earliest delayed resend."""
+        d = None
+        for p in self.sb.unacked.values():
+            d = p.sent_at + self.wait()
+            break
+        later = self.sb.retx.later
+        if later:
+            t = min(later.values())
+            d = t if d is None or t < d else d
+        return d if self.error is None else None
+
+    def on_timer(self, now: float) -> None:
+        sb = self.sb
+        sb.retx.release_due(now)
+        oldest = next(iter(sb.unacked.values()), None)
+        if oldest is None or oldest.sent_at + self.wait() > now:
+            return
+        self.timeouts += 1
+        self.stats["rto"] += 1
+        if self.retry_exp != RETRY_FOREVER and \
+                self.timeouts > self.retry_linear + self.retry_exp:
+            self._fail(WcStatus.RETRY_EXC_ERR, now)
+            return
+        self.evs.on_timeout(oldest.ev, now, trimmed=oldest.trimmed)
+        if self.cc is not None:
+            self.cc.on_loss(now)
+        if sb.retx.at_once(oldest.psn):
+            self.stats["retx_rto"] += 1
+
+    # -- errors --------------------------------------------------------------------------
+
+    def _fail(self, status: WcStatus, now: float) -> None:
+        """The QP enters the error state: the first open message completes with
+        ``status``, every other posted one is flushed."""
+        self.error = status
+        msgs = list(self.open) + [m for m in self.queue if m not in self.open]
+        self.open.clear()
+        self.queue.clear()
+        self.sb.clear()
+        self.in_flight = 0
+        for i, m in enumerate(msgs):
+            st = status if i == 0 else WcStatus.WR_FLUSH_ERR
+            self.completions.append(WorkCompletion(m.wr.wr_id, st, m.wr.opcode.wc_opcode,
+                                                   self.qpn))
+
+    def _flush_one(self, wr: SendWR) -> None:
+        self.completions.append(WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR,
+                                               wr.opcode.wc_opcode, self.qpn))
+
+    def outstanding(self) -> Sequence[TxPacket]:
+        return list(self.sb.unacked.values())
