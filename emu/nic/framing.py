@@ -12,7 +12,7 @@ the identification and flags *as received* (:mod:`emu.nic.rxheader`: the kernel
 stamps that header word on each datagram), since the ICRC covers them and other
 senders (Linux rxe) count their IDs up where emu's own send ID 0 with DF. A bad
 ICRC is a counted drop (``rx_bad_icrc``), as a NIC drops it. The registry is by
-transport name; UET/MRC have no ICRC and need none.
+transport name; MRC's frames are RoCEv2's and take the same ICRC; UET has none.
 """
 
 from __future__ import annotations
@@ -240,7 +240,8 @@ class RoceIcrc:
 
 
 #: transport name → framer factory (None: the transport needs no finishing)
-FRAMING: dict[str, Callable[[], Any]] = {"roce": RoceIcrc}
+#: MRC frames are RoCEv2's (BTH first, ICRC last, specs/mrc.md): the same seal and check
+FRAMING: dict[str, Callable[[], Any]] = {"roce": RoceIcrc, "mrc": RoceIcrc}
 
 
 def framer_for(name: str) -> Any:

@@ -46,9 +46,9 @@ PROTOCOL_VERSION = 1
 RUN_DIR = "/run/emu/nic"
 #: the largest message either side accepts; longer lines are a protocol error
 MAX_LINE = 1 << 20
-#: UDP destination port of each transport (RoCEv2 4791, UET 4793); the stub engine
+#: UDP destination port of each transport (RoCEv2 4791, UET 4793, MRC 4971); the stub engine
 #: shares RoCE's by default so captures of plumbing tests look like RoCE ports
-DEFAULT_PORTS: dict[str, int] = {"roce": 4791, "uet": 4793, "mrc": 4793, "loopback": 4791}
+DEFAULT_PORTS: dict[str, int] = {"roce": 4791, "uet": 4793, "mrc": 4971, "loopback": 4791}
 
 #: ``ibv_wr_opcode`` names accepted in work requests
 WR_OPCODES = ("RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",

@@ -31,8 +31,9 @@ from emu.topology import sections
 from emu.topology.model import Topology
 from emu.topology.units import UnitError, parse_rate
 
-#: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793
-NIC_TRANSPORTS = ("roce", "uet")
+#: the transports every ``emu up`` daemon serves: RoCEv2 on UDP 4791, UET on 4793, MRC on
+#: 4971 (emu.transports.mrc.engine.UDP_PORT: why not 4791)
+NIC_TRANSPORTS = ("roce", "uet", "mrc")
 #: engine options that are rates: spelled as a link's rate ("500mbit") or in bits/s
 RATE_OPTIONS = frozenset({"line_rate"})
 
@@ -63,6 +64,8 @@ class _Ctx:
 def _factory(transport: str) -> tuple[Any, tuple[str, ...]]:
     if transport == "roce":
         from emu.transports.roce import factory as f
+    elif transport == "mrc":
+        from emu.transports.mrc import factory as f  # type: ignore[no-redef]
     else:
         from emu.transports.uet import factory as f  # type: ignore[no-redef]
     return f.create_engine, tuple(f.ENGINE_OPTIONS)

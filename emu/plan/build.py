@@ -182,6 +182,8 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
         common += ("--family", str(topology.nic["family"]))
     if "base_rtt" not in uet:
         common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+    if "base_rtt" not in (topology.nic.get("mrc") or {}):  # NSCC's too
+        common += ("--engine-opt", f"mrc.base_rtt={rtt:.6g}")
     per_host = {h: a + common for h, a in per_host.items()}
     res["base_rtt"] = rtt
     res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"

@@ -42,7 +42,8 @@ trimmed_lasthop    31          DSCP of packets trimmed on a host-facing port
 trim_size          null        fixed trimmed IP size in bytes; null = cut
                                after the transport headers (protocol-aware)
 trim_dscps         null        if a list: only these DSCPs are trimmable
-match              udp:4791, udp:4793, proto:253   what is queued at all
+match              udp:4791, udp:4793, udp:4971,   what is queued at all (RoCEv2, UET,
+                   proto:253                       MRC; UET native)
 queue_num          0           NFQUEUE number
 copy_range         256         bytes of each packet copied to user space
 queue_maxlen       16384       kernel queue length (then fail-open)
@@ -310,7 +311,8 @@ class SwitchConfig:
     trimmed_lasthop: int = DSCP_TRIMMED_LASTHOP
     trim_size: int | None = None
     trim_dscps: list[int] | None = None
-    match: list[str] = field(default_factory=lambda: ["udp:4791", "udp:4793", "proto:253"])
+    match: list[str] = field(default_factory=lambda: ["udp:4791", "udp:4793", "udp:4971",
+                                                      "proto:253"])
     queue_num: int = 0
     copy_range: int = 256
     queue_maxlen: int = 16384

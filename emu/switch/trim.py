@@ -8,14 +8,15 @@ prefix of it (``copy_range``); the original lengths come from the IP headers.
 What is kept (protocol-aware, decided with emu's own codecs so a trimmed
 packet decodes to the same headers):
 
-* RoCEv2 and MRC (UDP 4791): BTH and the opcode's extension headers
-  (:func:`emu.wire.codec.roce.chain_for`, where MRC registers METH, TSETH,
-  RETH … ), ``BTH.padcount`` pad bytes (so the BTH needs no change and the
-  codec's pad check holds) and a 4-byte ICRC, **recomputed** over the trimmed
-  packet. Why recompute: a RoCE NIC discards a packet with a bad ICRC in
-  hardware, so a trimmed packet with a stale ICRC would never reach the
-  transport that must NACK it; the DSCP says it was trimmed. (Hence
-  Wireshark's ICRC check passes on trimmed packets; ``roce.lua`` is unchanged.)
+* RoCEv2 and MRC (UDP 4791, and 4971 where emu's daemons serve MRC): BTH and
+  the opcode's extension headers (:func:`emu.wire.codec.roce.chain_for`, where
+  MRC registers METH, TSETH, RETH … ), ``BTH.padcount`` pad bytes (so the BTH
+  needs no change and the codec's pad check holds) and a 4-byte ICRC,
+  **recomputed** over the trimmed packet. Why recompute: a RoCE NIC discards a
+  packet with a bad ICRC in hardware, so a trimmed packet with a stale ICRC
+  would never reach the transport that must NACK it; the DSCP says it was
+  trimmed. (Hence Wireshark's ICRC check passes on trimmed packets;
+  ``roce.lua`` is unchanged.)
 * UET over UDP 4793 and native IP (protocol 253): entropy header (native),
   PDS, SES and the SES extension header (:func:`emu.wire.codec.uet.decode_packet`);
   with TSS only the TSS header (the ciphertext is the payload).
@@ -42,6 +43,8 @@ from emu.wire.codec import uet as UC
 from emu.wire.errors import DecodeError, need
 
 ROCE_PORT = 4791
+#: MRC's port in emu (RoCEv2's frames: emu.transports.mrc.engine.UDP_PORT)
+MRC_PORT = 4971
 UET_PORT = 4793
 UET_PROTO = 253
 _IPV6_EXT = {0, 43, 44, 60, 51, 135, 139, 140}
@@ -127,7 +130,7 @@ def header_end(packet: bytes | bytearray | memoryview, lay: Layout) -> tuple[int
         need("UDP", mv, lay.l4, 8)
         dport = struct.unpack_from("!H", mv, lay.l4 + 2)[0]
         body = lay.l4 + 8
-        if dport == ROCE_PORT:
+        if dport == ROCE_PORT or dport == MRC_PORT:
             rp = RC.decode_packet(mv[body:])
             hl = 12 + sum(h.SIZE for h in rp.headers)
             return body + hl + rp.bth.padcount + ICRC.ICRC_SIZE, True

@@ -72,6 +72,8 @@ def _before_the_plan(topology: Topology, costs: capacity.Costs) -> dict[str, Any
             common += ("--family", str(topology.nic["family"]))
         if "base_rtt" not in uet:
             common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
+        if "base_rtt" not in (topology.nic.get("mrc") or {}):  # since MRC (issue #35)
+            common += ("--engine-opt", f"mrc.base_rtt={rtt:.6g}")
         per_host = {h: a + common for h, a in per_host.items()}
         res["base_rtt"] = rtt
         res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"

@@ -135,7 +135,7 @@ CASES = {
     "cluster name bad": ('[topology]\nkind = "pair"\nname = "Big"\n', None,
                          ["topology.name", "[a-z0-9]"]),
     "link not array": (LS + "[link]\nmtu = 1\n", None, ["link", "array of tables"]),
-    "nic transport": (LS + '[nic.mrc]\ncc = "nscc"\n', None, ["nic.mrc", "unknown transport"]),
+    "nic transport": (LS + '[nic.srd]\ncc = "nscc"\n', None, ["nic.srd", "unknown transport"]),
     "nic option": (LS + "[nic.uet]\ncolour = 1\n", None,
                    ["nic.uet.colour", "unknown uet engine option"]),
     "nic value": (LS + '[nic.uet]\ncc = "tcp"\n', None, [":5:", "nic.uet.cc", "'tcp'"]),

@@ -21,7 +21,7 @@ PMTUS = (256, 512, 1024, 2048, 4096)
 OOBS = ("emu", "perftest")
 #: what ``--oob perftest`` runs: all six
 PERFTEST_TESTS = ("write-bw", "read-bw", "send-bw", "write-lat", "read-lat", "send-lat")
-TRANSPORTS = ("roce", "uet")  # what ``emu up`` daemons serve (emu.cluster.NIC_TRANSPORTS)
+TRANSPORTS = ("roce", "uet", "mrc")  # what ``emu up`` daemons serve (emu.cluster.NIC_TRANSPORTS)
 BW_PEAK_MAX_ITERS = 20000  # perftest skips the peak above this many iterations
 
 

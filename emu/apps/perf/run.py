@@ -157,12 +157,12 @@ def device_clock(attrs: dict[str, Any]) -> FabricClock:
 
 def _check_transport(test: Test, sizes: list[int], ep: Endpoint) -> None:
     """write-lat learns of a WRITE's arrival from its last byte, which holds only where
-    packets are placed in order (RoCE RC). UET RUD sprays and places packets in any
-    order, so there a message must fit one packet."""
-    if ep.transport == "uet" and test.name == "write-lat" and max(sizes) > ep.mtu:
-        raise SetupError(f"write-lat over UET needs messages of at most one packet "
-                         f"({ep.mtu} B here): RUD places packets in any order, so the last "
-                         f"byte landing says nothing about the others")
+    packets are placed in order (RoCE RC). UET RUD and MRC spray and place packets in
+    any order, so there a message must fit one packet."""
+    if ep.transport in ("uet", "mrc") and test.name == "write-lat" and max(sizes) > ep.mtu:
+        raise SetupError(f"write-lat over {ep.transport.upper()} needs messages of at most "
+                         f"one packet ({ep.mtu} B here): it places packets in any order, so "
+                         f"the last byte landing says nothing about the others")
 
 
 def _cqe(p: dict[str, Any]) -> int:

@@ -17,6 +17,7 @@ minutes rather than hours.
 
 from __future__ import annotations
 
+from emu.transports.mrc.initiator import timeout_of
 from emu.transports.roce.qp import ack_timeout
 from emu.transports.uet.factory import DEFAULT_DAEMON_RTO_MAX
 
@@ -30,6 +31,8 @@ def transport_wait(transport: str, qp_timeout: int) -> float:
     round trip up to it; ``--set nic.uet.rto_max`` above it is not known here)."""
     if transport == "roce":
         return ack_timeout(qp_timeout) or 0.0  # code 0 (forever) is refused by the options
+    if transport == "mrc":  # its local ACK timeout (mrc.h: 1.024 us x 2^t), the same code
+        return timeout_of(qp_timeout)
     return DEFAULT_DAEMON_RTO_MAX
 
 

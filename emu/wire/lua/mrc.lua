@@ -3,6 +3,7 @@
 -- OCP Multipath Reliable Connection (MRC) dissector, shipped with emu.
 --
 -- MRC shares UDP port 4791 with RoCEv2 and is told apart by the BTH opcode
+-- (emu's NIC daemons serve it on 4971, also registered below)
 -- (0xC6-0xDE, the manufacturer-specific range). This script takes over the
 -- udp.port 4791 entry, decodes MRC opcodes itself and hands every other packet
 -- to the dissector that owned the port before (Wireshark's InfiniBand/RRoCE),
@@ -47,6 +48,7 @@ local FTYPES = { [1] = "128 ns units" }
 local LAYOUT = {
     wire_version = 1,   -- emu/wire/codec/mrc.py MRC_WIRE_VERSION: bump on any change
     udp_port = 4791,
+    emu_port = 4971,    -- emu's NIC daemons serve MRC here (RoCEv2 keeps 4791)
     first_opcode = 0xC6, last_opcode = 0xDE,
     -- BTH byte 8 (the AckReq byte): MRC bits
     bth8 = { ackreq = 0x80, rtx = 0x20, ts = 0x10, rsvd = 0x4F },
@@ -422,3 +424,5 @@ local function register()
 end
 mrc.prefs_changed = register
 register()
+-- and on emu's own MRC port, where every packet is MRC's or nobody's
+if LAYOUT.emu_port ~= LAYOUT.udp_port then udp_table:add(LAYOUT.emu_port, mrc) end

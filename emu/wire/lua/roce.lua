@@ -104,6 +104,8 @@ local E = {
 roce.experts = { E.bad, E.short, E.cut }
 
 roce.prefs.udp_port = Pref.uint("UDP port", 4791, "UDP destination port of RoCEv2 (and MRC)")
+-- emu's NIC daemons serve MRC on a port of its own (RoCEv2's frames, the same ICRC)
+local MRC_EMU_PORT = 4971
 
 local f_udp_dport = Field.new("udp.dstport")
 local f_udp_len = Field.new("udp.length")
@@ -117,12 +119,12 @@ local f_icmpv6 = Field.new("icmpv6.type")
 ---------------------------------------------------------------------------
 local function all(extractor) return { extractor() } end
 
--- The innermost UDP header whose destination port is ours: its offset in the
--- data source and the UDP length field, or nil.
+-- The innermost UDP header whose destination port is ours (or emu's MRC port): its
+-- offset in the data source and the UDP length field, or nil.
 local function find_udp(port)
     local dports, lens = all(f_udp_dport), all(f_udp_len)
     for i = #dports, 1, -1 do
-        if dports[i].value == port then
+        if dports[i].value == port or dports[i].value == MRC_EMU_PORT then
             local len_fi = lens[i]
             return dports[i].offset - 2, len_fi and len_fi.value, dports[i].source
         end
