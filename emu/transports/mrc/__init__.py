@@ -8,8 +8,8 @@
 * :mod:`.evset` / :mod:`.evprofile` — a QP's EVs over its planes, their states and
   counters; which values an EV profile gives
 
-Not yet: reliability probes and endpoint operations on the wire, the STEV and SRv6
-EV formats in the daemon, multi-plane ports, ``emu mrc``.
+Not yet: endpoint operations (ERTH/EETH) on the wire, the STEV and SRv6 EV formats
+in the daemon, multi-plane ports, ``emu mrc``.
 """
 
 from emu.transports.mrc.engine import MrcEngine

@@ -40,6 +40,7 @@ from emu.wire.codec.ev import EVMode
 from emu.wire.codec.mrc import (
     MPR_UNIT,
     MRC_RELIABILITY_NACK,
+    MRC_RELIABILITY_PROBE,
     MRC_RELIABILITY_SACK,
     MRC_TRANSPORT_ACK,
     NACK_TRIMMED,
@@ -247,8 +248,10 @@ class MrcEngine(Engine):
         elif op == MRC_TRANSPORT_ACK:
             qp.ini.on_transport_ack(pkt, now)
             self._completions(qp)
+        elif op == MRC_RELIABILITY_PROBE:
+            qp.tgt.probe(pkt, ev, now)
         else:
-            st["rx_drop_unsupported"] += 1  # probes and endpoint operations: not yet
+            st["rx_drop_unsupported"] += 1  # endpoint operations: not yet
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []

@@ -11,14 +11,16 @@ GOOD       used
 SKIP       left out of the current rotation once, then GOOD again: after a SACK
            whose M field says SKIP_ONCE, or a NACK TRIMMED from a switch before
            the last hop (that path is congested, not broken)
-ASSUMED_BAD retired: after a SACK with M = ALWAYS_SKIP, or a timeout that saw
-           neither a trim nor a SACK (a real loss retires the EV at once). Its
+ASSUMED_BAD retired: after a SACK with M = ALWAYS_SKIP, or a real loss — a
+           timeout that saw neither a trim nor a SACK, or a packet the SACKs show
+           lost (later ones arrived) with no trim reported — at once. Its
            slot takes a fresh EV of the same plane where the profile can make one
            (AUTO, GEN), so the planes stay balanced; the retired EV is probed
            (RELIABILITY_PROBE) and comes back GOOD after :attr:`revive_after`
            answered probes in a row — into its slot if it kept one (EXP), else as
            its plane's spare, which replaces the plane's next retired EV before
-           any untried value does
+           any untried value does. The set remembers (and probes) as many
+           retired EVs as it has slots, forgetting the oldest
 DENIED     the controller's (``emu mrc``): never used, never probed, until the
            controller allows it again
 ========== ===================================================================
@@ -57,7 +59,7 @@ REVIVE_AFTER = 3
 #: state changes kept for the controller's poll before the oldest are dropped (and counted)
 EVENT_QUEUE = 1024
 #: per-EV counters, in the order ``emu mrc qp`` shows them
-COUNTERS = ("sent", "sacked", "ecn", "trimmed", "timeouts", "probes", "probe_ok")
+COUNTERS = ("sent", "sacked", "ecn", "trimmed", "lost", "timeouts", "probes", "probe_ok")
 
 
 class EVState(enum.Enum):
@@ -234,6 +236,16 @@ class EVSet:
         if not trimmed and not sacked:
             self._demote(e, EVState.ASSUMED_BAD, "timeout", now)
 
+    def on_lost(self, ev: int, now: float) -> None:
+        """A packet sent on ``ev`` was presumed lost from the SACKs (later packets arrived,
+        it did not, and no trim was reported for it): a real loss on that path, which
+        retires the EV at once, as a bare timeout does."""
+        e = self.by_ev.get(ev)
+        if e is None:
+            return
+        e.counts["lost"] += 1
+        self._demote(e, EVState.ASSUMED_BAD, "lost", now)
+
     # -- probes --------------------------------------------------------------------------
 
     def to_probe(self) -> list[int]:
@@ -330,6 +342,9 @@ class EVSet:
             cause = f"replaces {e.ev:#x}"
         self.slots[i] = spare
         self.retired.append(e)
+        if len(self.retired) > len(self.slots):  # keep as many as the set: forget the oldest
+            old = self.retired.pop(0)
+            self.by_ev.pop(old.ev, None)
         self._event(now, spare, None, EVState.GOOD, cause)
 
     def _revive(self, e: EVEntry, now: float) -> None:

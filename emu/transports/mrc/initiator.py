@@ -17,7 +17,10 @@ What MRC's sender does (``specs/mrc.md``, Behaviour):
   timeout resends the oldest outstanding packet. A resend has BTH.RTX set and
   goes on another EV (the next in the rotation).
 * **EV feedback.** The SACK's echoed EV and M field, its per-EV CE echo, a
-  trim's NACK and a timeout go to the EV set, which skips or retires paths.
+  trim's NACK, a hole the SACKs show and a timeout go to the EV set, which
+  skips or retires paths; retired EVs get a RELIABILITY_PROBE every quarter
+  timeout (it consumes no PSN; the answer is a SACK with PR) until enough
+  answers bring them back.
 * **Timeouts and retries** (``mrc.h``): the local ACK timeout is 1.024 µs ×
   2^``timeout``; the first ``retry_linear`` consecutive timeouts wait that
   long, the next ``retry_exp`` double it each time (``retry_exp`` 25 =
@@ -48,6 +51,7 @@ from emu.transports.mrc.evset import EVSet, SackHint
 from emu.transports.mrc.target import CC_FLAG_CE
 from emu.wire.codec.mrc import (
     METH,
+    MRC_RELIABILITY_PROBE,
     MRC_WRITE_FIRST,
     MRC_WRITE_LAST,
     MRC_WRITE_LAST_IMM,
@@ -58,6 +62,7 @@ from emu.wire.codec.mrc import (
     NACK_TRIMMED,
     NACK_TRIMMED_LASTHOP,
     NETH,
+    PETH,
     SETH,
 )
 from emu.wire.codec.roce import (
@@ -78,6 +83,9 @@ TIMEOUT_UNIT = 1.024e-6
 TIMEOUT_MAX_CODE = 24
 #: retry limits (mrc.h): linear ≤ 7, then exponential ≤ 25 (25: never give up)
 RETRY_LINEAR_MAX, RETRY_EXP_MAX, RETRY_FOREVER = 7, 25, 25
+#: ASSUMED_BAD EVs are probed every this share of the local ACK timeout, and a probe not
+#: answered within the timeout counts as a miss (EVSet.on_probe)
+PROBE_SHARE = 0.25
 #: a NACK PSN_OOR_WINDOW (the receiver's window moved less than ours): resend after this
 #: many timeouts' worth of the base round trip, not at once
 OOR_BACKOFF = 0.25
@@ -151,11 +159,14 @@ class InitiatorQP:
         self.in_flight = 0  # bytes of data packets outstanding
         self.timeouts = 0  # consecutive timeouts (retries used)
         self.error: WcStatus | None = None
+        self.probes: dict[int, float] = {}  # EV probed → when (one probe per EV at a time)
+        self.next_probe: float | None = None
+        self.probe_id = 0
         self.completions: list[WorkCompletion] = []
         self.stats: dict[str, int] = dict.fromkeys((
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
             "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto", "tx_mpr_full",
-            "tx_cwnd_full", "rx_stale_ack"), 0)
+            "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok", "probe_lost"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -190,6 +201,8 @@ class InitiatorQP:
         out: list[tuple[bytearray, int]] = []
         if self.error is not None:
             return out
+        if self.next_probe is not None and self.next_probe <= now:
+            out += self._probes(now)
         sb = self.sb
         while sb.retx:
             pkt = sb.unacked.get(sb.retx.pop())
@@ -256,6 +269,35 @@ class InitiatorQP:
                   padcount=(-pkt.length) & 3)
         return encode_packet(bth, hdrs, msg.data[pkt.offset:pkt.offset + pkt.length])
 
+    # -- probes --------------------------------------------------------------------------
+
+    def _probes(self, now: float) -> list[tuple[bytearray, int]]:
+        """A RELIABILITY_PROBE on each retired (ASSUMED_BAD) EV not already being probed;
+        a probe unanswered for a timeout is a miss. Probes consume no PSN."""
+        out = []
+        for ev, at in list(self.probes.items()):
+            if now - at >= self.rto:
+                del self.probes[ev]
+                self.stats["probe_lost"] += 1
+                self.evs.on_probe(ev, now, answered=False)
+        for ev in self.evs.to_probe():
+            if ev in self.probes:
+                continue
+            self.probe_id = (self.probe_id + 1) & _M16
+            peth = PETH(probe_id=self.probe_id, spdcid=self.qpn & _M16, dpdcid=self.peer & _M16)
+            bth = BTH(opcode=MRC_RELIABILITY_PROBE, dqpn=self.peer,
+                      psn=self.sb.next_psn & _M24)
+            out.append((encode_packet(bth, [peth]), ev))
+            self.probes[ev] = now
+            self.evs.on_probe_sent(ev)
+            self.stats["tx_probes"] += 1
+        self._arm_probes(now)
+        return out
+
+    def _arm_probes(self, now: float) -> None:
+        self.next_probe = (now + PROBE_SHARE * self.rto
+                           if self.probes or self.evs.to_probe() else None)
+
     # -- feedback ------------------------------------------------------------------------
 
     def on_sack(self, pkt: RocePacket, now: float) -> None:
@@ -265,6 +307,11 @@ class InitiatorQP:
         if not isinstance(seth, SETH) or self.error is not None:
             return
         self.stats["rx_sacks"] += 1
+        if seth.pr:  # a probe's answer: that path works
+            if self.probes.pop(seth.ev, None) is not None:
+                self.stats["probe_ok"] += 1
+                self.evs.on_probe(seth.ev, now, answered=True)
+            return
         sb = self.sb
         cack = sb.ext(seth.cack_psn)
         acked_psn = cack + seth.ack_psn_offset
@@ -279,6 +326,8 @@ class InitiatorQP:
         ce = bool(seth.cc_flags & CC_FLAG_CE)
         hint = SackHint(seth.m) if seth.m in (0, 1, 2) else SackHint.NONE
         self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce)
+        if self.next_probe is None and hint is SackHint.ALWAYS_SKIP:
+            self._arm_probes(now)
         if self.cc is not None:
             self.cc.on_ack(nbytes, now, ecn_echo=ce, rtt=rtt)
         if released:
@@ -286,6 +335,11 @@ class InitiatorQP:
         for psn in sb.presumed_lost(self.loss_threshold, tail=not self.queue):
             if sb.retx.at_once(psn):
                 self.stats["retx_sack"] += 1
+                rec = sb.unacked.get(psn)
+                if rec is not None and not rec.trimmed:
+                    self.evs.on_lost(rec.ev, now)
+                    if self.next_probe is None:
+                        self._arm_probes(now)
 
     def on_nack(self, pkt: RocePacket, now: float) -> None:
         """A RELIABILITY_NACK: a trim resends at once (and tells the EV set where it was
@@ -356,6 +410,9 @@ class InitiatorQP:
         if later:
             t = min(later.values())
             d = t if d is None or t < d else d
+        p = self.next_probe
+        if p is not None and (d is None or p < d):
+            d = p
         return d if self.error is None else None
 
     def on_timer(self, now: float) -> None:
@@ -371,6 +428,8 @@ class InitiatorQP:
             self._fail(WcStatus.RETRY_EXC_ERR, now)
             return
         self.evs.on_timeout(oldest.ev, now, trimmed=oldest.trimmed)
+        if self.next_probe is None:
+            self._arm_probes(now)
         if self.cc is not None:
             self.cc.on_loss(now)
         if sb.retx.at_once(oldest.psn):

@@ -54,6 +54,7 @@ from emu.wire.codec.mrc import (
     NACK_TRIMMED,
     NACK_TRIMMED_LASTHOP,
     NETH,
+    PETH,
     RCVD_BYTES_UNIT,
     SETH,
     TSETH,
@@ -97,7 +98,7 @@ class TargetStats:
 
     c: dict[str, int] = field(default_factory=lambda: dict.fromkeys((
         "rx_packets", "rx_bytes", "rx_duplicate", "rx_stale", "rx_trimmed",
-        "rx_out_of_window", "rx_ooo", "rx_ce", "tx_sacks", "tx_nacks", "tx_naks",
+        "rx_out_of_window", "rx_ooo", "rx_ce", "rx_probes", "tx_sacks", "tx_nacks", "tx_naks",
         "rx_access_error", "msgs_done", "imm_waiting_recv", "rx_drop_malformed"), 0))
 
 
@@ -186,6 +187,18 @@ class TargetQP:
         self.stats["rx_trimmed"] += 1
         self._nack(reason, bth.psn, ev, ce)
 
+    def probe(self, pkt: RocePacket, ev: int, now: float) -> None:
+        """A RELIABILITY_PROBE (PETH; it consumes no PSN) that came on ``ev``: answered at
+        once by a SACK with PR set, echoing the EV and the probe's timestamp — the path
+        works. The SACK carries the window as it stands, like any other."""
+        peth = pkt.header(PETH)
+        if not isinstance(peth, PETH):
+            self.stats["rx_drop_malformed"] += 1
+            return
+        self.stats["rx_probes"] += 1
+        self._sack(self.window.first_missing - 1, ev, False, None, probe=True,
+                   ts=peth.tx_timestamp)
+
     def _place(self, bth: BTH, meth: METH, reth: RETH, pkt: RocePacket) -> None:
         msg = self.msgs.get(meth.msn)
         if msg is None:
@@ -229,13 +242,16 @@ class TargetQP:
     def _bth(self, opcode: int, psn: int) -> BTH:
         return BTH(opcode=opcode, dqpn=self.peer, psn=psn & PSN24.mask)
 
-    def _sack(self, psn: int, ev: int, ce: bool, ts: Any) -> None:
+    def _sack(self, psn: int, ev: int, ce: bool, tseth: Any, *, probe: bool = False,
+              ts: int | None = None) -> None:
         cack, base, bitmap = self.window.sack(psn)
-        seth = SETH(ack_psn_offset=_s16(psn - cack), ev=ev, spdcid=self.qpn & _M16,
+        seth = SETH(pr=int(probe), ack_psn_offset=_s16(psn - cack), ev=ev, spdcid=self.qpn & _M16,
                     dpdcid=self.peer & _M16, cack_psn=cack & PSN24.mask,
                     cc_type=CC_TYPE_NSCC, cc_flags=CC_FLAG_CE if ce else 0,
                     mpr=self.mpr // MPR_UNIT, sack_offset=_s16(base - cack), sack_bitmap=bitmap)
-        cc = CC_STATE(tx_timestamp=ts.tx_timestamp if isinstance(ts, TSETH) else 0,
+        if ts is None:
+            ts = tseth.tx_timestamp if isinstance(tseth, TSETH) else 0
+        cc = CC_STATE(tx_timestamp=ts,
                       ooo_count=min(self.window.ooo, 0x7FFF),
                       rcvd_bytes=(self.rcvd_bytes // RCVD_BYTES_UNIT) & 0xFFFFFF)
         self.out.append((encode_packet(self._bth(MRC_RELIABILITY_SACK, cack), [seth, cc]), ev))

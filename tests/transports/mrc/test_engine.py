@@ -161,3 +161,38 @@ def test_garbage_from_the_wire_is_counted_not_raised():
         ea.receive_datagram(junk, ("10.0.0.2", 50000), 0.0)
     c = ea.counters()
     assert c["rx_drop_malformed"] + c["rx_drop_unknown_qp"] == 4
+
+
+def test_a_broken_path_retires_its_ev_probes_revive_it_when_it_heals():
+    """Every packet on one EV (source port) is lost: the first loss the SACKs show retires
+    it (ASSUMED_BAD) and a fresh EV takes its slot; the transfer completes on the others;
+    probes on the retired EV go unanswered while the path is down, and once it heals
+    they are answered (a SACK with PR) and it comes back GOOD."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=64 * PMTU)
+    bad = ea._qps[qa].ini.evs.slots[5].ev
+    state = {"broken": True, "lost": 0}
+    send = ea.datagrams_to_send
+
+    def path(now):  # the path of source port `bad` loses everything while broken
+        out = []
+        for d, addr, meta in send(now):
+            if state["broken"] and meta.entropy == bad:
+                state["lost"] += 1
+                continue
+            out.append((d, addr, meta))
+        return out
+
+    ea.datagrams_to_send = path
+    _write(ea, qa, src, dst, 64 * PMTU, 1)
+    link.run(until=0.5)
+    assert bytes(dst.view) == data
+    evs = ea._qps[qa].ini.evs
+    assert evs.by_ev[bad].state.value == "assumed_bad" and evs.by_ev[bad] in evs.retired
+    c = ea.counters()
+    assert state["lost"] >= 2 and c["tx_probes"] >= 1 and c["probe_lost"] >= 1
+    state["broken"] = False  # the path heals
+    link.run(until=link.now + 0.5)
+    assert evs.by_ev[bad].state.value == "good"
+    assert ea.counters()["probe_ok"] >= 3 and eb.counters()["rx_probes"] >= 3
+    events, _ = evs.events()
+    assert [e.cause for e in events if e.ev == bad] == ["lost", "probes answered"]

@@ -280,3 +280,14 @@ def test_table_and_summary_show_states_and_counters():
     assert row["sent"] == 1 and row["sacked"] == 1 and row["ecn"] == 1 and row["in_set"]
     assert s.summary()["states"] == {"good": 4, "skip": 0, "assumed_bad": 0, "denied": 0}
     assert s.summary()["active"] == 4
+
+
+def test_a_loss_the_sacks_show_retires_the_ev_and_retired_evs_are_bounded():
+    s = _set(size=4, planes=1)
+    for i in range(10):  # ten losses, each on the set's current first EV
+        ev = s.slots[0].ev
+        s.on_lost(ev, float(i))
+        assert s.by_ev.get(ev) is None or s.by_ev[ev].state is EVState.ASSUMED_BAD
+    assert len(s.retired) == 4  # as many as the set has slots; the oldest forgotten
+    assert len(s.to_probe()) == 4 and s.summary()["states"]["good"] == 4
+    assert all(r["lost"] == 1 for r in s.table() if not r["in_set"])
