@@ -28,6 +28,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "emu.wire.sample": ("sample",),
     "emu.wire.wireshark": ("wireshark",),
     "emu.apps.doctor": ("doctor",),
+    "emu.apps.mrc": ("mrc",),
     "emu.interop.cli": ("interop",),
 }
 

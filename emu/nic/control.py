@@ -483,6 +483,32 @@ class ControlServer:
     def op_ping(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
         return {}
 
+    def op_mrc(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
+        """``emu mrc``: the MRC engine's QPs with their EV sets (``qpn``: one), their EV
+        state changes since the last poll (``events``), or an EV denied or allowed again
+        (``ev`` and ``action``). Any client may ask: this is the NIC's controller."""
+        slot = self._slot("mrc")
+        eng = slot.engine
+        try:
+            qpns = [int(m["qpn"])] if m.get("qpn") is not None else eng.qpns()
+            if m.get("action") is not None:
+                if m.get("qpn") is None or m.get("ev") is None:
+                    raise OpError("EINVAL", "an EV action needs qpn and ev")
+                qpn = qpns[0]
+                eng.ev_control(qpn, int(m["ev"]), str(m["action"]), trio.current_time())
+                t[slot] = None
+                return {"qp": eng.ev_table(qpn)}
+            if m.get("events"):
+                out, dropped = [], 0
+                for q in qpns:
+                    evs, n = eng.ev_events(q)
+                    out += [{"qpn": q, **e} for e in evs]
+                    dropped += n
+                return {"events": out, "drop_count": dropped}
+            return {"qps": [eng.ev_table(q) for q in qpns]}
+        except (VerbsError, ValueError, TypeError) as e:
+            raise OpError("EINVAL", str(e)) from None
+
     def op_reg_mr(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
         name = str(m["shm"])
         ent = s.buffers.get(name)

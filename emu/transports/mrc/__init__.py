@@ -9,7 +9,8 @@
   counters; which values an EV profile gives
 
 Not yet: endpoint operations (ERTH/EETH) on the wire, the STEV and SRv6 EV formats
-in the daemon, multi-plane ports, ``emu mrc``.
+in the daemon, multi-plane ports, ``emu mrc`` profiles and ports (its QP table,
+events and EV deny/allow are there: :mod:`emu.apps.mrc`).
 """
 
 from emu.transports.mrc.engine import MrcEngine

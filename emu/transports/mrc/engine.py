@@ -326,12 +326,42 @@ class MrcEngine(Engine):
         self.stats["pause_frames"] += 1
         self._paused_until = until
 
+    # -- the controller (emu mrc) --------------------------------------------------------
+
+    def qpns(self) -> list[int]:
+        return sorted(self._qps)
+
     def ev_table(self, qpn: int) -> dict[str, Any]:
-        """The QP's EV set (``emu mrc qp``): summary and one row per EV."""
+        """The QP's EV set (``emu mrc qp``): state, peer, summary and one row per EV."""
+        qp = self._qp(qpn)
+        base = {"qpn": qpn, "state": qp.state, "peer": None if qp.ini is None else qp.ini.peer,
+                "dest": list(qp.dest) if qp.dest else None}
+        if qp.ini is None:
+            return {**base, "summary": None, "evs": []}
+        return {**base, "summary": qp.ini.evs.summary(), "evs": qp.ini.evs.table()}
+
+    def ev_events(self, qpn: int) -> tuple[list[dict[str, Any]], int]:
+        """The QP's EV state changes since the last poll, and how many were dropped."""
         qp = self._qp(qpn)
         if qp.ini is None:
-            return {"summary": None, "evs": []}
-        return {"summary": qp.ini.evs.summary(), "evs": qp.ini.evs.table()}
+            return [], 0
+        events, dropped = qp.ini.evs.events()
+        return [e.to_dict() for e in events], dropped
+
+    def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
+        """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""
+        qp = self._qp(qpn)
+        if qp.ini is None:
+            raise VerbsError(f"MRC QP {qpn:#x} is not connected")
+        try:
+            if action == "deny":
+                qp.ini.evs.deny(ev, now)
+            elif action == "allow":
+                qp.ini.evs.allow(ev, now)
+            else:
+                raise VerbsError(f"EV action is deny or allow, not {action!r}")
+        except KeyError as e:
+            raise VerbsError(str(e.args[0])) from None
 
 
 def _why(status: WcStatus) -> str:
