@@ -9,6 +9,10 @@
   count the daemon dropped (a bounded queue, as ``mrc_ctl.h``'s event poll reports).
 * ``emu mrc ev CLUSTER:HOST QPN EV deny|allow`` — the controller takes an EV out of use
   (DENIED: never sprayed on, never probed) or gives it back.
+* ``emu mrc port CLUSTER:HOST PORT up|down`` — a NIC port (plane, from 0) taken down by
+  the administrator: every QP's EVs of that plane leave the rotation, the live planes
+  carry the traffic, and they come back with ``up``. (Telling the peer with an
+  ENDPOINT_REQUEST PORT_STATUS_UPDATE is not built yet.)
 
 ``--json`` prints the daemon's answer as it is. Exit 0, or 1 with one line when the
 host has no NIC daemon, it runs no MRC, or the QP or EV is not there.
@@ -86,6 +90,11 @@ def main(a: argparse.Namespace) -> int:
                 [f"QP {e['qpn']:#08x} EV {e['ev']:#x} plane {e['plane']}: {e['from']} -> "
                  f"{e['to']} ({e['cause']}) at {e['time']:.9f}" for e in res["events"]]
                 + [f"dropped {res['drop_count']}"])
+        elif a.what == "port":
+            res = _ask(a.where, port=a.port, up=a.state == "up")
+            out = json.dumps(res, indent=1) if a.json else (
+                f"port {res['port']} {'up' if res['up'] else 'down'} on {res['qps']} QP(s); "
+                f"ports down: {', '.join(map(str, res['ports_down'])) or 'none'}")
         else:
             res = _ask(a.where, qpn=a.qpn, ev=a.ev, action=a.action)
             out = json.dumps(res, indent=1) if a.json else table([res["qp"]])
@@ -98,7 +107,7 @@ def main(a: argparse.Namespace) -> int:
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mrc", help="the MRC controller: a host's QPs and their EV tables, "
-                                   "EV events, deny/allow an EV")
+                                   "EV events, deny/allow an EV, port up/down")
     ms = p.add_subparsers(dest="what", required=True)
     q = ms.add_parser("qp", help="MRC QPs of a host's NIC with their EV tables, live")
     q.add_argument("where", metavar="CLUSTER:HOST")
@@ -110,6 +119,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     c.add_argument("qpn", type=_ev)
     c.add_argument("ev", type=_ev)
     c.add_argument("action", choices=("deny", "allow"))
-    for x in (q, ev, c):
+    pt = ms.add_parser("port", help="take a NIC port (plane) down or bring it up")
+    pt.add_argument("where", metavar="CLUSTER:HOST")
+    pt.add_argument("port", type=int, help="the plane, from 0")
+    pt.add_argument("state", choices=("up", "down"))
+    for x in (q, ev, c, pt):
         x.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

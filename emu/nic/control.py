@@ -485,11 +485,15 @@ class ControlServer:
 
     def op_mrc(self, s: Session, m: dict[str, Any], t: Any) -> dict[str, Any]:
         """``emu mrc``: the MRC engine's QPs with their EV sets (``qpn``: one), their EV
-        state changes since the last poll (``events``), or an EV denied or allowed again
-        (``ev`` and ``action``). Any client may ask: this is the NIC's controller."""
+        state changes since the last poll (``events``), an EV denied or allowed again
+        (``ev`` and ``action``), or a port (plane) taken down or brought up (``port``,
+        ``up``). Any client may ask: this is the NIC's controller."""
         slot = self._slot("mrc")
         eng = slot.engine
         try:
+            if m.get("port") is not None:
+                t[slot] = None
+                return eng.port_admin(int(m["port"]), bool(m.get("up")), trio.current_time())
             qpns = [int(m["qpn"])] if m.get("qpn") is not None else eng.qpns()
             if m.get("action") is not None:
                 if m.get("qpn") is None or m.get("ev") is None:

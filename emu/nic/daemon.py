@@ -73,6 +73,16 @@ PRECISE_WITHIN = 2e-3
 HELD_RECHECK = 1e-3
 
 
+
+def _per_port(addrs: list[tuple[str, Iface]]) -> list[list[str]]:
+    """The addresses grouped by NIC port (interface), ports in order; addresses not on a
+    known interface left out."""
+    out: dict[str, list[str]] = {}
+    for a, i in addrs:
+        if i.name:
+            out.setdefault(i.name, []).append(a)
+    return list(out.values())
+
 class NicDaemon:
     """One host's NIC: its ports, engines, registered memory and control server."""
 
@@ -154,7 +164,8 @@ class NicDaemon:
                         opts.setdefault("frame_overhead", FRAME_OVERHEAD[fam])
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
                                                 port, mtu, opts,
-                                                self.trace.child(f"{self.cfg.host}/{name}"))
+                                                self.trace.child(f"{self.cfg.host}/{name}"),
+                                                port_addresses=_per_port(addrs))
                     engine = engines.create(name, ctx)
                 except BaseException as e:
                     for ps in socks:

@@ -78,6 +78,9 @@ class EngineContext:
     trace: Trace = NULL_TRACE
     #: the options the engine was built with (:meth:`in_force`); empty until then
     options_in_force: dict[str, Any] = field(default_factory=dict)
+    #: the addresses of each NIC port, in port order (a multi-plane NIC: one port per
+    #: plane, which MRC sprays over); empty when unknown
+    port_addresses: list[list[str]] = field(default_factory=list)
 
     def in_force(self, opts: dict[str, Any]) -> None:
         """Record the engine's options, as plain data (the trace object left out)."""

@@ -76,6 +76,8 @@ class _Qp:
     sq_psn: int
     state: str = "RESET"
     dest: Addr | None = None
+    dests: list[Addr] | None = None  # the peer's address on each plane
+    reply: dict[int, str] | None = None  # EV → the peer address its packets came from
     ini: InitiatorQP | None = None
     tgt: TargetQP | None = None
 
@@ -86,7 +88,8 @@ class MrcEngine(Engine):
     is split over."""
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *,
-                 local_addr: Addr | None = None, line_rate: float = 400e9,
+                 local_addr: Addr | None = None, local_addrs: list[str] | None = None,
+                 line_rate: float = 400e9,
                  base_rtt: float = 10e-6, cc: str | None = "nscc", pmtu: int = 4096,
                  ev_set: int = DEFAULT_EV_SET, planes: int = 1, mpr: int = DEFAULT_MPR,
                  timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
@@ -98,6 +101,8 @@ class MrcEngine(Engine):
         self.memory = memory
         self.rng = rng
         self.local_addr = local_addr
+        #: this NIC's address on each plane (port), the first the QP's own
+        self.local_addrs = list(local_addrs or ([local_addr[0]] if local_addr else []))
         self.line_rate = line_rate
         self.base_rtt = base_rtt
         self.cc = cc
@@ -112,6 +117,7 @@ class MrcEngine(Engine):
         self.profile = profile
         self.ev_min_active = ev_min_active
         self._qps: dict[int, _Qp] = {}
+        self.ports_down: set[int] = set()  # planes the controller took down
         self._next_qpn = 2
         self._events: deque[Event] = deque()
         self._paused_until = 0.0
@@ -151,6 +157,7 @@ class MrcEngine(Engine):
         a = self.local_addr
         return {"qpn": qpn, "psn": qp.sq_psn, "pmtu": int(qp.attrs.get("pmtu", self.pmtu)),
                 "mpr": int(qp.attrs.get("mpr", self.mpr)), "address": a[0] if a else "",
+                "addresses": self.local_addrs[:self.planes] or ([a[0]] if a else []),
                 "port": a[1] if a else UDP_PORT, "state": qp.state, "transport": "mrc"}
 
     def connect(self, qpn: int, remote: dict[str, Any], now: float = 0.0) -> None:
@@ -165,11 +172,15 @@ class MrcEngine(Engine):
             peer, peer_psn = int(remote["qpn"]), int(remote["psn"])
             pmtu = min(int(a.get("pmtu", self.pmtu)), int(remote.get("pmtu", self.pmtu)))
             peer_mpr = int(remote.get("mpr", self.mpr))
+            addrs = [str(x) for x in (remote.get("addresses") or [dest[0]])]
         except (KeyError, TypeError, ValueError) as e:
             raise VerbsError(f"remote connection data needs qpn, psn and address ({e!r})"
                              ) from None
+        # the planes both ends have: an EV of plane p goes to the peer's plane-p address
+        # (its own subnet, so the kernel sends it out of this NIC's plane-p port)
+        planes = max(1, min(self.planes, len(addrs)))
         try:
-            evs = EVSet.build(self.profile, int(a.get("ev_set", self.ev_set)), self.planes,
+            evs = EVSet.build(self.profile, int(a.get("ev_set", self.ev_set)), planes,
                               self.rng, ev_min_active=self.ev_min_active)
             cc = None if self.cc is None else Nscc(self.line_rate, now, base_rtt=self.base_rtt,
                                                      mtu=pmtu, trimming=True)
@@ -184,6 +195,11 @@ class MrcEngine(Engine):
         except ValueError as e:
             raise VerbsError(str(e)) from None
         qp.dest = dest
+        qp.dests = [(x, dest[1]) for x in addrs[:planes]]
+        for p in self.ports_down:
+            if p < planes:
+                evs.plane_down(p, now)
+        qp.reply = {}
         qp.state = "RTS"
 
     def post_send(self, qpn: int, wr: SendWR, now: float = 0.0) -> None:
@@ -229,6 +245,8 @@ class MrcEngine(Engine):
             return
         op = bth.opcode
         ev = int(addr[1])
+        if qp.reply is not None and (op in WRITE_OPCODES or op == MRC_RELIABILITY_PROBE):
+            qp.reply[ev] = str(addr[0])  # answers go back to the plane it came on
         if op in WRITE_OPCODES:
             if trimmed:
                 reason = NACK_TRIMMED if trimmed is True else int(trimmed)
@@ -256,14 +274,21 @@ class MrcEngine(Engine):
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
         for qp in self._qps.values():
-            if qp.dest is None or qp.tgt is None or qp.ini is None:
+            if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
                 continue
+            reply, port = qp.reply or {}, qp.dest[1]
             for data, ev in qp.tgt.take():
-                out.append((data, qp.dest, TxMeta(ev or qp.ini.evs.slots[0].ev,
-                                                  DSCP_CONTROL, ECN_NOT_ECT)))
+                # a SACK or NACK to the address the packet came from; the transport ACK
+                # (ev 0) to the last one anything came from
+                back = reply.get(ev) or next(reversed(reply.values()), qp.dest[0])
+                out.append((data, (back, port), TxMeta(ev or qp.ini.evs.slots[0].ev,
+                                                       DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:
+                by_ev, dests = qp.ini.evs.by_ev, qp.dests
                 for data, ev in qp.ini.pull(now):
-                    out.append((data, qp.dest, TxMeta(ev, DSCP_DATA, ECN_ECT0)))
+                    e = by_ev.get(ev)
+                    dest = dests[e.plane] if e is not None and e.plane < len(dests) else qp.dest
+                    out.append((data, dest, TxMeta(ev, DSCP_DATA, ECN_ECT0)))
             self._completions(qp)
         self.stats["tx_datagrams"] += len(out)
         return out
@@ -347,6 +372,23 @@ class MrcEngine(Engine):
             return [], 0
         events, dropped = qp.ini.evs.events()
         return [e.to_dict() for e in events], dropped
+
+    def port_admin(self, plane: int, up: bool, now: float) -> dict[str, Any]:
+        """A NIC port (plane) taken down or brought up by the controller: every connected
+        QP's EVs of that plane leave the rotation (the others carry its traffic) or come
+        back. Raises VerbsError for a plane this NIC does not have."""
+        if not 0 <= plane < max(1, self.planes):
+            raise VerbsError(f"port {plane} is not one of this NIC's {self.planes} plane(s)")
+        if up:
+            self.ports_down.discard(plane)
+        else:
+            self.ports_down.add(plane)
+        n = 0
+        for qp in self._qps.values():
+            if qp.ini is not None and plane < qp.ini.evs.planes:
+                (qp.ini.evs.plane_up if up else qp.ini.evs.plane_down)(plane, now)
+                n += 1
+        return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down)}
 
     def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
         """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""

@@ -31,8 +31,17 @@ def create_engine(ctx: Any) -> MrcEngine:
     if opts.get("cc") in (False, "none"):
         opts["cc"] = None
     opts.setdefault("pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
-    if hasattr(ctx, "in_force"):
-        ctx.in_force(opts)
     addrs = list(getattr(ctx, "addresses", []) or [])
     local = (addrs[0], int(getattr(ctx, "port", UDP_PORT))) if addrs else None
-    return MrcEngine(ctx.memory, ctx.rng, local_addr=local, **opts)
+    # one plane per NIC port: each port's address of the family the QPs use (the first's)
+    v6 = bool(addrs) and ":" in addrs[0]
+    planes = [next((a for a in p if (":" in a) == v6), None)
+              for p in getattr(ctx, "port_addresses", []) or []]
+    plane_addrs = [a for a in planes if a is not None]
+    if local is not None and plane_addrs and plane_addrs[0] != local[0]:
+        plane_addrs = [local[0]] + [a for a in plane_addrs if a != local[0]]
+    opts.setdefault("planes", max(1, len(plane_addrs)))
+    if hasattr(ctx, "in_force"):
+        ctx.in_force(opts)
+    return MrcEngine(ctx.memory, ctx.rng, local_addr=local, local_addrs=plane_addrs or None,
+                     **opts)

@@ -196,3 +196,55 @@ def test_a_broken_path_retires_its_ev_probes_revive_it_when_it_heals():
     assert ea.counters()["probe_ok"] >= 3 and eb.counters()["rx_probes"] >= 3
     events, _ = evs.events()
     assert [e.cause for e in events if e.ev == bad] == ["lost", "probes answered"]
+
+
+def test_a_qp_sprays_over_both_planes_of_a_two_port_nic():
+    """Each NIC has two ports (planes) with an address each: the EV set is split over
+    both, and a packet goes to the peer's address on its EV's plane (the kernel then
+    sends it out of that plane's port) — half of the packets each."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(
+        size=128 * PMTU, engine_kw={"planes": 2})
+    for e, addrs in ((ea, ["10.0.0.1", "10.1.0.1"]), (eb, ["10.0.0.2", "10.1.0.2"])):
+        e.local_addrs = addrs
+    qa2, qb2 = ea.create_qp(send_cq="a.s", recv_cq="a.r"), eb.create_qp(send_cq="b.s",
+                                                                       recv_cq="b.r")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    assert ia["addresses"] == ["10.0.0.1", "10.1.0.1"]
+    ea.connect(qa2, {**ib, "port": 4791})
+    eb.connect(qb2, {**ia, "port": 4791})
+    link.wire = []
+    _write(ea, qa2, src, dst, 128 * PMTU, 1)
+    link.run()
+    assert bytes(dst.view) == data
+    dests = Counter(addr[0] for _, side, d, addr, _ in link.wire
+                    if side == "a" and BTH.decode(d).opcode in WRITE_OPCODES)
+    assert dests == {"10.0.0.2": 64, "10.1.0.2": 64}
+    planes = Counter(r["plane"] for r in ea.ev_table(qa2)["evs"])
+    assert planes == {0: 64, 1: 64}
+
+
+def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=128 * PMTU, engine_kw={"planes": 2})
+    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
+    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    ea.connect(qa2, {**ib, "port": 4791})
+    eb.connect(qb2, {**ia, "port": 4791})
+    assert ea.port_admin(1, False, 0.0) == {"port": 1, "up": False, "qps": 1,
+                                           "ports_down": [1]}
+    link.wire = []
+    _write(ea, qa2, src, dst, 64 * PMTU, 1)
+    link.run()
+
+    def dests():
+        return Counter(addr[0] for _, side, d, addr, _ in link.wire
+                       if side == "a" and BTH.decode(d).opcode in WRITE_OPCODES)
+
+    assert dests() == {"10.0.0.2": 64}  # everything on the live plane
+    ea.port_admin(1, True, link.now)
+    link.wire = []
+    _write(ea, qa2, src, dst, 64 * PMTU, 2, off=64 * PMTU)
+    link.run()
+    assert dests() == {"10.0.0.2": 32, "10.1.0.2": 32} and bytes(dst.view) == data
+    with pytest.raises(VerbsError, match="port 2"):
+        ea.port_admin(2, False, 0.0)
