@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Seeded hostile datagrams for a NIC daemon's RoCEv2 (4791) and UET (4793) ports.
+"""Seeded hostile datagrams for a NIC daemon's RoCEv2 (4791), UET (4793) and MRC (4971)
+ports.
 
-Five classes, in turn (issue #14's acceptance list):
+Six classes, in turn (issue #14's acceptance list, and MRC since issue #35):
 
-* ``random`` — noise of any length to either port;
+* ``random`` — noise of any length to any of the ports;
 * ``mutated`` — a sample capture's packet (:mod:`emu.wire.sample`) with 1–4
   bytes changed (a RoCEv2 one keeps its old ICRC, so it fails the check);
 * ``roce_icrc`` — a RoCEv2 RC packet with a random opcode, PSN, flags and
@@ -13,7 +14,10 @@ Five classes, in turn (issue #14's acceptance list):
   random PDCIDs, PSNs and fields;
 * ``uet_syn`` — a forged RUD request with SYN from the low SPDCIDs a daemon's
   initiator uses, at a random Start_PSN, half with a valid SES WRITE header
-  (a random R_Key), half with none or garbage.
+  (a random R_Key), half with none or garbage;
+* ``mrc_icrc`` — an MRC packet: a random opcode of MRC's range (defined or not),
+  QP number, PSN and header bytes, with the correct ICRC, so it reaches the
+  MRC engine's parser.
 
 Why a corpus and not a generator in the sender: the sender runs as an
 unprivileged user with the system Python (no access to the emu venv), and
@@ -40,8 +44,8 @@ from emu.wire.codec.uet import (
 )
 from emu.wire.codec.uet_ses import SesStandardRequestSom
 
-ROCE_PORT, UET_PORT = 4791, 4793
-CLASSES = ("random", "mutated", "roce_icrc", "uet_header", "uet_syn")
+ROCE_PORT, UET_PORT, MRC_PORT = 4791, 4793, 4971
+CLASSES = ("random", "mutated", "roce_icrc", "uet_header", "uet_syn", "mrc_icrc")
 _REC = struct.Struct("!HH")  # corpus record: destination port, length
 
 
@@ -55,7 +59,7 @@ def _samples() -> dict[str, list[bytes]]:
 
 
 class Fuzzer:
-    """Packets of the five classes from ``seed``; ``src``/``sport``/``dst`` are the
+    """Packets of the six classes from ``seed``; ``src``/``sport``/``dst`` are the
     addresses the sender will use (the RoCEv2 ICRC covers them)."""
 
     def __init__(self, seed: int, *, src: str, sport: int, dst: str,
@@ -76,7 +80,7 @@ class Fuzzer:
     def _random(self) -> tuple[int, bytes]:
         r = self.rng
         n = r.choice((r.randrange(0, 16), r.randrange(0, 128), r.randrange(0, 1400)))
-        return r.choice((ROCE_PORT, UET_PORT)), r.randbytes(n)
+        return r.choice((ROCE_PORT, UET_PORT, MRC_PORT)), r.randbytes(n)
 
     def _mutated(self) -> tuple[int, bytes]:
         r = self.rng
@@ -95,6 +99,16 @@ class Fuzzer:
                       se=r.randrange(2))
         self.framer.seal(buf, self.src, self.sport, self.dst, ROCE_PORT)
         return ROCE_PORT, bytes(buf)
+
+    def _mrc_icrc(self) -> tuple[int, bytes]:
+        r = self.rng
+        op = r.randrange(0xC0, 0xE0)  # MRC's manufacturer-specific range, holes included
+        ext = r.randbytes(r.choice((0, 4, 16, 20, 24, 36, 40)))
+        buf = P.build(op, r.choice(self.qpns), r.randrange(1 << 24), ext,
+                      r.randbytes(r.choice((0, 64, 1024, 4096))), ackreq=r.randrange(2),
+                      se=r.randrange(2))
+        self.framer.seal(buf, self.src, self.sport, self.dst, MRC_PORT)
+        return MRC_PORT, bytes(buf)
 
     def _ses(self) -> SesStandardRequestSom:
         r = self.rng
@@ -158,7 +172,9 @@ def corpus(path: Path, fuzzer: Fuzzer, n: int) -> dict[str, int]:
 _NOOP = {"roce": ("rx_duplicates", "rx_duplicate_responses", "rx_out_of_sequence",
                   "rx_ack_old"),
          "uet": ("rx_duplicate", "rx_psn_oor_window", "rx_mode_mismatch",
-                 "rx_rudi_resp_unknown", "rx_rudi_nack_unknown", "rx_close_early")}
+                 "rx_rudi_resp_unknown", "rx_rudi_nack_unknown", "rx_close_early"),
+         "mrc": ("rx_duplicate", "rx_stale", "rx_out_of_window", "rx_trimmed",
+                 "rx_stale_ack")}
 #: ``rx_drop_*`` counters that count a subset of another counter of the set
 _SUBSETS = frozenset({"rx_drop_bad_duplicate"})
 
