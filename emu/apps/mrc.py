@@ -11,8 +11,9 @@
   (DENIED: never sprayed on, never probed) or gives it back.
 * ``emu mrc port CLUSTER:HOST PORT up|down`` — a NIC port (plane, from 0) taken down by
   the administrator: every QP's EVs of that plane leave the rotation, the live planes
-  carry the traffic, and they come back with ``up``. (Telling the peer with an
-  ENDPOINT_REQUEST PORT_STATUS_UPDATE is not built yet.)
+  carry the traffic, and they come back with ``up``. Each peer NIC is told with an
+  ENDPOINT_REQUEST PORT_STATUS_UPDATE (answered by an ENDPOINT_RESPONSE), and its QPs
+  stop sending to this NIC's address on that plane.
 
 ``--json`` prints the daemon's answer as it is. Exit 0, or 1 with one line when the
 host has no NIC daemon, it runs no MRC, or the QP or EV is not there.

@@ -8,9 +8,9 @@
 * :mod:`.evset` / :mod:`.evprofile` — a QP's EVs over its planes, their states and
   counters; which values an EV profile gives
 
-Not yet: endpoint operations (ERTH/EETH) on the wire, the STEV and SRv6 EV formats
-in the daemon, multi-plane ports, ``emu mrc`` profiles and ports (its QP table,
-events and EV deny/allow are there: :mod:`emu.apps.mrc`).
+Not yet: the EV_PROBE endpoint operation (PORT_STATUS_UPDATE is there), the STEV and
+SRv6 EV formats in the daemon, ``emu mrc`` EV and CC profiles (its QP table, events,
+EV deny/allow and port up/down are there: :mod:`emu.apps.mrc`).
 """
 
 from emu.transports.mrc.engine import MrcEngine

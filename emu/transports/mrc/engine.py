@@ -38,7 +38,15 @@ from emu.transports.mrc.initiator import InitiatorQP, timeout_of
 from emu.transports.mrc.target import TargetQP, trimmed_reason
 from emu.wire.codec.ev import EVMode
 from emu.wire.codec.mrc import (
+    EETH,
+    EETH_OK,
+    EETH_UNSUPPORTED_OP,
+    ENDPOINT_QP,
+    ERTH,
+    ERTH_PORT_STATUS_UPDATE,
     MPR_UNIT,
+    MRC_ENDPOINT_REQUEST,
+    MRC_ENDPOINT_RESPONSE,
     MRC_RELIABILITY_NACK,
     MRC_RELIABILITY_PROBE,
     MRC_RELIABILITY_SACK,
@@ -47,7 +55,7 @@ from emu.wire.codec.mrc import (
     NACK_TRIMMED_LASTHOP,
     WRITE_OPCODES,
 )
-from emu.wire.codec.roce import BTH, decode_packet
+from emu.wire.codec.roce import BTH, decode_packet, encode_packet
 from emu.wire.errors import DecodeError
 
 #: MRC's UDP port in emu: the reconstructions' 4971 (specs/mrc.md: RoCEv2's 4791 is the
@@ -61,6 +69,8 @@ DEFAULT_MPR = 16 * MPR_UNIT
 #: the default EV profile: source ports 49152-65535, in order
 DEFAULT_PROFILE = EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
                             fields=(GenField(16, init=0xC000, lo=0xC000),))
+#: the source port of endpoint operations (not an EV of any QP: the first a profile makes)
+DEFAULT_PROFILE_FIRST_EV = 0xC000
 #: DSCP of data (trimmable) and of SACKs, NACKs and ACKs (never trimmed, expedited)
 DSCP_DATA, DSCP_CONTROL = 0, 46
 STATES = ("RESET", "RTS", "ERR")
@@ -78,6 +88,7 @@ class _Qp:
     dest: Addr | None = None
     dests: list[Addr] | None = None  # the peer's address on each plane
     reply: dict[int, str] | None = None  # EV → the peer address its packets came from
+    peer_down: set[int] | None = None  # planes the peer said are down (PORT_STATUS_UPDATE)
     ini: InitiatorQP | None = None
     tgt: TargetQP | None = None
 
@@ -118,12 +129,15 @@ class MrcEngine(Engine):
         self.ev_min_active = ev_min_active
         self._qps: dict[int, _Qp] = {}
         self.ports_down: set[int] = set()  # planes the controller took down
-        self._next_qpn = 2
+        self._endpoint_out: list[tuple[bytearray, Addr]] = []  # ENDPOINT_REQUEST/RESPONSE
+        self._request_id = 0
+        self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
         self._events: deque[Event] = deque()
         self._paused_until = 0.0
         self.stats: dict[str, int] = dict.fromkeys((
             "rx_datagrams", "rx_drop_malformed", "rx_drop_unknown_qp", "rx_drop_not_connected",
-            "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams"), 0)
+            "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
+            "tx_port_updates", "rx_port_updates", "rx_port_update_acks"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -139,9 +153,9 @@ class MrcEngine(Engine):
         if unknown:
             raise VerbsError(f"unknown MRC QP attribute(s): {', '.join(sorted(unknown))}")
         qpn = self._next_qpn
-        while qpn in self._qps:
-            qpn = qpn + 1 if qpn < 0xFFFFFF else 2
-        self._next_qpn = qpn + 1 if qpn < 0xFFFFFF else 2
+        while qpn in self._qps or qpn <= ENDPOINT_QP:
+            qpn = qpn + 1 if qpn < 0xFFFFFF else ENDPOINT_QP + 1
+        self._next_qpn = qpn + 1 if qpn < 0xFFFFFF else ENDPOINT_QP + 1
         self._qps[qpn] = _Qp(qpn, pd, send_cq, recv_cq, a, PSN24.random(self.rng))
         return qpn
 
@@ -200,6 +214,7 @@ class MrcEngine(Engine):
             if p < planes:
                 evs.plane_down(p, now)
         qp.reply = {}
+        qp.peer_down = set()
         qp.state = "RTS"
 
     def post_send(self, qpn: int, wr: SendWR, now: float = 0.0) -> None:
@@ -235,6 +250,9 @@ class MrcEngine(Engine):
             pkt = None if trimmed else decode_packet(data)
         except DecodeError:
             st["rx_drop_malformed"] += 1
+            return
+        if bth.opcode in (MRC_ENDPOINT_REQUEST, MRC_ENDPOINT_RESPONSE) and pkt is not None:
+            self._endpoint(pkt, addr, now)
             return
         qp = self._qps.get(bth.dqpn)
         if qp is None:
@@ -273,6 +291,9 @@ class MrcEngine(Engine):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
+        for data, dest in self._endpoint_out:
+            out.append((data, dest, TxMeta(DEFAULT_PROFILE_FIRST_EV, DSCP_CONTROL, ECN_NOT_ECT)))
+        self._endpoint_out.clear()
         for qp in self._qps.values():
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
                 continue
@@ -384,11 +405,71 @@ class MrcEngine(Engine):
         else:
             self.ports_down.add(plane)
         n = 0
+        peers: dict[str, Addr] = {}
         for qp in self._qps.values():
-            if qp.ini is not None and plane < qp.ini.evs.planes:
-                (qp.ini.evs.plane_up if up else qp.ini.evs.plane_down)(plane, now)
+            if qp.ini is not None and qp.dests and plane < qp.ini.evs.planes:
+                self._plane_state(qp, plane, now)
                 n += 1
-        return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down)}
+                live = self._live_dest(qp)
+                if live is not None:
+                    peers.setdefault(qp.dests[0][0], live)
+        # tell each peer NIC (ENDPOINT_REQUEST PORT_STATUS_UPDATE, over a live plane): it
+        # stops sending to this NIC's address on the plane that went down
+        for dest in peers.values():
+            self._request_id = (self._request_id + 1) & 0xFFFF
+            erth = ERTH(op=ERTH_PORT_STATUS_UPDATE, port_status_mask=self._up_mask())
+            bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=self._request_id)
+            self._endpoint_out.append((encode_packet(bth, [erth]), dest))
+            self.stats["tx_port_updates"] += 1
+        return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down),
+                "peers_told": len(peers)}
+
+    def _up_mask(self) -> int:
+        return sum(1 << p for p in range(max(1, self.planes)) if p not in self.ports_down)
+
+    def _plane_state(self, qp: _Qp, plane: int, now: float) -> None:
+        """A plane is in a QP's rotation unless this NIC's port or the peer's is down."""
+        assert qp.ini is not None
+        down = plane in self.ports_down or plane in (qp.peer_down or ())
+        (qp.ini.evs.plane_down if down else qp.ini.evs.plane_up)(plane, now)
+
+    def _live_dest(self, qp: _Qp) -> Addr | None:
+        """The peer's address on the first plane both ends have up."""
+        for p, d in enumerate(qp.dests or ()):
+            if p not in self.ports_down and p not in (qp.peer_down or ()):
+                return d
+        return None
+
+    def _endpoint(self, pkt: Any, addr: Addr, now: float) -> None:
+        """An ENDPOINT_REQUEST from a peer NIC — PORT_STATUS_UPDATE: which of its ports are
+        up; every QP towards that NIC takes the down planes out of its rotation — answered
+        with an ENDPOINT_RESPONSE; or a response to one of ours (counted)."""
+        st = self.stats
+        if pkt.bth.opcode == MRC_ENDPOINT_RESPONSE:
+            st["rx_port_update_acks"] += 1
+            return
+        erth = pkt.header(ERTH)
+        if not isinstance(erth, ERTH):
+            st["rx_drop_malformed"] += 1
+            return
+        status = EETH_OK
+        if erth.op == ERTH_PORT_STATUS_UPDATE:
+            st["rx_port_updates"] += 1
+            src = str(addr[0])
+            for qp in self._qps.values():
+                if qp.ini is None or not qp.dests or src not in {d[0] for d in qp.dests}:
+                    continue
+                qp.peer_down = {p for p in range(len(qp.dests))
+                                if not erth.port_status_mask >> p & 1}
+                for p in range(qp.ini.evs.planes):
+                    self._plane_state(qp, p, now)
+        else:
+            status = EETH_UNSUPPORTED_OP  # EV_PROBE: not yet
+        eeth = EETH(op=erth.op, status=status, request_id=pkt.bth.psn & 0xFFFF,
+                    num_ports=max(1, self.planes), port_status_mask=self._up_mask())
+        bth = BTH(opcode=MRC_ENDPOINT_RESPONSE, dqpn=ENDPOINT_QP, psn=pkt.bth.psn)
+        port = self.local_addr[1] if self.local_addr else UDP_PORT
+        self._endpoint_out.append((encode_packet(bth, [eeth]), (str(addr[0]), port)))
 
     def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
         """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""

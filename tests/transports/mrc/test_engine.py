@@ -231,20 +231,30 @@ def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
     ea.connect(qa2, {**ib, "port": 4791})
     eb.connect(qb2, {**ia, "port": 4791})
     assert ea.port_admin(1, False, 0.0) == {"port": 1, "up": False, "qps": 1,
-                                           "ports_down": [1]}
+                                           "ports_down": [1], "peers_told": 1}
     link.wire = []
     _write(ea, qa2, src, dst, 64 * PMTU, 1)
     link.run()
 
-    def dests():
-        return Counter(addr[0] for _, side, d, addr, _ in link.wire
-                       if side == "a" and BTH.decode(d).opcode in WRITE_OPCODES)
+    def dests(side):
+        return Counter(addr[0] for _, s, d, addr, _ in link.wire
+                       if s == side and BTH.decode(d).opcode in WRITE_OPCODES)
 
-    assert dests() == {"10.0.0.2": 64}  # everything on the live plane
+    assert dests("a") == {"10.0.0.2": 64}  # everything on the live plane
+    # the peer was told (ENDPOINT_REQUEST PORT_STATUS_UPDATE) and answered; its QP no
+    # longer sends to this NIC's address on the plane that is down
+    assert eb.counters()["rx_port_updates"] == 1 and ea.counters()["rx_port_update_acks"] == 1
+    assert eb._qps[qb2].ini.evs.down == {1}
+    back = register(eb.memory, 64 * PMTU)
+    eb.post_send(qb2, SendWR.write(5, [Sge(back.va, 64 * PMTU, back.lkey)], src.va, src.rkey))
+    link.wire = []
+    link.run()
+    assert dests("b") == {"10.0.0.1": 64}
     ea.port_admin(1, True, link.now)
     link.wire = []
     _write(ea, qa2, src, dst, 64 * PMTU, 2, off=64 * PMTU)
     link.run()
-    assert dests() == {"10.0.0.2": 32, "10.1.0.2": 32} and bytes(dst.view) == data
+    assert dests("a") == {"10.0.0.2": 32, "10.1.0.2": 32} and bytes(dst.view) == data
+    assert eb._qps[qb2].ini.evs.down == set()  # told again: both planes
     with pytest.raises(VerbsError, match="port 2"):
         ea.port_admin(2, False, 0.0)
