@@ -131,13 +131,15 @@ class MrcEngine(Engine):
         self.ports_down: set[int] = set()  # planes the controller took down
         self._endpoint_out: list[tuple[bytearray, Addr]] = []  # ENDPOINT_REQUEST/RESPONSE
         self._request_id = 0
+        self._requests: set[int] = set()  # ids of our requests not answered yet
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
         self._events: deque[Event] = deque()
         self._paused_until = 0.0
         self.stats: dict[str, int] = dict.fromkeys((
             "rx_datagrams", "rx_drop_malformed", "rx_drop_unknown_qp", "rx_drop_not_connected",
             "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
-            "tx_port_updates", "rx_port_updates", "rx_port_update_acks"), 0)
+            "tx_port_updates", "rx_port_updates", "rx_port_update_acks",
+            "rx_port_update_unknown", "rx_drop_unexpected_response"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -421,6 +423,9 @@ class MrcEngine(Engine):
             bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=self._request_id)
             self._endpoint_out.append((encode_packet(bth, [erth]), dest))
             self.stats["tx_port_updates"] += 1
+            if len(self._requests) > 1024:
+                self._requests.clear()
+            self._requests.add(self._request_id)
         return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down),
                 "peers_told": len(peers)}
 
@@ -446,7 +451,12 @@ class MrcEngine(Engine):
         with an ENDPOINT_RESPONSE; or a response to one of ours (counted)."""
         st = self.stats
         if pkt.bth.opcode == MRC_ENDPOINT_RESPONSE:
-            st["rx_port_update_acks"] += 1
+            rid = pkt.bth.psn & 0xFFFF
+            if rid in self._requests:
+                self._requests.discard(rid)
+                st["rx_port_update_acks"] += 1
+            else:
+                st["rx_drop_unexpected_response"] += 1  # not an answer to ours
             return
         erth = pkt.header(ERTH)
         if not isinstance(erth, ERTH):
@@ -454,17 +464,20 @@ class MrcEngine(Engine):
             return
         status = EETH_OK
         if erth.op == ERTH_PORT_STATUS_UPDATE:
-            st["rx_port_updates"] += 1
-            src = str(addr[0])
+            src, n = str(addr[0]), 0
             for qp in self._qps.values():
                 if qp.ini is None or not qp.dests or src not in {d[0] for d in qp.dests}:
                     continue
+                n += 1
                 qp.peer_down = {p for p in range(len(qp.dests))
                                 if not erth.port_status_mask >> p & 1}
                 for p in range(qp.ini.evs.planes):
                     self._plane_state(qp, p, now)
+            # from a NIC none of our QPs talks to: nothing changes (still answered)
+            st["rx_port_updates" if n else "rx_port_update_unknown"] += 1
         else:
             status = EETH_UNSUPPORTED_OP  # EV_PROBE: not yet
+            st["rx_drop_unsupported"] += 1
         eeth = EETH(op=erth.op, status=status, request_id=pkt.bth.psn & 0xFFFF,
                     num_ports=max(1, self.planes), port_status_mask=self._up_mask())
         bth = BTH(opcode=MRC_ENDPOINT_RESPONSE, dqpn=ENDPOINT_QP, psn=pkt.bth.psn)
