@@ -10,7 +10,8 @@ ACK) — to the daemon's :class:`emu.transports.base.Engine` contract and verbs 
 The EV on the wire. This engine uses the UDP format: a packet's EV *is* its UDP
 source port (``TxMeta.entropy``), so every switch's ECMP hash sees it and the
 receiver reads it back from the source port to echo it. Its default EV profile
-therefore generates ports 49152–65535 (a port is never 0 or well known); the
+therefore generates ports 53248–65535 (a port is never 0 or well known, and UET's
+entropies, 49152–49215, stay out of the way: :data:`DEFAULT_PROFILE`); the
 STEV and SRv6 formats need the IPv6 flow label per packet, which the daemon does
 not set yet (issue #35).
 
@@ -66,11 +67,13 @@ UDP_PORT = 4971
 DEFAULT_EV_SET = 128
 #: the receive window offered to the peer, in packets (16 MPR units)
 DEFAULT_MPR = 16 * MPR_UNIT
-#: the default EV profile: source ports 49152-65535, in order
+#: the default EV profile: source ports 53248-65535, in order. Why not from 49152: the
+#: daemon's UET engine binds its entropies 49152-49215 on the same addresses, and where a
+#: packet must leave by socket (a next hop not yet resolved, no frame ring) an EV that
+#: cannot be bound went out from the engine's own port instead — 15 of a demo run's
+#: first packets on a fresh plane carried source port 4971, not their EV
 DEFAULT_PROFILE = EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
-                            fields=(GenField(16, init=0xC000, lo=0xC000),))
-#: the source port of endpoint operations (not an EV of any QP: the first a profile makes)
-DEFAULT_PROFILE_FIRST_EV = 0xC000
+                            fields=(GenField(16, init=0xD000, lo=0xD000),))
 #: DSCP of data (trimmable) and of SACKs, NACKs and ACKs (never trimmed, expedited)
 DSCP_DATA, DSCP_CONTROL = 0, 46
 STATES = ("RESET", "RTS", "ERR")
@@ -130,6 +133,7 @@ class MrcEngine(Engine):
         self._qps: dict[int, _Qp] = {}
         self.ports_down: set[int] = set()  # planes the controller took down
         self._endpoint_out: list[tuple[bytearray, Addr]] = []  # ENDPOINT_REQUEST/RESPONSE
+        self._port = local_addr[1] if local_addr else UDP_PORT
         self._request_id = 0
         self._requests: set[int] = set()  # ids of our requests not answered yet
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
@@ -294,7 +298,8 @@ class MrcEngine(Engine):
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
         for data, dest in self._endpoint_out:
-            out.append((data, dest, TxMeta(DEFAULT_PROFILE_FIRST_EV, DSCP_CONTROL, ECN_NOT_ECT)))
+            # from the engine's own port: an endpoint operation is the NIC's, not a QP's EV
+            out.append((data, dest, TxMeta(self._port, DSCP_CONTROL, ECN_NOT_ECT)))
         self._endpoint_out.clear()
         for qp in self._qps.values():
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
