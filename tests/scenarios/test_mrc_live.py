@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,7 @@ from emu.wire import wireshark
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 TSHARK = shutil.which("tshark")
+EMU = [sys.executable, "-m", "emu"]  # this tree's emu, for commands run in the background
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +73,7 @@ def test_loss_on_the_cable_is_recovered_by_resending_holes(cluster):
 @pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
 def test_a_capture_is_mrc_to_wireshark_with_good_icrcs_and_many_evs(cluster, tmp_path: Path):
     pcap = tmp_path / "mrc.pcapng"
-    cap = subprocess.Popen([*emu_cmd(), "capture", "--cluster", cluster, "h1-h2", "-w",
+    cap = subprocess.Popen([*EMU, "capture", "--cluster", cluster, "h1-h2", "-w",
                             str(pcap), "--count", "400"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:
@@ -94,12 +96,6 @@ def test_a_capture_is_mrc_to_wireshark_with_good_icrcs_and_many_evs(cluster, tmp
     assert data and sacks
     evs = Counter(r[1] for r in data)
     assert len(evs) >= min(len(data), 64), evs  # sprayed: a new EV per packet
-
-
-def emu_cmd() -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "emu"]
 
 
 def test_emu_mrc_shows_a_live_qps_ev_table_events_and_denies_an_ev(cluster):
@@ -182,7 +178,7 @@ def _writes_per_link(pcap: Path) -> Counter:
 
 
 def _captured_run(cluster: str, pcap: Path) -> Counter:
-    cap = subprocess.Popen([*emu_cmd(), "capture", "--cluster", cluster, "h1", "-w", str(pcap),
+    cap = subprocess.Popen([*EMU, "capture", "--cluster", cluster, "h1", "-w", str(pcap),
                             "--filter", "udp port 4971"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:

@@ -251,9 +251,9 @@ class MrcEngine(Engine):
         a switch cut it (True, or the NACK reason its DSCP names)."""
         st = self.stats
         st["rx_datagrams"] += 1
-        try:
-            bth = BTH.decode(data, 0)
+        try:  # a trimmed packet has only its headers: its BTH is all that is read
             pkt = None if trimmed else decode_packet(data)
+            bth = BTH.decode(data, 0) if pkt is None else pkt.bth
         except DecodeError:
             st["rx_drop_malformed"] += 1
             return

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -397,6 +396,3 @@ class EVSet:
         return {"size": len(self.slots), "planes": self.planes, "planes_down":
                 sorted(self.down), "active": self.active(), "ev_min_active":
                 self.ev_min_active, "states": states, "retired": len(self.retired)}
-
-    def entries(self) -> Iterable[EVEntry]:
-        return iter(self.slots)

@@ -37,7 +37,6 @@ engine reads :meth:`InitiatorQP.deadline` for its timer.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +107,6 @@ class TxMessage:
     msn: int
     data: memoryview | bytes
     next_offset: int = 0
-    done: bool = False  # transport-ACKed
 
 
 @dataclass(slots=True)
@@ -386,7 +384,6 @@ class InitiatorQP:
             if msg.next_offset < len(msg.data):
                 break  # not all sent: an ACK for it cannot be ours
             self.open.popleft()
-            msg.done = True
             if msg.wr.signaled:
                 self.completions.append(WorkCompletion(
                     msg.wr.wr_id, WcStatus.SUCCESS, msg.wr.opcode.wc_opcode, self.qpn,
@@ -454,6 +451,3 @@ class InitiatorQP:
     def _flush_one(self, wr: SendWR) -> None:
         self.completions.append(WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR,
                                                wr.opcode.wc_opcode, self.qpn))
-
-    def outstanding(self) -> Sequence[TxPacket]:
-        return list(self.sb.unacked.values())

@@ -139,15 +139,11 @@ class TargetQP:
 
     # -- the wire ------------------------------------------------------------------------
 
-    def receive(self, pkt: RocePacket, ev: int, now: float, *, ce: bool = False,
-                trimmed: int = 0) -> None:
-        """One WRITE packet that came on ``ev``; ``ce``: its IP header was CE-marked;
-        ``trimmed``: 0, or the NACK reason its trimmed DSCP names (a switch cut it)."""
+    def receive(self, pkt: RocePacket, ev: int, now: float, *, ce: bool = False) -> None:
+        """One whole WRITE packet that came on ``ev``; ``ce``: its IP header was CE-marked
+        (a trimmed one goes to :meth:`trimmed`)."""
         st = self.stats
         bth = pkt.bth
-        if trimmed:
-            self.trimmed(bth, ev, ce=ce, reason=trimmed)
-            return
         psn = self.window.ext(bth.psn)
         verdict = self.window.classify(psn)
         if verdict is Rx.OUT_OF_WINDOW:

@@ -118,8 +118,8 @@ def test_a_duplicate_is_sacked_again_and_not_placed_twice():
 def test_trimmed_packets_are_nacked_with_where_they_were_cut():
     t, mr = _target()
     a, b = _message(mr, 0, b"x" * 2 * MTU, psn0=0)
-    t.receive(a, ev=3, now=0.0, trimmed=trimmed_reason(last_hop=False))
-    t.receive(b, ev=4, now=0.0, trimmed=trimmed_reason(last_hop=True), ce=True)
+    t.trimmed(a.bth, ev=3, reason=trimmed_reason(last_hop=False))
+    t.trimmed(b.bth, ev=4, reason=trimmed_reason(last_hop=True), ce=True)
     nacks = [(p.header(NETH), ev) for p, ev in _replies(t)]
     assert [(n.nack_reason, n.nack_psn, n.ev, ev) for n, ev in nacks] == [
         (NACK_TRIMMED, 0, 3, 3), (NACK_TRIMMED_LASTHOP, 1, 4, 4)]
