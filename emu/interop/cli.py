@@ -11,6 +11,7 @@ import sys
 import time
 
 from emu.errors import UserError
+from emu.interop import contract as C
 from emu.interop import impls as I
 from emu.interop.result import RunResult
 from emu.outpath import cannot_write, check_file, made_dir
@@ -30,7 +31,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                    "ones emu ships (a name in both: the file's); without -s/-c the matrix "
                    "is the file's")
     r.add_argument("--transport", "-T", action="append",
-                   help="roce, uet (repeatable or comma-separated; default: roce,uet)")
+                   help="roce, uet, mrc (repeatable or comma-separated; default: all three, "
+                        "each pair running those both implementations declare)")
     r.add_argument("-t", "--test-cases", help="comma-separated test cases (default: all)")
     r.add_argument("-s", "--servers", help="comma-separated server implementations "
                    "(NAME or emu@REF; default: all in the file)")
@@ -115,8 +117,8 @@ def _run(a: argparse.Namespace) -> int:
     except (I.ImplError, ValueError) as e:
         print(f"emu interop: {e}", file=sys.stderr)
         return 2
-    transports = _split(a.transport) or ["roce", "uet"]
-    bad = [t for t in transports if t not in ("roce", "uet", "mrc")]
+    transports = _split(a.transport) or list(C.TRANSPORTS)
+    bad = [t for t in transports if t not in C.TRANSPORTS]
     if bad:
         print(f"emu interop: unknown transport(s) {bad}", file=sys.stderr)
         return 2

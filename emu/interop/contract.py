@@ -36,6 +36,8 @@ TRANSFER_SIZES = {"transfer-1b": 1, "transfer-4k": 4 * KiB, "transfer-1m": MiB,
                   "trimming": MiB}
 HANDSHAKE_SIZE = 32
 HANDSHAKE_RECV = 64
+#: the immediate of MRC's handshake WRITE (any value does; this one is easy to spot in a capture)
+HANDSHAKE_IMM = 0x48454C4F
 READ_SIZE = MiB
 SENDRECV_SIZE, SENDRECV_CHUNK = 256 * KiB, 16 * KiB
 MULTICONN_N, MULTICONN_SIZE = 4, 256 * KiB

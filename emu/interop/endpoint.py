@@ -7,8 +7,10 @@ host's ``emu nicd``, so the same file also drives emu at another commit
 (``emu@REF``: that commit's API and daemon) — which is why it needs nothing
 newer than the API of ``main`` before the interop runner existed.
 
-RoCEv2 connections are RC QPs; UET connections are endpoints (RUD). Both are
-wrapped in :class:`Conn` so each test case is written once.
+RoCEv2 and MRC connections are QPs; UET connections are endpoints (RUD). All are
+wrapped in :class:`Conn` so each test case is written once; MRC, which has only
+WRITE and WRITE with immediate, does ``handshake`` and ``sendrecv`` with
+immediates (``docs/interop.md`` §5, "MRC").
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import Any
 from emu.api import Device
 from emu.interop import contract as C
 
-SUPPORTED = {"roce", "uet"}
+SUPPORTED = {"roce", "uet", "mrc"}
+#: cases a transport cannot do (exit 127): MRC has no READ and no atomics
+UNSUPPORTED = {("mrc", "read"), ("mrc", "atomics")}
 _U64 = struct.Struct("=Q")
 
 
@@ -38,9 +42,9 @@ class Conn:
         self.buf = dev.alloc_buffer(max(size, 8))
         self.mr = dev.reg_mr(self.buf)
         self.size = size
-        if transport == "roce":
+        if transport in ("roce", "mrc"):
             self.scq, self.rcq = dev.create_cq(1024), dev.create_cq(1024)
-            self.qp = dev.create_qp(self.scq, self.rcq, transport="roce")
+            self.qp = dev.create_qp(self.scq, self.rcq, transport=transport)
             self.ep = None
         else:
             self.ep = dev.endpoint("uet", cqe=1024)
@@ -58,6 +62,10 @@ class Conn:
     def info(self) -> dict[str, Any]:
         """This side's connection object (contract §4)."""
         region = {"rkey": self.mr.rkey, "va": self.mr.va, "len": self.size}
+        if self.transport == "mrc":
+            i = self.qp.local_info()
+            return {"qpn": i["qpn"], "psn": i["psn"], "address": i.get("address"),
+                    "port": i.get("port", 4971), "mpr": i.get("mpr", 1024), **region}
         if self.ep is None:
             i = self.qp.local_info()
             return {"qpn": i["qpn"], "psn": i["psn"], "gid": i.get("gid"),
@@ -82,6 +90,10 @@ class Conn:
             self.qp.post_write(self.mr.sge(off, n), va, rkey, wr_id)
         else:
             self.ep.write(self.mr.sge(off, n), va, rkey, context=wr_id)
+
+    def write_imm(self, off: int, n: int, va: int, rkey: int, imm: int, wr_id: int) -> None:
+        """WRITE with immediate (MRC's message with a receive-side completion)."""
+        self.qp.post_write(self.mr.sge(off, n), va, rkey, wr_id, imm=imm)
 
     def read(self, off: int, n: int, va: int, rkey: int, wr_id: int) -> None:
         if self.ep is None:
@@ -195,8 +207,11 @@ def client(env: C.Env, dev: Device) -> None:
             data = _read(os.path.join(files, "payload.bin"))
             conns = [Conn(dev, env.transport, len(data))]
             conns[0].view()[:] = data
-            _client_hello(env, s, conns, size=len(data))
-            conns[0].send(0, len(data), 1)
+            [peer] = _client_hello(env, s, conns, size=len(data))
+            if env.transport == "mrc":
+                conns[0].write_imm(0, len(data), peer["va"], peer["rkey"], C.HANDSHAKE_IMM, 1)
+            else:
+                conns[0].send(0, len(data), 1)
             conns[0].wait(conns[0].scq, 1, t, "SEND")
             _finish(s)
         elif case in C.TRANSFER_SIZES or case == "badkey":
@@ -230,10 +245,15 @@ def client(env: C.Env, dev: Device) -> None:
             data = _read(os.path.join(files, "payload.bin"))
             conns = [Conn(dev, env.transport, len(data))]
             conns[0].view()[:] = data
-            _client_hello(env, s, conns, size=len(data))
+            [peer] = _client_hello(env, s, conns, size=len(data))
             n = len(data) // C.SENDRECV_CHUNK
             for i in range(n):
-                conns[0].send(i * C.SENDRECV_CHUNK, C.SENDRECV_CHUNK, i + 1)
+                o = i * C.SENDRECV_CHUNK
+                if env.transport == "mrc":  # message i to offset 16 KiB * i, immediate i
+                    conns[0].write_imm(o, C.SENDRECV_CHUNK, peer["va"] + o, peer["rkey"], i,
+                                       i + 1)
+                else:
+                    conns[0].send(o, C.SENDRECV_CHUNK, i + 1)
             conns[0].wait(conns[0].scq, n, t, "SEND")
             _finish(s)
         elif case == "atomics":
@@ -299,8 +319,9 @@ def _serve_one(env: C.Env, dev: Device, s: C.Session, hello: dict[str, Any]) -> 
     n = len(hello.get("conns") or [])
     if n < 1 or n > 64:
         raise C.ProtocolError(f"hello has {n} connection objects")
-    if case == "handshake":
-        conns = [Conn(dev, env.transport, C.HANDSHAKE_RECV)]
+    if case == "handshake":  # MRC: the immediate's WRITE lands in a region of hello's size
+        conns = [Conn(dev, env.transport,
+                      size if env.transport == "mrc" else C.HANDSHAKE_RECV)]
     elif case == "read":
         data = _read(os.path.join(env.data_dir, "payload.bin"))
         conns = [Conn(dev, env.transport, len(data))]
@@ -330,7 +351,10 @@ def _serve_one(env: C.Env, dev: Device, s: C.Session, hello: dict[str, Any]) -> 
         [wc] = conns[0].wait(conns[0].rcq, 1, t, "receive")
         _write(env, "payload.bin", conns[0].view(0, wc.byte_len))
     elif case == "sendrecv":
-        conns[0].wait(conns[0].rcq, size // C.SENDRECV_CHUNK, t, "receive")
+        wcs = conns[0].wait(conns[0].rcq, size // C.SENDRECV_CHUNK, t, "receive")
+        imms = [w.imm for w in wcs] if env.transport == "mrc" else []
+        if imms and imms != list(range(len(wcs))):  # WRITE with immediate: MSN order
+            raise CaseError(f"immediates completed out of order: {imms}")
     if not done.get("ok", False):
         raise CaseError(f"client says: {done.get('error')}")
     return conns
@@ -369,7 +393,8 @@ def main(environ: dict[str, str] | None = None) -> int:
     except (KeyError, ValueError) as e:
         print(f"emu interop endpoint: {e}", file=sys.stderr)
         return C.EXIT_FAILED
-    if env.transport not in SUPPORTED or env.testcase not in C.CASES:
+    if (env.transport not in SUPPORTED or env.testcase not in C.CASES
+            or (env.transport, env.testcase) in UNSUPPORTED):
         print(f"emu: {env.transport}/{env.testcase} not supported", file=sys.stderr)
         return C.EXIT_UNSUPPORTED
     try:

@@ -157,7 +157,7 @@ class Cluster:
         self._count_if = self.topology.link(LINK).end(CLIENT_HOST).ifname
         rules = "".join(
             f"  chain {chain} {{\n    type filter hook egress device \"{self._count_if}\" "
-            f"priority {prio}; policy accept;\n    udp dport {{ 4791, 4793 }} counter\n  }}\n"
+            f"priority {prio}; policy accept;\n    udp dport {{ 4791, 4793, 4971 }} counter\n  }}\n"
             for chain, prio in (("before", -10), ("after", 10)))
         linkctl.run_in_ns(self._count_ns, ["nft", "-f", "-"],
                           input=f"table netdev {COUNT_TABLE} {{\n{rules}}}\n")

@@ -63,6 +63,9 @@ class TestCase:
     #: wire, and the verdict when none is
     wire_ops: ClassVar[tuple[str, ...]] = ()
     wire_ops_missing: ClassVar[str] = ""
+    #: the same for MRC, which has only WRITE and WRITE with immediate (``docs/interop.md``
+    #: §5, "MRC"); empty: nothing asked
+    mrc_ops: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, server_dir: str, client_dir: str) -> None:
         self.server_dir, self.client_dir = server_dir, client_dir
@@ -94,8 +97,9 @@ class TestCase:
         return None
 
     def check_wire(self, w: Wire) -> str | None:
-        if self.wire_ops and not any(op in t for t in w.types for op in self.wire_ops):
-            return self.wire_ops_missing
+        ops = self.mrc_ops if w.mrc else self.wire_ops
+        if ops and not any(op in t for t in w.types for op in ops):
+            return f"no {' / '.join(ops)} on the wire" if w.mrc else self.wire_ops_missing
         return None
 
     def check(self, w: Wire) -> str | None:
@@ -121,6 +125,7 @@ class Handshake(TestCase):
     wire_bytes = C.HANDSHAKE_SIZE
     payloads = (("client", "payload.bin", C.HANDSHAKE_SIZE, "SEND"),)
     wire_ops, wire_ops_missing = ("SEND",), "no SEND request on the wire"
+    mrc_ops = ("WRITE_ONLY_IMM", "WRITE_LAST_IMM")
 
 
 class Transfer(TestCase):
@@ -160,6 +165,7 @@ class SendRecv(TestCase):
     description = "16 SENDs of 16 KiB into posted receives"
     wire_bytes = C.SENDRECV_SIZE
     payloads = (("client", "payload.bin", C.SENDRECV_SIZE, "SENDs"),)
+    mrc_ops = ("WRITE_ONLY_IMM", "WRITE_LAST_IMM")
 
 
 class Atomics(TestCase):
@@ -262,10 +268,10 @@ class Trimming(Transfer):
             return "no trimmed packet (DSCP 30/31) on the wire: the switch did not trim"
         if w.retransmissions == 0:
             return f"{w.trimmed} packet(s) trimmed but none retransmitted"
-        if w.pdcs:  # UET: the target says so with a NACK naming the trim
-            if not any("TRIM" in k for k in w.uet_nacks):
+        if w.pdcs or w.mrc:  # UET, MRC: the target says so with a NACK naming the trim
+            if not any("TRIM" in k for k in w.nack_reasons):
                 return (f"{w.trimmed} packet(s) trimmed but no NACK TRIMMED on the wire "
-                        f"(NACKs: {dict(w.uet_nacks) or 'none'})")
+                        f"(NACKs: {dict(w.nack_reasons) or 'none'})")
         return None
 
 
@@ -283,7 +289,7 @@ class BadKey(TestCase):
             os.path.exists(self.recv("server", "target.bin")) else why
 
     def check_wire(self, w: Wire) -> str | None:
-        if not (w.naks or w.uet_error_rcs or w.uet_nacks):
+        if not (w.naks or w.uet_error_rcs or w.nack_reasons):
             return "no NAK / error response on the wire for the WRITE with a wrong key"
         return None
 

@@ -52,8 +52,9 @@ class Wire:
     qpns: set[int] = field(default_factory=set)       # RoCE destination QPs of requests
     pdcs: set[int] = field(default_factory=set)       # UET source PDC ids of requests
     retransmissions: int = 0
-    naks: Counter = field(default_factory=Counter)    # RoCE AETH meanings other than ACK
-    uet_nacks: Counter = field(default_factory=Counter)
+    naks: Counter = field(default_factory=Counter)    # RoCE/MRC AETH meanings other than ACK
+    nack_reasons: Counter = field(default_factory=Counter)  # UET/MRC NACK reasons
+    mrc: bool = False         # MRC packets on the wire (its cases use WRITE with immediate)
     uet_error_rcs: Counter = field(default_factory=Counter)
     reordered: int = 0        # requests that arrived after a higher PSN of their flow
     #: transport packets the network delivered ahead of one that entered it before them
@@ -86,6 +87,8 @@ _ROCE_REQ = ("SEND", "WRITE", "READ_REQUEST", "CMP_SWAP", "FETCH_ADD")
 def _is_request(rec: Record) -> bool:
     if rec.protocol == "RoCEv2":
         return any(k in rec.type for k in _ROCE_REQ)
+    if rec.protocol == "MRC":
+        return "WRITE" in rec.type
     return rec.protocol == "UET" and "_REQ" in rec.type
 
 
@@ -107,6 +110,7 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
     if rec.protocol not in ("RoCEv2", "UET", "MRC"):
         return
     w.transport_packets += 1
+    w.mrc = w.mrc or rec.protocol == "MRC"
     if rec.dscp in TRIMMED_DSCPS:
         w.trimmed += 1
     copy = rec.raw is not None and flows.last.get(rec.interface) == rec.raw
@@ -123,17 +127,19 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
     aeth = f.get("aeth")
     if isinstance(aeth, str) and aeth != "ACK" and not aeth.startswith("ACK"):
         w.naks[aeth] += 1
+    if rec.protocol == "MRC" and "nack" in f:
+        w.nack_reasons[str(f["nack"])] += 1  # MRC's NACK reasons are UET's codes
     if rec.protocol == "UET":
         if "nack" in f:
-            w.uet_nacks[str(f["nack"])] += 1
+            w.nack_reasons[str(f["nack"])] += 1
         rc = f.get("rc")
         if rc is not None and rc != "OK":
             w.uet_error_rcs[str(rc)] += 1
     if not _is_request(rec) or "psn" not in f:
         return
-    if rec.protocol == "RoCEv2":
+    if rec.protocol in ("RoCEv2", "MRC"):
         w.qpns.add(int(f.get("qp", 0)))
-        key: Any = ("roce", rec.src, rec.dst, f.get("qp"))
+        key: Any = (rec.protocol, rec.src, rec.dst, f.get("qp"))
         psn, mod = int(f["psn"]), 1 << 24
     else:
         w.pdcs.add(int(f.get("spdcid", -1)))
@@ -141,7 +147,7 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
         psn, mod = int(f["psn"]), 1 << 32
     highest, seen = flows.highest, flows.seen.setdefault(key, set())
     below = key in highest and (highest[key] - psn) % mod < mod // 2
-    if "RETX" in rec.flags:
+    if "RETX" in rec.flags or "RTX" in rec.flags:
         w.retransmissions += 1
     elif below and psn in seen:
         w.retransmissions += 1  # sent again: at or below the flow's highest, seen before

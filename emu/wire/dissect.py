@@ -25,6 +25,9 @@ from emu.wire.frames import Datagram, ip_start, parse_ip
 
 ROCE_PORT = 4791
 UET_PORT = 4793
+#: emu's MRC port (``emu/transports/mrc/engine.py``: the reconstructions' 4971; an MRC
+#: packet to 4791 is told from RoCEv2 by its opcode)
+MRC_PORT = 4971
 UET_NATIVE_PROTO = 253
 
 
@@ -137,7 +140,7 @@ def _uet(rec: Record, dg: Datagram, native: bool) -> None:
 
 def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
               uet_port: int = UET_PORT, uet_proto: int = UET_NATIVE_PROTO,
-              keep_raw: bool = False) -> Record:
+              keep_raw: bool = False, mrc_port: int = MRC_PORT) -> Record:
     """Describe one frame; never raises for bad packet bytes."""
     rec = Record(no, frame.time, frame.interface)
     try:
@@ -157,7 +160,7 @@ def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
     if dg.ecn == 3:
         rec.flags.append("CE")
     try:
-        if dg.dport == roce_port:
+        if dg.dport == roce_port or dg.dport == mrc_port:
             _roce(rec, dg)
         elif dg.dport == uet_port:
             _uet(rec, dg, native=False)
@@ -185,6 +188,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                    help="also list packets that are not RoCEv2, MRC or UET")
     p.add_argument("--roce-port", type=int, default=ROCE_PORT, metavar="PORT")
     p.add_argument("--uet-port", type=int, default=UET_PORT, metavar="PORT")
+    p.add_argument("--mrc-port", type=int, default=MRC_PORT, metavar="PORT")
     p.add_argument("--uet-proto", type=int, default=UET_NATIVE_PROTO, metavar="N",
                    help="IP protocol of native-IP UET (default %(default)s)")
     p.set_defaults(func=_run)
@@ -196,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     counts = {"packets": 0, "shown": 0, "malformed": 0, "icrc_bad": 0}
     try:
         for rec in dissect_file(args.file, roce_port=args.roce_port, uet_port=args.uet_port,
-                                uet_proto=args.uet_proto):
+                                uet_proto=args.uet_proto, mrc_port=args.mrc_port):
             counts["packets"] += 1
             counts["malformed"] += rec.error is not None
             counts["icrc_bad"] += rec.icrc == "BAD"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from collections import Counter
 
 import pytest
 
@@ -180,7 +181,7 @@ def test_network_case_checks_name_the_missing_reaction(tmp_path):
     assert "none retransmitted" in trim.check_wire(wirecheck.Wire(trimmed=2))
     uet = wirecheck.Wire(trimmed=2, retransmissions=2, pdcs={1})
     assert "no NACK TRIMMED" in trim.check_wire(uet)
-    uet.uet_nacks["TRIMMED_LASTHOP"] += 1
+    uet.nack_reasons["TRIMMED_LASTHOP"] += 1
     assert trim.check_wire(uet) is None
     assert trim.check_wire(wirecheck.Wire(trimmed=2, retransmissions=2)) is None  # RoCE
     assert [c.network for c in (BY_NAME["reordering"], BY_NAME["trimming"])] == \
@@ -327,21 +328,21 @@ def test_compliance_failure_marks_every_case(tmp_path):
 
 @root
 def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
-    """The three network cases, emu × emu, RoCEv2 and UET: ✓, and the capture shows what
+    """The three network cases, emu × emu, RoCEv2, UET and MRC: ✓, and the capture shows what
     the network did and how the transports reacted (copies; packets out of order at the
-    server; trimmed packets, retransmissions and, for UET, NACK TRIMMED); the server's
+    server; trimmed packets, retransmissions and, for UET and MRC, NACK TRIMMED); the server's
     NIC daemon counted the duplicates; every cluster is taken down."""
     known = I.load()
     log = str(tmp_path / "logs")
     prefix = random_cluster("i2t")
-    res = runner.run([known["emu"]], [known["emu"]], ["roce", "uet"],
+    res = runner.run([known["emu"]], [known["emu"]], ["roce", "uet", "mrc"],
                      select("duplication,reordering,trimming,loss"), log, timeout=120,
                      prefix=prefix,
                      progress=lambda s: None)
     by = {(r.transport, r.case): r for r in res.results}
     for key, r in by.items():
         assert r.result == "succeeded", (key, r.reason, r.wire)
-    for tr in ("roce", "uet"):
+    for tr in ("roce", "uet", "mrc"):
         d = os.path.join(log, "emu_emu", tr)
         w = wirecheck.summarise(os.path.join(d, "duplication", "capture.pcapng"))
         assert w.duplicates > 0 and not w.malformed and not w.bad_icrc, w.describe()
@@ -355,8 +356,9 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         assert "overtook an earlier packet" in by[(tr, "reordering")].wire
         w = wirecheck.summarise(os.path.join(d, "trimming", "capture.pcapng"))
         assert w.trimmed > 0 and w.retransmissions > 0 and not w.bad_icrc, w.describe()
-        if tr == "uet":
-            assert any("TRIMMED" in k for k in w.uet_nacks), w.uet_nacks
+        if tr in ("uet", "mrc"):
+            assert any("TRIMMED" in k for k in w.nack_reasons), w.nack_reasons
+        assert w.mrc == (tr == "mrc")
         assert "trimmed" in by[(tr, "trimming")].wire  # the switch's own count
         # the runner counted what the impaired cable dropped (and removed its counters)
         assert "dropped by the link client → server" in by[(tr, "loss")].wire
@@ -384,3 +386,19 @@ def test_a_relative_log_dir_reaches_implementations_as_absolute_paths(tmp_path):
     seen = [line.split() for line in (tmp_path / "seen.txt").read_text().splitlines()]
     assert seen and all(os.path.isabs(d) and os.path.isabs(lg) for d, lg in seen), seen
     assert all(d.startswith(str(tmp_path / "rel-logs")) for d, _ in seen), seen
+
+
+def test_mrc_cases_ask_for_writes_with_immediate_where_the_others_ask_for_sends():
+    """MRC has no SEND (docs/interop.md §5): its handshake and sendrecv are WRITEs with
+    immediate, and a capture of MRC WRITEs without one fails them; RoCEv2's still needs
+    a SEND."""
+    from emu.interop.testcases import Handshake, SendRecv
+
+    for case in (Handshake, SendRecv):
+        t = case("s", "c")
+        assert t.check_wire(wirecheck.Wire(mrc=True, types=Counter(
+            {"MRC_WRITE_ONLY_IMM": 1}))) is None
+        assert "WRITE_ONLY_IMM" in t.check_wire(wirecheck.Wire(mrc=True, types=Counter(
+            {"MRC_WRITE_ONLY": 1, "MRC_RELIABILITY_SACK": 1})))
+    assert Handshake("s", "c").check_wire(wirecheck.Wire(types=Counter(
+        {"RDMA_WRITE_ONLY_WITH_IMMEDIATE": 1}))) == "no SEND request on the wire"

@@ -139,6 +139,7 @@ class MrcEngine(Engine):
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
         self._events: deque[Event] = deque()
         self._paused_until = 0.0
+        self._retired: dict[str, int] = {}  # the counts of destroyed QPs
         self.stats: dict[str, int] = dict.fromkeys((
             "rx_datagrams", "rx_drop_malformed", "rx_drop_unknown_qp", "rx_drop_not_connected",
             "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
@@ -240,8 +241,12 @@ class MrcEngine(Engine):
         qp.tgt.post_recv(wr)
 
     def destroy_qp(self, qpn: int, now: float = 0.0) -> None:
-        self._qp(qpn)
+        qp = self._qp(qpn)
         del self._qps[qpn]
+        for half in (qp.ini, qp.tgt):  # its counts stay in the NIC's: counters never go back
+            if half is not None:
+                for k, v in half.stats.items():
+                    self._retired[k] = self._retired.get(k, 0) + v
 
     # -- the wire ------------------------------------------------------------------------
 
@@ -364,7 +369,10 @@ class MrcEngine(Engine):
         return self._events.popleft() if self._events else None
 
     def counters(self) -> dict[str, int | float]:
+        """The NIC's totals: its own counts, and every QP's, the destroyed ones' too."""
         c: dict[str, int | float] = dict(self.stats)
+        for k, v in self._retired.items():
+            c[k] = c.get(k, 0) + v
         for qp in self._qps.values():
             for half in (qp.ini, qp.tgt):
                 if half is not None:

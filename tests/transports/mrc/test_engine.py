@@ -57,6 +57,15 @@ def test_a_clean_write_arrives_and_completes_from_the_transport_ack():
     c = ea.counters()
     assert c["tx_packets"] == 64 and c["tx_retransmits"] == 0 and c["rx_acks"] == 1
     assert eb.counters()["tx_sacks"] == 64  # every packet SACKed
+    # a destroyed QP's counts stay in the NIC's totals: counters never go back
+    before = {e: e.counters() for e in (ea, eb)}
+    ea.destroy_qp(qa)
+    eb.destroy_qp(qb)
+    for e, c in before.items():
+        after = e.counters()
+        assert after["qps"] == 0
+        assert {k: v for k, v in after.items() if k != "qps"} == \
+            {k: v for k, v in c.items() if k != "qps"}
 
 
 def test_packets_are_sprayed_over_the_ev_set():

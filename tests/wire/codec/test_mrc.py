@@ -154,3 +154,26 @@ def test_codec_modules_do_not_import_scapy():
             "assert 0xDC in r.CHAINS, 'MRC not registered by importing the codec package';"
             "assert not any(m.startswith('scapy') for m in sys.modules), 'scapy imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_emu_dissect_reads_mrc_on_emus_port_and_on_rocev2s():
+    """emu's MRC runs on UDP 4971 (docs/architecture.md, Deviation): ``emu dissect`` and
+    the interop runner's capture checks decode it there as MRC, ICRC checked, and still
+    tell MRC from RoCEv2 by opcode on 4791; any other port is plain UDP."""
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+
+    from emu.wire import dissect, pcapio
+
+    def rec(dport: int, sport: int = 0xD123) -> dissect.Record:
+        pkt = Ether() / IP(src="10.0.1.11", dst="10.0.1.12", flags="DF") / \
+            UDP(sport=sport, dport=dport) / S.write(C.MRC_WRITE_ONLY, dqpn=3, psn=7,
+                                                    payload=b"x" * 64)
+        return dissect.summarise(1, pcapio.Frame(0.0, 1, bytes(pkt)))
+
+    for port in (4971, 4791):
+        r = rec(port)
+        assert (r.protocol, r.type, r.fields["ev"], r.fields["len"]) == (
+            "MRC", "MRC_WRITE_ONLY", 0xD123, 64), r.line()
+        assert r.icrc == "ok" and r.error is None
+    assert rec(4972).type == "UDP"
