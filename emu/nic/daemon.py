@@ -50,6 +50,7 @@ from emu.nic.control import ControlServer
 from emu.nic.delayline import DelayLine
 from emu.nic.frames import FrameTx
 from emu.nic.framing import framer_for
+from emu.nic.linkwatch import LinkWatch
 from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
 from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
@@ -74,6 +75,11 @@ HELD_RECHECK = 1e-3
 
 
 
+def _port_names(addrs: list[tuple[str, Iface]]) -> list[str]:
+    """The NIC's ports (interface names) in the order :func:`_per_port` numbers them."""
+    return list(dict.fromkeys(i.name for _, i in addrs if i.name))
+
+
 def _per_port(addrs: list[tuple[str, Iface]]) -> list[list[str]]:
     """The addresses grouped by NIC port (interface), ports in order; addresses not on a
     known interface left out."""
@@ -92,6 +98,8 @@ class NicDaemon:
         self.memory = MemoryTable(self.rng)
         self.slots: dict[str, EngineSlot] = {}
         self.ifaces: list[Iface] = []
+        self.port_names: list[str] = []   # the NIC's ports in engine port order
+        self.linkwatch: LinkWatch | None = None
         self.control = ControlServer(self)
         self.warnings: list[str] = []
         self._stop = trio.Event()
@@ -166,6 +174,7 @@ class NicDaemon:
                                                 port, mtu, opts,
                                                 self.trace.child(f"{self.cfg.host}/{name}"),
                                                 port_addresses=_per_port(addrs))
+                    self.port_names = _port_names(addrs)
                     engine = engines.create(name, ctx)
                 except BaseException as e:
                     for ps in socks:
@@ -309,6 +318,8 @@ class NicDaemon:
                     n.start_soon(self._tx_loop, slot)
                 for pp in self.pause_ports:
                     n.start_soon(self._pause_loop, pp)
+                if any(hasattr(sl.engine, "port_link") for sl in self.slots.values()):
+                    await self._watch_links(n)
                 n.start_soon(self.control.serve, listener)
                 if self.trace.enabled:
                     self.trace.event("daemon_started", trio.current_time(), wall=realtime(),
@@ -326,6 +337,37 @@ class NicDaemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def _watch_links(self, n: trio.Nursery) -> None:
+        """Tell the engines that take it (MRC's ``port_link``) when a port's link goes down
+        or comes back (:mod:`emu.nic.linkwatch`), as a NIC's hardware would; a namespace
+        without netlink is a warning: ports then fail only by the transport's timeouts."""
+        if not self.port_names:
+            return
+
+        def changed(port: int, up: bool) -> None:
+            now = trio.current_time()
+            self.trace.event("port_link", now, port=port, ifname=self.port_names[port], up=up)
+            for slot in self.slots.values():
+                hook = getattr(slot.engine, "port_link", None)
+                if hook is None:
+                    continue
+                try:
+                    hook(port, up, now)
+                except Exception as e:  # noqa: BLE001 - a NIC survives its engine
+                    slot.c["engine_errors"] += 1
+                    self._log_once(f"{slot.name}: port_link raised {e!r}")
+                self.pump(slot)
+
+        watch = LinkWatch(self.port_names, changed)
+        try:
+            watch.open()
+        except OSError as e:
+            self.warnings.append(f"port link state not watched ({e}): a failed port is "
+                                 "found by the transports' timeouts only")
+            return
+        self.linkwatch = watch
+        await n.start(watch.run)
 
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
@@ -731,6 +773,9 @@ class NicDaemon:
         totals["pause_frames"] = sum(p["frames"] for p in pause.values())
         totals["paused_s"] = round(sum(p["paused_s"] for p in pause.values()), 6)
         ports = {n: p.counters() for n, p in self.pacers.items()}
+        lw = self.linkwatch
+        links = ({} if lw is None else
+                 {"up": dict(zip(lw.ifnames, lw.up, strict=True)), "changes": lw.changes})
         return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
                 "uptime_s": round(wall() - self._t0, 3),
                 "time": {"scale": self.clock.scale, "epoch": self.clock.epoch},
@@ -738,7 +783,7 @@ class NicDaemon:
                 "sched_slice_s": slice_in_force(),
                 "sched": policy_in_force(),
                 "rx_coalesce": describe_coalesce(self.cfg.rx_coalesce),
-                "totals": totals, "ports": ports,
+                "totals": totals, "ports": ports, "links": links,
                 "overload": overload(totals, ports, self.clock.scale),
                 "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,

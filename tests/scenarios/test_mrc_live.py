@@ -221,3 +221,68 @@ def test_one_qp_is_sprayed_over_both_planes_and_a_port_down_moves_it(tmp_path: P
         if state.load(name) is not None:
             emu_cli("down", name, check=False)
         assert state.load(name) is None
+
+
+def _tx_packets(cluster: str, host: str, ifname: str) -> int:
+    from emu.fabric.linkctl import ns_name
+
+    out = subprocess.run(["ip", "-j", "-s", "-n", ns_name(cluster, host), "link", "show",
+                          ifname], check=True, capture_output=True, text=True).stdout
+    return int(json.loads(out)[0]["stats64"]["tx"]["packets"])
+
+
+def _mrc_engine(name: str, host: str) -> dict:
+    return json.loads(emu_cli("nicd", "stats", f"{name}:{host}", "--json").stdout)
+
+
+def test_a_plane_failing_mid_write_fails_over_at_once_at_the_defaults():
+    """The multi-plane topology as shipped (400 Gb/s planes, fabric time): ``emu link
+    plane:1 down`` in the middle of a write. Every NIC's link watch sees its plane-1 port
+    go down, its QPs resend what was in flight on plane 1 over plane 0 at once (no
+    timeout) and tell their peers; the write completes byte-exact. ``plane:1 up`` brings
+    the ports back, and the next write sprays over both planes again."""
+    from emu.fabric import naming, state
+
+    name = naming.random_cluster("mf")
+    perf_cmd = [*EMU, "perf", "write-bw", "--from", "h1", "--to", "h3", "--cluster", name,
+                "--json", "--transport", "mrc", "-s", "262144", "-n", "256"]
+    try:
+        emu_cli("up", "namespaces/multi-plane.toml", "--name", name)
+        p = subprocess.Popen(perf_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            # fail the plane once a quarter of the 64 MiB has left h1
+            deadline = time.monotonic() + 120
+            while True:
+                eng = _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]
+                if eng.get("tx_packets", 0) > 4096 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            emu_cli("link", "plane:1", "down", "--cluster", name)
+            out, err = p.communicate(timeout=600)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        doc = json.loads(out)
+        assert doc["passed"] is True, (doc["errors"], err)
+        h1 = _mrc_engine(name, "h1")
+        eng = h1["transports"]["mrc"]["engine"]
+        assert h1["links"]["up"] == {"eth0": True, "eth1": False}
+        assert eng["link_downs"] == 1 and eng["tx_port_updates"] == 1
+        # in flight on plane 1 when it failed: resent over plane 0 at once, no timeout
+        assert eng["retx_plane"] > 0 and eng["rto"] == 0, eng
+        assert eng["tx_packets"] == 64 * 1024 * 1024 // 4096  # the write fully sent first
+        h3 = _mrc_engine(name, "h3")["transports"]["mrc"]["engine"]
+        assert h3["link_downs"] == 1
+        emu_cli("link", "plane:1", "up", "--cluster", name)
+        assert _mrc_engine(name, "h1")["links"]["up"] == {"eth0": True, "eth1": True}
+        before = _tx_packets(name, "h1", "eth1")
+        doc = json.loads(emu_cli(*perf_cmd[3:-2], "-n", "16").stdout)
+        assert doc["passed"] is True, doc["errors"]
+        assert _tx_packets(name, "h1", "eth1") - before >= 16 * 64 * 0.4  # plane 1 again
+        assert _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]["link_ups"] == 1
+    finally:
+        if state.load(name) is not None:
+            emu_cli("down", name, check=False)
+        assert state.load(name) is None

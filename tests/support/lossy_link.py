@@ -79,6 +79,9 @@ class LossyLink:
     dup_delay: float = 3e-6
     ce: float = 0.0
     drop: Callable[[bytes, tuple, tuple], bool] | None = None
+    #: drop by where the engine sent it: (side, data, the engine's address, its TxMeta)
+    #: — a multi-plane engine's plane is in the address
+    drop_sent: Callable[[str, bytes, Any, Any], bool] | None = None
     mark: Callable[[bytes, Any, str], bool] | None = None
     trim: Callable[[bytes, tuple, tuple], bool] | None = None
     #: how a ``trim`` verdict cuts: :func:`trim_roce` (default) or :func:`trim_uet`
@@ -132,7 +135,8 @@ class LossyLink:
                 if self.wire is not None:
                     self.wire.append((self.now, side, data, addr, meta))
                 if (self.drop is not None and self.drop(data, src, dst)) or (
-                        self.loss and r.random() < self.loss):
+                        self.drop_sent is not None and self.drop_sent(side, data, addr, meta)
+                ) or (self.loss and r.random() < self.loss):
                     self.dropped += 1
                     continue
                 cut = False

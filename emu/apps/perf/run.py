@@ -31,7 +31,7 @@ from emu.apps.perf.endpoint import Endpoint, SetupError, TransportError, buffer_
 from emu.apps.perf.kernel_rtt import PathRtt, RttError, ping_rtt
 from emu.apps.perf.options import PERFTEST_QP_TIMEOUT, TESTS, Options, Test
 from emu.apps.perf.pattern import DataError, Pattern
-from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats
+from emu.apps.perf.stats import BwResult, LatResult, bw_result, latency_stats, series_interval
 from emu.credible import overload
 from emu.fabricclock import FabricClock
 from emu.outpath import cannot_write
@@ -305,7 +305,7 @@ class Client(_Side):
             elapsed = run.end - run.tposted[0] if run.tposted else 0.0
             res = bw_result(size, run.tposted, run.tcompleted, o.report_gbits,
                             peak=not o.no_peak, timeline=run.timeline,
-                            interval=1.0 if elapsed >= 3 else 0.1)
+                            interval=series_interval(elapsed))
             counts = run.counts
         else:
             lrun = lat.client(ep, ep.remote, o.test.verb, size, iters=o.iters,

@@ -72,39 +72,58 @@ def peak_message_time(tposted: Sequence[float], tcompleted: Sequence[float]) -> 
 
 
 class Timeline:
-    """Bytes completed per time bucket (``resolution`` seconds), from the first post."""
+    """Bytes completed over time, from the first post: the completions as they came, so a
+    series can be cut at any interval afterwards (a fabric-time run lasts milliseconds,
+    a real-time one minutes); the peak uses ``resolution`` seconds."""
 
     def __init__(self, start: float, resolution: float = 0.1) -> None:
         self.start, self.resolution = start, resolution
-        self.buckets: list[int] = []
+        self.events: list[tuple[float, int]] = []
 
     def add(self, t: float, nbytes: int) -> None:
-        k = max(0, int((t - self.start) / self.resolution))
-        if k >= len(self.buckets):
-            self.buckets.extend([0] * (k + 1 - len(self.buckets)))
-        self.buckets[k] += nbytes
+        self.events.append((max(0.0, t - self.start), nbytes))
+
+    def _buckets(self, width: float) -> list[int]:
+        out: list[int] = []
+        for t, n in self.events:
+            k = int(t / width)
+            if k >= len(out):
+                out.extend([0] * (k + 1 - len(out)))
+            out[k] += n
+        return out
 
     def series(self, interval: float, end: float | None = None) -> list[tuple[float, float]]:
         """(seconds since start at the interval's end, Gb/s) per ``interval``.
 
         The last, partial interval is scaled by its real length (``end``)."""
-        per = max(1, round(interval / self.resolution))
         out = []
-        total = len(self.buckets)
-        for k in range(0, total, per):
-            t0 = k * self.resolution
-            t1 = min(k + per, total) * self.resolution
+        for k, nbytes in enumerate(self._buckets(interval)):
+            t0, t1 = k * interval, (k + 1) * interval
             if end is not None:
                 t1 = min(t1, end - self.start)
             if t1 <= t0:
                 continue
-            out.append((round(t1, 6), gbps(sum(self.buckets[k:k + per]), t1 - t0)))
+            out.append((round(t1, 9), gbps(nbytes, t1 - t0)))
         return out
 
     def peak_gbps(self) -> float:
         """Best full bucket (the last one may be partial and is left out when others exist)."""
-        full = self.buckets[:-1] or self.buckets
-        return max((gbps(b, self.resolution) for b in full), default=0.0)
+        b = self._buckets(self.resolution)
+        full = b[:-1] or b
+        return max((gbps(n, self.resolution) for n in full), default=0.0)
+
+
+def series_interval(elapsed: float, points: int = 50) -> float:
+    """The 1-2-5 step that cuts ``elapsed`` seconds into at most ~``points`` intervals
+    (1 s for a minute-long real-time run, 50 µs for a 2-ms fabric-time one)."""
+    if elapsed <= 0:
+        return 0.1
+    raw = elapsed / points
+    mag = 10.0 ** math.floor(math.log10(raw))
+    for step in (1, 2, 5, 10):
+        if step * mag >= raw:
+            return step * mag
+    return 10 * mag
 
 
 @dataclass

@@ -131,7 +131,8 @@ class MrcEngine(Engine):
         self.profile = profile
         self.ev_min_active = ev_min_active
         self._qps: dict[int, _Qp] = {}
-        self.ports_down: set[int] = set()  # planes the controller took down
+        self.admin_down: set[int] = set()  # planes the controller took down
+        self.link_down: set[int] = set()   # planes whose port lost its link (the daemon)
         self._endpoint_out: list[tuple[bytearray, Addr]] = []  # ENDPOINT_REQUEST/RESPONSE
         self._port = local_addr[1] if local_addr else UDP_PORT
         self._request_id = 0
@@ -144,7 +145,8 @@ class MrcEngine(Engine):
             "rx_datagrams", "rx_drop_malformed", "rx_drop_unknown_qp", "rx_drop_not_connected",
             "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
             "tx_port_updates", "rx_port_updates", "rx_port_update_acks",
-            "rx_port_update_unknown", "rx_drop_unexpected_response"), 0)
+            "rx_port_update_unknown", "rx_drop_unexpected_response", "link_downs",
+            "link_ups"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -310,10 +312,15 @@ class MrcEngine(Engine):
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
                 continue
             reply, port = qp.reply or {}, qp.dest[1]
+            down = qp.ini.evs.down
+            dead = {qp.dests[p][0] for p in down if p < len(qp.dests)} if down else ()
             for data, ev in qp.tgt.take():
                 # a SACK or NACK to the address the packet came from; the transport ACK
-                # (ev 0) to the last one anything came from
+                # (ev 0) to the last one anything came from — on a live plane
                 back = reply.get(ev) or next(reversed(reply.values()), qp.dest[0])
+                if back in dead:
+                    live = self._live_dest(qp)
+                    back = live[0] if live is not None else back
                 out.append((data, (back, port), TxMeta(ev or qp.ini.evs.slots[0].ev,
                                                        DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:
@@ -409,16 +416,32 @@ class MrcEngine(Engine):
         events, dropped = qp.ini.evs.events()
         return [e.to_dict() for e in events], dropped
 
+    @property
+    def ports_down(self) -> set[int]:
+        """The planes this NIC does not use: taken down by the controller or without link."""
+        return self.admin_down | self.link_down
+
     def port_admin(self, plane: int, up: bool, now: float) -> dict[str, Any]:
         """A NIC port (plane) taken down or brought up by the controller: every connected
         QP's EVs of that plane leave the rotation (the others carry its traffic) or come
         back. Raises VerbsError for a plane this NIC does not have."""
+        return self._port_change(self.admin_down, plane, up, now)
+
+    def port_link(self, plane: int, up: bool, now: float) -> dict[str, Any]:
+        """The daemon saw a port's link go down or come back (``emu.nic.linkwatch``: the
+        cable, its switch or the plane failed): as :meth:`port_admin`, without anyone
+        asking — a port the controller took down stays down when its link returns."""
+        self.stats["link_downs" if not up else "link_ups"] += 1
+        return self._port_change(self.link_down, plane, up, now)
+
+    def _port_change(self, kind: set[int], plane: int, up: bool, now: float
+                     ) -> dict[str, Any]:
         if not 0 <= plane < max(1, self.planes):
             raise VerbsError(f"port {plane} is not one of this NIC's {self.planes} plane(s)")
         if up:
-            self.ports_down.discard(plane)
+            kind.discard(plane)
         else:
-            self.ports_down.add(plane)
+            kind.add(plane)
         n = 0
         peers: dict[str, Addr] = {}
         for qp in self._qps.values():
@@ -440,6 +463,7 @@ class MrcEngine(Engine):
                 self._requests.clear()
             self._requests.add(self._request_id)
         return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down),
+                "admin_down": sorted(self.admin_down), "link_down": sorted(self.link_down),
                 "peers_told": len(peers)}
 
     def _up_mask(self) -> int:
@@ -449,7 +473,10 @@ class MrcEngine(Engine):
         """A plane is in a QP's rotation unless this NIC's port or the peer's is down."""
         assert qp.ini is not None
         down = plane in self.ports_down or plane in (qp.peer_down or ())
+        was = plane in qp.ini.evs.down
         (qp.ini.evs.plane_down if down else qp.ini.evs.plane_up)(plane, now)
+        if down and not was:  # what is in flight on it is gone: resent now, not at the RTO
+            qp.ini.plane_lost(plane, now)
 
     def _live_dest(self, qp: _Qp) -> Addr | None:
         """The peer's address on the first plane both ends have up."""

@@ -163,8 +163,9 @@ class InitiatorQP:
         self.completions: list[WorkCompletion] = []
         self.stats: dict[str, int] = dict.fromkeys((
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
-            "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto", "tx_mpr_full",
-            "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok", "probe_lost"), 0)
+            "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
+            "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
+            "probe_lost"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -338,6 +339,20 @@ class InitiatorQP:
                     self.evs.on_lost(rec.ev, now)
                     if self.next_probe is None:
                         self._arm_probes(now)
+
+    def plane_lost(self, plane: int, now: float) -> int:
+        """``plane`` went down (this NIC's port or the peer's): every packet outstanding on
+        one of its EVs is owed a resend at once — on a live plane, the rotation no longer
+        has the dead one — rather than after a timeout or a SACK gap per packet. Not a
+        congestion signal, and the EVs are not blamed (the plane, not the path, failed).
+        Returns how many were owed."""
+        by_ev, sb, n = self.evs.by_ev, self.sb, 0
+        for psn, rec in sb.unacked.items():
+            e = by_ev.get(rec.ev)
+            if e is not None and e.plane == plane and sb.retx.at_once(psn):
+                n += 1
+        self.stats["retx_plane"] += n
+        return n
 
     def on_nack(self, pkt: RocePacket, now: float) -> None:
         """A RELIABILITY_NACK: a trim resends at once (and tells the EV set where it was

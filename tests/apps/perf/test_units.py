@@ -246,6 +246,14 @@ def test_timeline_series_and_peak():
     assert [t for t, _ in s] == [1.0, 2.0, 2.5]
     assert all(v == pytest.approx(0.1) for _, v in s)
     assert tl.peak_gbps() == pytest.approx(0.1)
+    # the same completions cut finer afterwards: a fabric-time run is milliseconds long
+    assert len(tl.series(0.2, end=102.5)) == 13
+
+
+@pytest.mark.parametrize(("elapsed", "step"), [(60.0, 2.0), (3.0, 0.1), (0.0021, 5e-5),
+                                               (2.5e-5, 5e-7), (0.0, 0.1)])
+def test_series_interval_cuts_a_run_into_about_fifty_points(elapsed, step):
+    assert stats.series_interval(elapsed) == pytest.approx(step)
 
 
 # -- output formats ---------------------------------------------------------------------

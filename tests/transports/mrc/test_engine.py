@@ -240,7 +240,8 @@ def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
     ea.connect(qa2, {**ib, "port": 4791})
     eb.connect(qb2, {**ia, "port": 4791})
     assert ea.port_admin(1, False, 0.0) == {"port": 1, "up": False, "qps": 1,
-                                           "ports_down": [1], "peers_told": 1}
+                                           "ports_down": [1], "admin_down": [1],
+                                           "link_down": [], "peers_told": 1}
     link.wire = []
     _write(ea, qa2, src, dst, 64 * PMTU, 1)
     link.run()
@@ -267,3 +268,62 @@ def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
     assert eb._qps[qb2].ini.evs.down == set()  # told again: both planes
     with pytest.raises(VerbsError, match="port 2"):
         ea.port_admin(2, False, 0.0)
+
+
+def test_a_port_that_loses_its_link_is_left_until_it_returns_but_admin_down_wins():
+    """The daemon's link watch (``port_link``) takes a plane out as the controller does,
+    and tells the peer; the link coming back restores it — unless the controller took
+    the port down meanwhile: that stays until ``port_admin(up)``."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=128 * PMTU, engine_kw={"planes": 2})
+    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
+    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    ea.connect(qa2, {**ib, "port": 4791})
+    eb.connect(qb2, {**ia, "port": 4791})
+    out = eb.port_link(1, False, 0.0)  # the receiver's plane-1 cable
+    assert (out["link_down"], out["admin_down"], out["peers_told"]) == ([1], [], 1)
+    link.run()  # the PORT_STATUS_UPDATE reaches the sender
+    link.wire = []
+    _write(ea, qa2, src, dst, 64 * PMTU, 1)
+    link.run()
+    sent = Counter(addr[0] for _, s, d, addr, _ in link.wire
+                   if s == "a" and BTH.decode(d).opcode in WRITE_OPCODES)
+    assert sent == {"10.0.0.2": 64}  # the sender was told: nothing towards the dead port
+    assert ea._qps[qa2].ini.evs.down == {1}
+    eb.port_admin(1, False, link.now)
+    assert eb.port_link(1, True, link.now)["ports_down"] == [1]  # admin still has it down
+    assert eb.port_admin(1, True, link.now)["ports_down"] == []
+    link.run()
+    assert ea._qps[qa2].ini.evs.down == set()
+    c = eb.counters()
+    assert (c["link_downs"], c["link_ups"]) == (1, 1)
+
+
+def test_a_plane_failing_mid_write_is_resent_on_the_live_plane_at_once():
+    """Plane 1 fails in the middle of a write (every packet on it lost from then on) and
+    both NICs' link watches report it: what was in flight on plane 1 is resent on plane 0
+    at once — no timeout, no EV blamed — and the write completes byte-exact."""
+    size = 512 * PMTU
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=size, engine_kw={"planes": 2})
+    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
+    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    ea.connect(qa2, {**ib, "port": 4791})
+    eb.connect(qb2, {**ia, "port": 4791})
+    failed = False
+    link.drop_sent = lambda side, d, addr, meta: failed and addr[0].startswith("10.1.")
+    link.delay = 20e-6  # a bandwidth-delay product's worth in flight on each plane
+    _write(ea, qa2, src, dst, size, 1)
+    while link.sent["a"] < 200:
+        assert link.step()
+    failed = True
+    ea.port_link(1, False, link.now)
+    eb.port_link(1, False, link.now)
+    link.run()
+    assert bytes(dst.view) == data
+    (wc,) = link.completions("a", "a.s")
+    assert wc.status == WcStatus.SUCCESS
+    c = ea.counters()
+    assert c["retx_plane"] > 0 and c["rto"] == 0, c
+    assert c["tx_retransmits"] == c["retx_plane"] + c["retx_sack"]
+    assert all(r["state"] == "good" for r in ea.ev_table(qa2)["evs"])
