@@ -6,7 +6,9 @@ environment. This process *is* the daemon: it binds the standard UDP port of
 the transport (4791 RoCEv2, 4793 UET) on ``$LOCAL``, runs the sans-IO core
 (:mod:`emuref.roce_rc` or :mod:`emuref.uet_rud`) in one select loop, does the
 TCP connection-data exchange, and exits 0 (passed), 1 (failed, reason on
-stderr) or 127 (case or transport not supported).
+stderr) or 127 (case or transport not supported). ``TRANSPORT=mrc`` is handed
+to :mod:`emuref.mrc_endpoint` (UDP 4971 and one socket per EV; it reuses the
+exchange and the environment from here).
 
 IPv4 RoCE goes out of an unconnected socket with DF set, so the kernel
 writes IP ID 0 and the ICRC computed here holds (spec: kernel pitfall).
@@ -436,6 +438,11 @@ def server(env: Env, tr: Transport) -> None:
 
 def main() -> int:
     env = Env()
+    if env.transport == "mrc":
+        # MRC has its own sockets (a receive port and one per EV) and cases: imported
+        # only here, so the RoCEv2 and UET paths never load it
+        from emuref import mrc_endpoint
+        return mrc_endpoint.main(env)
     if env.transport not in ("roce", "uet") or env.case not in SUPPORTED:
         log(f"{env.transport}/{env.case}: not supported")
         return 127
