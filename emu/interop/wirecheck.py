@@ -149,6 +149,10 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
     below = key in highest and (highest[key] - psn) % mod < mod // 2
     if "RETX" in rec.flags or "RTX" in rec.flags:
         w.retransmissions += 1
+    elif rec.protocol == "MRC" and below:
+        # MRC flags every resend (BTH.RTX): an unflagged one below the highest PSN was
+        # sprayed over another path and overtaken, not sent again
+        w.reordered += 1
     elif below and psn in seen:
         w.retransmissions += 1  # sent again: at or below the flow's highest, seen before
     elif below:

@@ -551,7 +551,7 @@ def _collect(eng: MrcEngine, into: list) -> Callable[[], bool]:
 
 def _not_ack(side: str, data: bytes) -> bool:
     """The transport ACK is kept off the loss dice where emu is the requester: emu has no
-    way to ask for a lost one again (test_emu_requester_never_recovers_a_lost_transport_ack)."""
+    way to ask for a lost one again (test_emu_requester_recovers_a_lost_transport_ack)."""
     return data[0] != MW.TRANSPORT_ACK
 
 
@@ -686,11 +686,11 @@ def test_emu_answers_our_probe_and_endpoint_request() -> None:
         EM.MRC_ENDPOINT_RESPONSE, 0x55, EM.EETH_OK)
 
 
-@pytest.mark.xfail(strict=True, reason="emu's MRC requester has no timer once every packet "
-                   "is SACKed, so a lost transport ACK leaves its WRITE open for ever")
-def test_emu_requester_never_recovers_a_lost_transport_ack() -> None:
-    """(emu-ref's responder repeats its last transport ACK when the requester goes quiet,
-    which hides this; switched off here to show emu's requester alone.)"""
+def test_emu_requester_recovers_a_lost_transport_ack() -> None:
+    """Every packet SACKed, the one transport ACK lost: emu's requester asks again after
+    its timeout (the message's last packet resent with AckReq; the responder re-ACKs a
+    duplicate) and the WRITE completes. (emu-ref's responder also repeats its last ACK
+    when the requester goes quiet; switched off here to show emu's requester alone.)"""
     nic, qa, eng, qb, mem = _cross(9)
     qa.ack_repeats = 0
     src = register(mem, 8192)

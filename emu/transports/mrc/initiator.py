@@ -107,6 +107,7 @@ class TxMessage:
     msn: int
     data: memoryview | bytes
     next_offset: int = 0
+    last: TxPacket | None = None  # its last packet, once sent (said again to ask for an ACK)
 
 
 @dataclass(slots=True)
@@ -161,11 +162,15 @@ class InitiatorQP:
         self.next_probe: float | None = None
         self.probe_id = 0
         self.completions: list[WorkCompletion] = []
+        #: since when every packet is SACKed but a message still waits for its transport
+        #: ACK (None: not waiting): a lost ACK is asked for again after a timeout
+        self.ack_wait: float | None = None
+        self.ack_request_due = False
         self.stats: dict[str, int] = dict.fromkeys((
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
             "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
             "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
-            "probe_lost"), 0)
+            "probe_lost", "ack_requests"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -202,6 +207,10 @@ class InitiatorQP:
             return out
         if self.next_probe is not None and self.next_probe <= now:
             out += self._probes(now)
+        if self.ack_request_due:
+            req = self._ack_request()
+            if req is not None:
+                out.append(req)
         sb = self.sb
         while sb.retx:
             pkt = sb.unacked.get(sb.retx.pop())
@@ -230,6 +239,8 @@ class InitiatorQP:
         psn = self.sb.take(1)
         ev = self.evs.next().ev
         pkt = TxPacket(psn, msg, off, n, ev, now)
+        if msg.next_offset >= total:
+            msg.last = pkt
         self.sb.track(pkt)
         self.in_flight += n
         self.stats["tx_packets"] += 1
@@ -293,6 +304,26 @@ class InitiatorQP:
         self._arm_probes(now)
         return out
 
+    def _ack_request(self) -> tuple[bytearray, int] | None:
+        """The last packet of the oldest message still without its transport ACK, sent
+        again (RTX, AckReq) on a usable EV: a target answers a duplicate asking for an ACK
+        with its SACK and its last AETH (as an RC responder re-ACKs a duplicate)."""
+        self.ack_request_due = False
+        last = self.open[0].last if self.open else None
+        if last is None:
+            return None
+        self.stats["ack_requests"] += 1
+        ev = self.evs.next().ev
+        return self._encode(last, rtx=True), ev
+
+    def _await_ack(self, now: float, progress: bool = False) -> None:
+        """Note whether only transport ACKs are outstanding (every packet SACKed)."""
+        if self.open and not self.sb.unacked:
+            if self.ack_wait is None or progress:
+                self.ack_wait = now
+        else:
+            self.ack_wait = None
+
     def _arm_probes(self, now: float) -> None:
         self.next_probe = (now + PROBE_SHARE * self.rto
                            if self.probes or self.evs.to_probe() else None)
@@ -339,6 +370,7 @@ class InitiatorQP:
                     self.evs.on_lost(rec.ev, now)
                     if self.next_probe is None:
                         self._arm_probes(now)
+        self._await_ack(now, progress=bool(released))
 
     def plane_lost(self, plane: int, now: float) -> int:
         """``plane`` went down (this NIC's port or the peer's): every packet outstanding on
@@ -394,6 +426,7 @@ class InitiatorQP:
         if kind != AETH_ACK:
             return
         self.stats["rx_acks"] += 1
+        before = len(self.open)
         while self.open and ((msn - self.open[0].msn) & _M16) < 0x8000:
             msg = self.open[0]
             if msg.next_offset < len(msg.data):
@@ -403,6 +436,9 @@ class InitiatorQP:
                 self.completions.append(WorkCompletion(
                     msg.wr.wr_id, WcStatus.SUCCESS, msg.wr.opcode.wc_opcode, self.qpn,
                     byte_len=len(msg.data)))
+        if len(self.open) < before:
+            self.timeouts = 0
+        self._await_ack(now, progress=len(self.open) < before)
 
     # -- timers --------------------------------------------------------------------------
 
@@ -418,6 +454,8 @@ class InitiatorQP:
         for p in self.sb.unacked.values():
             d = p.sent_at + self.wait()
             break
+        if d is None and self.ack_wait is not None:
+            d = self.ack_wait + self.wait()
         later = self.sb.retx.later
         if later:
             t = min(later.values())
@@ -431,6 +469,16 @@ class InitiatorQP:
         sb = self.sb
         sb.retx.release_due(now)
         oldest = next(iter(sb.unacked.values()), None)
+        if oldest is None and self.ack_wait is not None and self.ack_wait + self.wait() <= now:
+            # every packet SACKed, the transport ACK not come: lost, or the peer is gone
+            self.timeouts += 1
+            self.stats["rto"] += 1
+            if self.retry_exp != RETRY_FOREVER and \
+                    self.timeouts > self.retry_linear + self.retry_exp:
+                self._fail(WcStatus.RETRY_EXC_ERR, now)
+                return
+            self.ack_wait, self.ack_request_due = now, True
+            return
         if oldest is None or oldest.sent_at + self.wait() > now:
             return
         self.timeouts += 1

@@ -99,7 +99,8 @@ class TargetStats:
     c: dict[str, int] = field(default_factory=lambda: dict.fromkeys((
         "rx_packets", "rx_bytes", "rx_duplicate", "rx_stale", "rx_trimmed",
         "rx_out_of_window", "rx_ooo", "rx_ce", "rx_probes", "tx_sacks", "tx_nacks", "tx_naks",
-        "rx_access_error", "msgs_done", "imm_waiting_recv", "rx_drop_malformed"), 0))
+        "rx_access_error", "msgs_done", "imm_waiting_recv", "rx_drop_malformed",
+        "tx_ack_repeats"), 0))
 
 
 class TargetQP:
@@ -125,6 +126,8 @@ class TargetQP:
         self.next_msn = 0  # the next message to complete, in order
         self.recvs: deque[RecvWR] = deque()
         self.out: list[tuple[bytearray, int]] = []
+        self.last_aeth: bytearray | None = None  # the last transport ACK/NAK, said again on a probe
+        self.nakked = False  # a remote access NAK went out: nothing after it is ACKed
         self.completions: list[WorkCompletion] = []
         self.rcvd_bytes = 0
         self.stats = TargetStats().c
@@ -151,7 +154,9 @@ class TargetQP:
             self._nack(NACK_PSN_OOR_WINDOW, bth.psn, ev, ce)
             return
         if verdict is Rx.STALE:
-            st["rx_stale"] += 1  # a stray from before the window: nothing to say
+            st["rx_stale"] += 1  # a stray from before the window: only an ACK to repeat
+            if bth.ackreq:
+                self._repeat_ack()
             return
         meth = pkt.header(METH)
         reth = pkt.header(RETH)
@@ -164,6 +169,8 @@ class TargetQP:
         if verdict is Rx.DUPLICATE:
             st["rx_duplicate"] += 1  # its SACK was lost or late: say it again
             self._sack(psn, ev, ce, ts)
+            if bth.ackreq:  # and the transport ACK, if one is asked for (it may be lost)
+                self._repeat_ack()
             return
         n = len(pkt.payload)
         if psn > self.window.first_missing:
@@ -194,6 +201,12 @@ class TargetQP:
         self.stats["rx_probes"] += 1
         self._sack(self.window.first_missing - 1, ev, False, None, probe=True,
                    ts=peth.tx_timestamp)
+        self._repeat_ack()  # and where the transport ACK stands: one may be lost
+
+    def _repeat_ack(self) -> None:
+        if self.last_aeth is not None:
+            self.out.append((self.last_aeth, 0))
+            self.stats["tx_ack_repeats"] += 1
 
     def _place(self, bth: BTH, meth: METH, reth: RETH, pkt: RocePacket) -> None:
         msg = self.msgs.get(meth.msn)
@@ -229,8 +242,8 @@ class TargetQP:
                     byte_len=msg.total, imm=msg.imm, src_qp=self.peer))
             del self.msgs[self.next_msn]
             self.stats["msgs_done"] += 1
-            if not msg.failed:  # a failed one had its NAK
-                self._transport_ack(self.next_msn)
+            if not msg.failed and not self.nakked:  # a failed one had its NAK, and after
+                self._transport_ack(self.next_msn)  # a NAK nothing is ACKed (RC's rule)
             self.next_msn = (self.next_msn + 1) & _M16
 
     # -- replies -------------------------------------------------------------------------
@@ -263,11 +276,14 @@ class TargetQP:
     def _transport_ack(self, msn: int) -> None:
         """The semantic ACK of message ``msn`` (AETH's MSN: the messages completed)."""
         aeth = AETH(syndrome=aeth_syndrome(AETH_ACK, 0x1F), msn=msn & 0xFFFFFF)
-        self.out.append((encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth]), 0))
+        self.last_aeth = encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth])
+        self.out.append((self.last_aeth, 0))
 
     def _transport_nak(self, msn: int, why: str) -> None:
         aeth = AETH(syndrome=aeth_syndrome(AETH_NAK, NAK_REMOTE_ACCESS), msn=msn & 0xFFFFFF)
-        self.out.append((encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth]), 0))
+        self.last_aeth = encode_packet(self._bth(MRC_TRANSPORT_ACK, 0), [aeth])
+        self.out.append((self.last_aeth, 0))
+        self.nakked = True
         self.stats["tx_naks"] += 1
 
     def take(self) -> list[tuple[bytearray, int]]:

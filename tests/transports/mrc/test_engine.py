@@ -17,7 +17,7 @@ from emu.core.memory import MemoryTable
 from emu.core.verbs import RecvWR, SendWR, Sge
 from emu.transports.base import VerbsError
 from emu.transports.mrc import MrcEngine
-from emu.wire.codec.mrc import WRITE_OPCODES
+from emu.wire.codec.mrc import MRC_TRANSPORT_ACK, WRITE_OPCODES
 from emu.wire.codec.roce import BTH
 
 PMTU = 1024
@@ -327,3 +327,24 @@ def test_a_plane_failing_mid_write_is_resent_on_the_live_plane_at_once():
     assert c["retx_plane"] > 0 and c["rto"] == 0, c
     assert c["tx_retransmits"] == c["retx_plane"] + c["retx_sack"]
     assert all(r["state"] == "good" for r in ea.ev_table(qa2)["evs"])
+
+
+def test_a_lost_transport_ack_is_asked_for_again_after_the_timeout():
+    """Every packet SACKed but the one transport ACK lost: after its timeout the requester
+    sends the message's last packet again asking for an ACK, the target (a duplicate
+    with AckReq) says its last AETH again, and the WRITE completes — not open for ever."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=8 * PMTU)
+    lost = []
+
+    def drop(d, s, t):
+        if d[0] == MRC_TRANSPORT_ACK and not lost:
+            lost.append(1)
+            return True
+        return False
+
+    link.drop = drop
+    _write(ea, qa, src, dst, 8 * PMTU, 1)
+    link.run()
+    (wc,) = link.completions("a", "a.s")
+    assert wc.status == WcStatus.SUCCESS and bytes(dst.view) == data and lost
+    assert ea.counters()["ack_requests"] == 1 and eb.counters()["tx_ack_repeats"] == 1
