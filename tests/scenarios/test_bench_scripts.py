@@ -309,3 +309,27 @@ def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
         assert set(res["ratio"][mode]) == set(paths) - {"forward"}
         for p in set(paths) - {"forward"}:
             assert len(res["through"][mode][p]) == 1 and res["through"][mode][p][0] > 0
+
+
+@needs_root
+def test_bench_mrc_quick_compares_transports_and_times_a_plane_failure():
+    """``scripts/bench-mrc --quick --json``: the three write-bw commands on the multi-plane
+    fabric each verified its data, the ratios are against RoCEv2 of the same run, and the
+    MRC write had plane 1 fail inside it: the series around the event log's failure time
+    gives the figures, and what was in flight on plane 1 was resent at once."""
+    p = _run([str(ROOT / "scripts/bench-mrc"), "--quick", "--json"])
+    res = json.loads(p.stdout)
+    tr = res["transports"]
+    assert set(tr) == {"roce", "uet", "mrc"}
+    for t in tr.values():
+        assert t["passed"] is True and t["gbps"] > 0 and t["wall_s"] > 0
+    assert tr["roce"]["vs_roce"] == 1.0 and tr["mrc"]["cpu_us_per_packet"] > 0
+    fo = res["failover"]
+    assert fo["passed"] is True
+    # the plane failed while the write ran (the bench starts the write at a known time)
+    assert 0 < fo["plane_down_fabric_s"] < fo["fabric_s"]
+    assert fo["gbps_before"] > 0 and fo["gbps_dip"] >= 0 and fo["retx_plane"] > 0
+    assert fo["rto"] == 0
+    for k in ("recovery_us", "target_gbps", "interval_us", "gbps_after"):
+        assert k in fo
+    assert "failover: plane 1 down" in p.stderr

@@ -141,6 +141,9 @@ class BwResult:
     gbps_average: float
     gbps_peak: float
     series: list[tuple[float, float]] = field(default_factory=list)  # (s, Gb/s)
+    #: when the first message was posted, on the tool's clock (a cluster's: fabric seconds
+    #: since its epoch, as the event log's ``fabric_t``): where ``series`` starts
+    started: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -166,7 +169,8 @@ def bw_result(size: int, tposted: Sequence[float], tcompleted: Sequence[float], 
             peak_g = timeline.peak_gbps()
     series = timeline.series(interval, tcompleted[n - 1] if n else None) if timeline else []
     return BwResult(size, n, seconds, peak_g * GBIT / factor, avg, msg_rate(n, seconds), unit,
-                    nbytes, gbps(nbytes, seconds), peak_g, series)
+                    nbytes, gbps(nbytes, seconds), peak_g, series,
+                    started=tposted[0] if n else None)
 
 
 @dataclass

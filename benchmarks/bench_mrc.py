@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""MRC on the multi-plane fabric as a user runs it (root): beside RoCEv2 and UET, and a
+plane failing under it.
+
+Everything is whole ``emu`` commands at their defaults on ``namespaces/multi-plane.toml``
+(2 planes of 400 Gb/s per host, auto time scale), timed as commands:
+
+* **transports** — ``emu perf write-bw --from h1 --to h3 --transport T -s 1M -n N`` for
+  RoCEv2, UET and MRC in the same cluster, one after the other: fabric goodput, wall
+  time of the command, resent packets, credibility. The baseline is RoCEv2 in the same
+  run (one QP, one path: one plane's rate); MRC sprays one QP over both planes.
+* **failover** — the MRC write again (256 KiB messages, a completion each), started at
+  a known fabric time (``--start-at``), with ``emu link plane:1 down`` issued a third of
+  the way in. From the cluster's event log (the fabric time the plane went down) and
+  the write's goodput series (fabric time): goodput before, the dip, goodput after, and
+  the recovery time — from the failure to the end of the first interval whose goodput
+  is ≥ 90 % of one plane's rate (the RoCEv2 line of the same run). The plane comes
+  back up afterwards.
+* **CPU per packet** — the two NIC daemons' CPU time (``/proc/PID/stat``) over the
+  transports part's MRC command, per data packet, as ``bench-uet`` reports it.
+
+``--json`` prints one document; ``--quick`` (the test suite's run) moves less. No
+thresholds: the figures are what the emulated fabric gave, with their credibility.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from emu.cluster import cluster as C  # noqa: E402
+from emu.fabric import state  # noqa: E402
+from emu.fabric.naming import random_cluster  # noqa: E402
+
+EMU = [sys.executable, "-m", "emu"]
+TOPOLOGY = ROOT / "namespaces" / "multi-plane.toml"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def emu(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    p = subprocess.run([*EMU, *args], capture_output=True, text=True, cwd=ROOT,
+                       timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if p.returncode:
+        raise RuntimeError(f"emu {' '.join(args)}: exit {p.returncode}: "
+                           f"{(p.stderr or p.stdout).strip()[-800:]}")
+    return p
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def nicd_pid(cluster: str, host: str) -> int:
+    rec = state.recorded(state.load(cluster) or {}, f"nicd {host}")
+    if rec is None:
+        raise RuntimeError(f"no emu nicd recorded for {host}")
+    return int(rec["pid"])
+
+
+def write_bw(cluster: str, transport: str, size: str, n: int, *extra: str
+             ) -> tuple[dict[str, Any], float]:
+    """One whole ``emu perf write-bw`` h1 → h3; its JSON and the command's wall time."""
+    t = time.monotonic()
+    doc = json.loads(emu("perf", "write-bw", "--from", "h1", "--to", "h3", "--cluster",
+                         cluster, "--json", "--transport", transport, "-s", size, "-n",
+                         str(n), *extra).stdout)
+    return doc, time.monotonic() - t
+
+
+def summary(doc: dict[str, Any], wall: float) -> dict[str, Any]:
+    r = doc["results"][0]
+    ov = doc.get("overload") or {}
+    return {"gbps": round(r["gbps_average"], 2), "fabric_s": r["seconds"],
+            "wall_s": round(wall, 2),
+            "tx_packets": ov.get("tx_packets"), "retransmits": ov.get("retransmits"),
+            "credible": doc.get("credible"), "passed": doc.get("passed"),
+            "overload": ov.get("total"), "overload_causes": ov.get("causes") or {},
+            "scale": doc["time"]["scale"]}
+
+
+def transports(cluster: str, n: int, log: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pids = [nicd_pid(cluster, h) for h in ("h1", "h3")]
+    for tr in ("roce", "uet", "mrc"):
+        before = sum(cpu_s(p) for p in pids)
+        doc, wall = write_bw(cluster, tr, "1M", n, "--report_gbits")
+        out[tr] = summary(doc, wall)
+        if tr == "mrc":
+            pk = out[tr]["tx_packets"] or 0
+            used = sum(cpu_s(p) for p in pids) - before
+            # wall CPU: at time scale N it includes the daemons' waits for their fabric
+            # schedule, so it is emu's cost per packet, not a NIC's
+            out[tr]["cpu_us_per_packet"] = round(used / pk * 1e6, 2) if pk else None
+            out[tr]["cpu_share"] = round(used / (2 * out[tr]["wall_s"]), 3)
+        cpu = out[tr].get("cpu_us_per_packet")
+        log(f"  {tr:4s} {out[tr]['gbps']:8.2f} Gb/s  {out[tr]['wall_s']:6.1f} s wall  "
+            f"resent {out[tr]['retransmits']} of {out[tr]['tx_packets']}"
+            + ("  credible" if out[tr]["credible"] else
+               f"  NOT CREDIBLE (emulator overload: {out[tr]['overload_causes']})")
+            + (f"\n       the two NIC daemons: {cpu} us of CPU per data packet, "
+               f"{out[tr]['cpu_share']:.0%} of two CPUs (at time scale {out[tr]['scale']:g}: "
+               f"emu's cost, waits for the fabric schedule included)"
+               if cpu is not None else ""))
+    base = out["roce"]["gbps"]
+    for tr in out:
+        out[tr]["vs_roce"] = round(out[tr]["gbps"] / base, 3) if base else None
+    log(f"  ratio to RoCEv2 (one QP, one plane) in this run: UET {out['uet']['vs_roce']}, "
+        f"MRC {out['mrc']['vs_roce']} (over both planes)")
+    return out
+
+
+def plane_down_at(cluster: str, since: float) -> float | None:
+    """The fabric time the first plane-1 link went down after ``since`` (event log)."""
+    first = None
+    try:
+        with open(C.event_log(cluster)) as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                t = e.get("fabric_t")
+                if (e.get("action") == "down" and "p1" in str(e.get("link", ""))
+                        and isinstance(t, int | float) and t >= since):
+                    first = t if first is None else min(first, t)
+    except OSError:
+        return None
+    return first
+
+
+def failover(cluster: str, mib: int, plane_gbps: float, log: Any) -> dict[str, Any]:
+    from emu.fabricclock import FabricClock
+
+    st = C.plan_of(cluster).time
+    fc: FabricClock = st.clock()
+    scale = fc.scale
+    n = mib * 4                                   # 256 KiB messages
+    expect = mib * 8 * (1 << 20) / (2 * plane_gbps * 1e9) if plane_gbps else 1e-3
+    start = fc.now() + 4.0 / scale                # 4 s of wall for the command to set up
+    fail_at = start + expect / 3
+    p = subprocess.Popen([*EMU, "perf", "write-bw", "--from", "h1", "--to", "h3",
+                          "--cluster", cluster, "--json", "--transport", "mrc", "-s",
+                          "256K", "-n", str(n), "-Q", "1", "--start-at", f"{start:.9f}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    t0 = time.monotonic()
+    try:
+        time.sleep(max(0.0, fc.wall_at(fail_at) - time.monotonic()))
+        emu("link", "plane:1", "down", "--cluster", cluster)
+        out, err = p.communicate(timeout=1800)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    wall = time.monotonic() - t0
+    emu("link", "plane:1", "up", "--cluster", cluster)
+    if p.returncode:
+        raise RuntimeError(f"emu perf (failover): exit {p.returncode}: {err.strip()[-800:]}")
+    doc = json.loads(out)
+    r = doc["results"][0]
+    down = plane_down_at(cluster, start - 1.0)
+    began = r.get("started") or start
+    series = [(began + pt["t"], pt["gbps"]) for pt in r["series"]]
+    res: dict[str, Any] = {**summary(doc, wall), "mib": mib,
+                           "plane_down_fabric_s": None if down is None else down - began}
+    if down is None or not series:
+        res["note"] = "the plane's failure is not in the event log"
+        return res
+    step = series[1][0] - series[0][0] if len(series) > 1 else 0.0
+    before = [g for t, g in series if t <= down]
+    after = [(t, g) for t, g in series if t - step > down]
+    target = 0.9 * plane_gbps
+    rec = next((t for t, g in after if g >= target), None)
+    res.update({
+        "interval_us": round(step * 1e6, 3),
+        "gbps_before": round(sum(before) / len(before), 1) if before else None,
+        "gbps_dip": round(min((g for _, g in after), default=0.0), 1),
+        "gbps_after": round(sum(g for _, g in after[len(after) // 2:])
+                            / max(1, len(after[len(after) // 2:])), 1) if after else None,
+        "target_gbps": round(target, 1),
+        "recovery_us": None if rec is None else round((rec - down) * 1e6, 2),
+    })
+    eng = json.loads(emu("nicd", "stats", f"{cluster}:h1", "--json").stdout)
+    mrc = eng["transports"]["mrc"]["engine"]
+    res["retx_plane"], res["rto"] = mrc.get("retx_plane"), mrc.get("rto")
+    log(f"  failover: plane 1 down {res['plane_down_fabric_s'] * 1e6:.1f} us in; "
+        f"{res['gbps_before']} Gb/s before, dip {res['gbps_dip']}, "
+        f"{res['gbps_after']} after; >= {target:.0f} Gb/s again "
+        f"{res['recovery_us']} us after the failure (series every {res['interval_us']} us); "
+        f"resent at once {res['retx_plane']}, timeouts {res['rto']}")
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small transfers (the test suite)")
+    ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    ap.add_argument("--part", choices=("all", "transports", "failover"), default="all")
+    a = ap.parse_args(argv)
+    log = (lambda s: print(s, file=sys.stderr)) if a.json else print
+    name = random_cluster("bm")
+    n, mib = (16, 32) if a.quick else (128, 256)
+    doc: dict[str, Any] = {"topology": "namespaces/multi-plane.toml", "quick": a.quick}
+    t = time.monotonic()
+    try:
+        emu("up", str(TOPOLOGY), "--name", name)
+        doc["up_s"] = round(time.monotonic() - t, 2)
+        log(f"emu up multi-plane: {doc['up_s']} s; write-bw h1 -> h3, -s 1M -n {n}:")
+        plane = None
+        if a.part in ("all", "transports"):
+            doc["transports"] = transports(name, n, log)
+            plane = doc["transports"]["roce"]["gbps"]
+        if a.part in ("all", "failover"):
+            if plane is None:
+                d, w = write_bw(name, "roce", "1M", n)
+                plane = summary(d, w)["gbps"]
+            doc["failover"] = failover(name, mib, plane, log)
+    finally:
+        if state.load(name) is not None:
+            subprocess.run([*EMU, "down", name], capture_output=True, cwd=ROOT)
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
