@@ -217,7 +217,7 @@ class InitiatorQP:
             if pkt is not None:
                 out.append(self._resend(pkt, now))
         while self.queue:
-            if sb.span >= self.mpr:
+            if sb.span >= self.mpr - 1:  # the peer takes [cack + 1, cack + MPR)
                 self.stats["tx_mpr_full"] += 1
                 break
             cwnd = self.cc.cwnd if self.cc is not None else None

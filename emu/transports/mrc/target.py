@@ -121,7 +121,8 @@ class TargetQP:
         self.memory = memory
         self.pd = pd
         self.mpr = mpr
-        self.window = RecvWindow(PSN24, start_psn, mpr)
+        # [cack + 1, cack + MPR): MPR - 1 PSNs past the last in-order one (specs/mrc.md)
+        self.window = RecvWindow(PSN24, start_psn, mpr - 1)
         self.msgs: dict[int, _Message] = {}  # MSN (16-bit, wrapping) → message
         self.next_msn = 0  # the next message to complete, in order
         self.recvs: deque[RecvWR] = deque()

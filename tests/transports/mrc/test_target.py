@@ -84,7 +84,7 @@ def test_packets_placed_out_of_order_and_each_sacked_with_its_ev():
     t, mr = _target()
     data = bytes(random.Random(3).randrange(256) for _ in range(4 * MTU))
     pkts = _message(mr, 0, data, psn0=100)
-    t.window = type(t.window)(t.window.space, 100, t.mpr)  # the peer's first PSN
+    t.window = type(t.window)(t.window.space, 100, t.mpr - 1)  # the peer's first PSN
     order = [2, 0, 3, 1]
     for k, i in enumerate(order):
         t.receive(pkts[i], ev=0x1000 + i, now=float(k))
@@ -128,13 +128,19 @@ def test_trimmed_packets_are_nacked_with_where_they_were_cut():
 
 
 def test_beyond_mpr_is_refused_with_psn_oor_window():
+    """The window is [cack + 1, cack + MPR) (specs/mrc.md): with nothing received yet
+    (cack = first PSN - 1) PSN first + MPR - 2 is the last one taken, cack + MPR is not."""
     t, mr = _target(mpr=MPR_UNIT)
-    far = _message(mr, 0, b"y" * 10, psn0=MPR_UNIT)[0]
+    edge = _message(mr, 0, b"y" * 10, psn0=MPR_UNIT - 2)[0]
+    t.receive(edge, ev=4, now=0.0)
+    assert all(p.bth.opcode != MRC_RELIABILITY_NACK for p, _ in _replies(t))
+    assert t.stats["rx_out_of_window"] == 0
+    far = _message(mr, 1, b"y" * 10, psn0=MPR_UNIT - 1)[0]
     t.receive(far, ev=5, now=0.0)
     ((p, ev),) = _replies(t)
     assert p.bth.opcode == MRC_RELIABILITY_NACK
     assert p.header(NETH).nack_reason == NACK_PSN_OOR_WINDOW and ev == 5
-    assert t.stats["rx_out_of_window"] == 1 and t.stats["rx_bytes"] == 0
+    assert t.stats["rx_out_of_window"] == 1 and t.stats["rx_bytes"] == 10
     with pytest.raises(ValueError, match="multiple of 128"):
         _target(mpr=100)
 
@@ -200,7 +206,7 @@ def test_ce_is_echoed_per_ev_and_the_timestamp_reflected():
 
 def test_psns_wrap_at_24_bits():
     t, mr = _target()
-    t.window = type(t.window)(t.window.space, 0xFFFFFE, t.mpr)
+    t.window = type(t.window)(t.window.space, 0xFFFFFE, t.mpr - 1)
     pkts = _message(mr, 0, b"w" * 4 * MTU, psn0=0xFFFFFE)
     for p in reversed(pkts):
         t.receive(p, ev=1, now=0.0)
