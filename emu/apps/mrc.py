@@ -15,6 +15,11 @@
   ENDPOINT_REQUEST PORT_STATUS_UPDATE (answered by an ENDPOINT_RESPONSE), and its QPs
   stop sending to this NIC's address on that plane.
 
+* ``emu mrc probe CLUSTER:HOST PEER [--plane P] [--ev EV …] [-c N]`` — EV_PROBE endpoint
+  operations to the peer NIC (a host name: its address on plane P; or an address), each
+  leaving on one EV (UDP source port): which paths answer and their round trips in
+  fabric time, as ``mrc_ctl.h``'s batch probe reports them.
+
 ``--json`` prints the daemon's answer as it is. Exit 0, or 1 with one line when the
 host has no NIC daemon, it runs no MRC, or the QP or EV is not there.
 """
@@ -78,10 +83,66 @@ def table(qps: list[dict[str, Any]]) -> str:
     return "\n".join(lines) if lines else "no MRC QP"
 
 
+def _peer_address(where: str, peer: str, plane: int) -> str:
+    """``peer`` as an address: itself if it is one, else the host's on ``plane``."""
+    import ipaddress
+
+    from emu.cluster import cluster as C
+    from emu.errors import UserError
+    from emu.fabric import state
+
+    try:
+        return str(ipaddress.ip_address(peer))
+    except ValueError:
+        pass
+    cluster = state.resolve(where.rpartition(":")[0] or None)
+    topo = C.model(cluster)
+    if peer not in topo.nodes or topo.nodes[peer].kind != "host":
+        raise UserError(f"no host {peer!r} in cluster {cluster!r}")
+    ends = [lk.end(peer) for lk in topo.links_of(peer) if (lk.plane or 0) == plane]
+    for e in ends:
+        if e.ipv4 is not None or e.ipv6 is not None:
+            return str((e.ipv4 or e.ipv6).ip)
+    raise UserError(f"{peer} has no address on plane {plane}")
+
+
+def probe(a: argparse.Namespace) -> dict[str, Any]:
+    """Send the EV_PROBEs, then collect the answers until all came or the wait is over
+    (wall seconds: at time scale N a fabric round trip takes N times longer)."""
+    import time
+
+    dest = _peer_address(a.where, a.peer, a.plane)
+    evs = a.ev or [PROBE_EV0 + i for i in range(a.count)]
+    rids = _ask(a.where, probe_to=dest, evs=evs)["request_ids"]
+    want, got = set(rids), []
+    end = time.monotonic() + a.wait
+    while want and time.monotonic() < end:
+        time.sleep(0.05)
+        for r in _ask(a.where, probe_results=True)["results"]:
+            if r["request_id"] in want:
+                want.discard(r["request_id"])
+                got.append(r)
+    got += [{"request_id": rid, "to": dest, "ev": ev, "rtt_ns": None, "status": "no answer"}
+            for rid, ev in zip(rids, evs, strict=True) if rid in want]
+    return {"to": dest, "results": sorted(got, key=lambda r: r["ev"])}
+
+
+#: the EVs ``emu mrc probe`` tries without ``--ev``: the default EV profile's first ones
+PROBE_EV0 = 0xD000
+
+
 def main(a: argparse.Namespace) -> int:
     from emu.errors import UserError
 
     try:
+        if a.what == "probe":
+            res = probe(a)
+            out = json.dumps(res, indent=1) if a.json else "\n".join(
+                f"EV {r['ev']:#06x} -> {r['to']}: "
+                + (f"{r['rtt_ns'] / 1e3:.3f} us (fabric)" if r["status"] == "OK"
+                   else r["status"]) for r in res["results"])
+            print(out)
+            return 0 if all(r["status"] == "OK" for r in res["results"]) else 1
         if a.what == "qp":
             res = _ask(a.where, qpn=a.qpn)
             out = json.dumps(res, indent=1) if a.json else table(res["qps"])
@@ -108,7 +169,7 @@ def main(a: argparse.Namespace) -> int:
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mrc", help="the MRC controller: a host's QPs and their EV tables, "
-                                   "EV events, deny/allow an EV, port up/down")
+                                   "EV events, deny/allow an EV, port up/down, EV probes")
     ms = p.add_subparsers(dest="what", required=True)
     q = ms.add_parser("qp", help="MRC QPs of a host's NIC with their EV tables, live")
     q.add_argument("where", metavar="CLUSTER:HOST")
@@ -124,6 +185,17 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     pt.add_argument("where", metavar="CLUSTER:HOST")
     pt.add_argument("port", type=int, help="the plane, from 0")
     pt.add_argument("state", choices=("up", "down"))
-    for x in (q, ev, c, pt):
+    pr = ms.add_parser("probe", help="EV_PROBE a peer NIC on some EVs: which paths answer, "
+                                     "and their round trips")
+    pr.add_argument("where", metavar="CLUSTER:HOST")
+    pr.add_argument("peer", help="the peer: a host name (its address on --plane) or an address")
+    pr.add_argument("--plane", type=int, default=0, help="the peer's plane (default 0)")
+    pr.add_argument("--ev", type=_ev, action="append",
+                    help="an EV (UDP source port) to probe on (repeatable; default: -c EVs "
+                         f"from {PROBE_EV0:#x})")
+    pr.add_argument("-c", "--count", type=int, default=4, help="EVs without --ev (default 4)")
+    pr.add_argument("--wait", type=float, default=10.0,
+                    help="wall seconds to wait for the answers (default 10)")
+    for x in (q, ev, c, pt, pr):
         x.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

@@ -174,7 +174,7 @@ _NOOP = {"roce": ("rx_duplicates", "rx_duplicate_responses", "rx_out_of_sequence
          "uet": ("rx_duplicate", "rx_psn_oor_window", "rx_mode_mismatch",
                  "rx_rudi_resp_unknown", "rx_rudi_nack_unknown", "rx_close_early"),
          "mrc": ("rx_duplicate", "rx_stale", "rx_out_of_window", "rx_trimmed",
-                 "rx_stale_ack", "rx_port_update_unknown")}
+                 "rx_stale_ack", "rx_port_update_unknown", "rx_ev_probes")}
 #: ``rx_drop_*`` counters that count a subset of another counter of the set
 _SUBSETS = frozenset({"rx_drop_bad_duplicate"})
 

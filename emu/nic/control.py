@@ -487,10 +487,19 @@ class ControlServer:
         """``emu mrc``: the MRC engine's QPs with their EV sets (``qpn``: one), their EV
         state changes since the last poll (``events``), an EV denied or allowed again
         (``ev`` and ``action``), or a port (plane) taken down or brought up (``port``,
-        ``up``). Any client may ask: this is the NIC's controller."""
+        ``up``), EV_PROBEs sent (``probe_to``, ``evs``) and their answers taken
+        (``probe_results``). Any client may ask: this is the NIC's controller."""
         slot = self._slot("mrc")
         eng = slot.engine
         try:
+            if m.get("probe_to") is not None:  # EV_PROBEs out, answers read later
+                now = trio.current_time()
+                rids = [eng.ev_probe(str(m["probe_to"]), int(ev), now)
+                        for ev in m.get("evs") or ()]
+                t[slot] = None
+                return {"request_ids": rids}
+            if m.get("probe_results"):
+                return {"results": eng.take_probe_results()}
             if m.get("port") is not None:
                 t[slot] = None
                 return eng.port_admin(int(m["port"]), bool(m.get("up")), trio.current_time())

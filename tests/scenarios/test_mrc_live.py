@@ -248,6 +248,12 @@ def test_a_plane_failing_mid_write_fails_over_at_once_at_the_defaults():
                 "--json", "--transport", "mrc", "-s", "262144", "-n", "256"]
     try:
         emu_cli("up", "namespaces/multi-plane.toml", "--name", name)
+        # EV_PROBE endpoint operations: every probed path of plane 1 answers, with a round
+        # trip of fabric microseconds
+        probe = json.loads(emu_cli("mrc", "probe", f"{name}:h1", "h3", "--plane", "1",
+                                   "--json").stdout)
+        assert probe["to"].startswith("10.1.") and len(probe["results"]) == 4
+        assert all(r["status"] == "OK" and 0 < r["rtt_ns"] < 1e6 for r in probe["results"])
         p = subprocess.Popen(perf_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
         try:
@@ -275,6 +281,9 @@ def test_a_plane_failing_mid_write_fails_over_at_once_at_the_defaults():
         assert eng["tx_packets"] == 64 * 1024 * 1024 // 4096  # the write fully sent first
         h3 = _mrc_engine(name, "h3")["transports"]["mrc"]["engine"]
         assert h3["link_downs"] == 1
+        gone = emu_cli("mrc", "probe", f"{name}:h1", "h3", "--plane", "1", "-c", "1",
+                       "--wait", "2", check=False)
+        assert gone.returncode == 1 and "no answer" in gone.stdout  # the plane is down
         emu_cli("link", "plane:1", "up", "--cluster", name)
         assert _mrc_engine(name, "h1")["links"]["up"] == {"eth0": True, "eth1": True}
         before = _tx_packets(name, "h1", "eth1")

@@ -41,9 +41,11 @@ from emu.wire.codec.ev import EVMode
 from emu.wire.codec.mrc import (
     EETH,
     EETH_OK,
+    EETH_STATUS,
     EETH_UNSUPPORTED_OP,
     ENDPOINT_QP,
     ERTH,
+    ERTH_EV_PROBE,
     ERTH_PORT_STATUS_UPDATE,
     MPR_UNIT,
     MRC_ENDPOINT_REQUEST,
@@ -133,10 +135,14 @@ class MrcEngine(Engine):
         self._qps: dict[int, _Qp] = {}
         self.admin_down: set[int] = set()  # planes the controller took down
         self.link_down: set[int] = set()   # planes whose port lost its link (the daemon)
-        self._endpoint_out: list[tuple[bytearray, Addr]] = []  # ENDPOINT_REQUEST/RESPONSE
+        #: ENDPOINT_REQUEST/RESPONSE to send: (datagram, to, source port: None = the NIC's)
+        self._endpoint_out: list[tuple[bytearray, Addr, int | None]] = []
         self._port = local_addr[1] if local_addr else UDP_PORT
         self._request_id = 0
         self._requests: set[int] = set()  # ids of our requests not answered yet
+        #: EV_PROBEs out: request id -> (sent at, to, EV); answered ones wait in results
+        self._ev_probes: dict[int, tuple[float, str, int]] = {}
+        self.probe_results: deque[dict[str, Any]] = deque(maxlen=1024)
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
         self._events: deque[Event] = deque()
         self._paused_until = 0.0
@@ -146,7 +152,7 @@ class MrcEngine(Engine):
             "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
             "tx_port_updates", "rx_port_updates", "rx_port_update_acks",
             "rx_port_update_unknown", "rx_drop_unexpected_response", "link_downs",
-            "link_ups"), 0)
+            "link_ups", "tx_ev_probes", "rx_ev_probes", "rx_ev_probe_answers"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -304,9 +310,11 @@ class MrcEngine(Engine):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
-        for data, dest in self._endpoint_out:
+        for data, dest, ev in self._endpoint_out:
             # from the engine's own port: an endpoint operation is the NIC's, not a QP's EV
-            out.append((data, dest, TxMeta(self._port, DSCP_CONTROL, ECN_NOT_ECT)))
+            # (an EV_PROBE and its answer: the EV it probes)
+            out.append((data, dest, TxMeta(self._port if ev is None else ev, DSCP_CONTROL,
+                                           ECN_NOT_ECT)))
         self._endpoint_out.clear()
         for qp in self._qps.values():
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
@@ -457,7 +465,7 @@ class MrcEngine(Engine):
             self._request_id = (self._request_id + 1) & 0xFFFF
             erth = ERTH(op=ERTH_PORT_STATUS_UPDATE, port_status_mask=self._up_mask())
             bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=self._request_id)
-            self._endpoint_out.append((encode_packet(bth, [erth]), dest))
+            self._endpoint_out.append((encode_packet(bth, [erth]), dest, None))
             self.stats["tx_port_updates"] += 1
             if len(self._requests) > 1024:
                 self._requests.clear()
@@ -492,7 +500,17 @@ class MrcEngine(Engine):
         st = self.stats
         if pkt.bth.opcode == MRC_ENDPOINT_RESPONSE:
             rid = pkt.bth.psn & 0xFFFF
-            if rid in self._requests:
+            probe = self._ev_probes.pop(rid, None)
+            if probe is not None:
+                eeth = pkt.header(EETH)
+                ok = isinstance(eeth, EETH) and eeth.status == EETH_OK
+                self.probe_results.append({
+                    "request_id": rid, "to": probe[1], "ev": probe[2],
+                    "rtt_ns": round((now - probe[0]) * 1e9, 1),
+                    "status": "OK" if ok else (EETH_STATUS.get(eeth.status, str(eeth.status))
+                                               if isinstance(eeth, EETH) else "malformed")})
+                st["rx_ev_probe_answers"] += 1
+            elif rid in self._requests:
                 self._requests.discard(rid)
                 st["rx_port_update_acks"] += 1
             else:
@@ -515,14 +533,42 @@ class MrcEngine(Engine):
                     self._plane_state(qp, p, now)
             # from a NIC none of our QPs talks to: nothing changes (still answered)
             st["rx_port_updates" if n else "rx_port_update_unknown"] += 1
+        elif erth.op == ERTH_EV_PROBE:
+            st["rx_ev_probes"] += 1  # the path works: answered on the EV it came on
         else:
-            status = EETH_UNSUPPORTED_OP  # EV_PROBE: not yet
+            status = EETH_UNSUPPORTED_OP
             st["rx_drop_unsupported"] += 1
+        ev = int(addr[1]) if erth.op == ERTH_EV_PROBE else None
         eeth = EETH(op=erth.op, status=status, request_id=pkt.bth.psn & 0xFFFF,
-                    num_ports=max(1, self.planes), port_status_mask=self._up_mask())
+                    num_ports=max(1, self.planes), port_status_mask=self._up_mask(),
+                    ev=ev or 0, tx_timestamp=erth.tx_timestamp)
         bth = BTH(opcode=MRC_ENDPOINT_RESPONSE, dqpn=ENDPOINT_QP, psn=pkt.bth.psn)
         port = self.local_addr[1] if self.local_addr else UDP_PORT
-        self._endpoint_out.append((encode_packet(bth, [eeth]), (str(addr[0]), port)))
+        self._endpoint_out.append((encode_packet(bth, [eeth]), (str(addr[0]), port), ev))
+
+    def ev_probe(self, dest: str, ev: int, now: float) -> int:
+        """An EV_PROBE endpoint operation (``mrc_ctl.h``'s batch send) to the NIC at
+        ``dest``, leaving on ``ev`` (its UDP source port): whether that path works and
+        its round trip, answered by the peer's ENDPOINT_RESPONSE on the same EV. Returns
+        the request id; the answer lands in :attr:`probe_results`."""
+        if not 0 <= ev <= 0xFFFF:
+            raise VerbsError(f"EV {ev:#x}: the UDP EV format has 16 bits (a source port)")
+        self._request_id = (self._request_id + 1) & 0xFFFF
+        rid = self._request_id
+        erth = ERTH(op=ERTH_EV_PROBE, port_status_mask=self._up_mask())
+        bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=rid)
+        port = self.local_addr[1] if self.local_addr else UDP_PORT
+        self._endpoint_out.append((encode_packet(bth, [erth]), (dest, port), ev))
+        if len(self._ev_probes) > 1024:  # never answered: forget the oldest
+            self._ev_probes.pop(next(iter(self._ev_probes)))
+        self._ev_probes[rid] = (now, dest, ev)
+        self.stats["tx_ev_probes"] += 1
+        return rid
+
+    def take_probe_results(self) -> list[dict[str, Any]]:
+        out = list(self.probe_results)
+        self.probe_results.clear()
+        return out
 
     def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
         """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""

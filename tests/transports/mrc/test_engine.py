@@ -348,3 +348,22 @@ def test_a_lost_transport_ack_is_asked_for_again_after_the_timeout():
     (wc,) = link.completions("a", "a.s")
     assert wc.status == WcStatus.SUCCESS and bytes(dst.view) == data and lost
     assert ea.counters()["ack_requests"] == 1 and eb.counters()["tx_ack_repeats"] == 1
+
+
+def test_an_ev_probe_is_answered_on_its_ev_with_the_round_trip():
+    """EV_PROBE (an endpoint operation, no QP needed): the request leaves on the EV it
+    probes, the peer NIC answers OK on the same EV, and the prober records the round
+    trip; a request with an op the NIC does not know is answered UNSUPPORTED_OP."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=PMTU)
+    link.wire = []
+    rid = ea.ev_probe(link.addr_b[0], 0xD123, link.now)
+    link.run()
+    (res,) = ea.take_probe_results()
+    assert (res["request_id"], res["ev"], res["status"]) == (rid, 0xD123, "OK")
+    assert res["rtt_ns"] == pytest.approx(2 * link.delay * 1e9)
+    sent = [(side, meta.entropy) for _, side, d, _, meta in link.wire]
+    assert sent == [("a", 0xD123), ("b", 0xD123)]  # both ways on the probed EV
+    assert eb.counters()["rx_ev_probes"] == 1 and ea.counters()["rx_ev_probe_answers"] == 1
+    assert ea.take_probe_results() == []
+    with pytest.raises(VerbsError, match="16 bits"):
+        ea.ev_probe(link.addr_b[0], 0x12345, link.now)
