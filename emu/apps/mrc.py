@@ -20,6 +20,13 @@
   leaving on one EV (UDP source port): which paths answer and their round trips in
   fabric time, as ``mrc_ctl.h``'s batch probe reports them.
 
+* ``emu mrc ev-profile|cc-profile CLUSTER:HOST list|create|offline|online|delete|default
+  [NAME] …`` — the NIC's EV profiles (format, mode AUTO/EXP/GEN, ``--evs``, ``--field
+  width=16,init=0xe000,min=0xe000,max=0xefff[,mask=…]``) and CC profiles (``--algorithm
+  uet-1.0-nscc|none``, ``--base-rtt``, ``--gamma``, ``--qa-gate``, ``--init-cwnd``):
+  created INIT, then OFFLINE, then ONLINE (``mrc_ctl.h``); ``default NAME`` gives an
+  ONLINE one to every QP created afterwards that names none (``emu perf`` included).
+
 ``--json`` prints the daemon's answer as it is. Exit 0, or 1 with one line when the
 host has no NIC daemon, it runs no MRC, or the QP or EV is not there.
 """
@@ -131,10 +138,58 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
 PROBE_EV0 = 0xD000
 
 
+def _field(text: str) -> dict[str, int]:
+    """``width=16,init=0xe000,min=0xe000,max=0xefff[,mask=0xffff]`` → a GEN field."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if not sep or k.strip() not in ("width", "init", "min", "max", "mask"):
+            raise argparse.ArgumentTypeError(f"{part!r}: fields are width=, init=, min=, "
+                                             "max=, mask=")
+        out[k.strip()] = int(v, 0)
+    if "width" not in out:
+        raise argparse.ArgumentTypeError("a GEN field needs width=")
+    return out
+
+
+def _profile_spec(a: argparse.Namespace) -> dict[str, Any]:
+    from emu.topology.units import parse_time
+
+    if a.what == "ev-profile":
+        return {"format": a.format, "mode": a.mode, "evs": a.evs or [],
+                "fields": a.field or []}
+    spec: dict[str, Any] = {"algorithm": a.algorithm}
+    if a.base_rtt is not None:
+        spec["base_rtt"] = parse_time(a.base_rtt)
+    for k in ("gamma", "qa_gate", "init_cwnd"):
+        if getattr(a, k) is not None:
+            spec[k] = getattr(a, k)
+    return spec
+
+
+def profiles_text(res: dict[str, Any]) -> str:
+    if "profiles" not in res:
+        res = {"profiles": [res], "default": {}}
+    lines = []
+    for p in res["profiles"]:
+        mark = "  (default)" if res["default"].get(p["kind"]) == p["name"] else ""
+        spec = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in p["spec"].items() if v not in ([], None))
+        lines.append(f"{p['kind'].upper():2s} {p['name']:<16s} {p['state']:<8s} {spec}{mark}")
+    return "\n".join(lines)
+
+
 def main(a: argparse.Namespace) -> int:
     from emu.errors import UserError
 
     try:
+        if a.what in ("ev-profile", "cc-profile"):
+            if a.action != "list" and not a.name:
+                raise UserError(f"{a.what} {a.action} needs a profile NAME")
+            res = _ask(a.where, profile_kind=a.what[:2], profile_action=a.action,
+                       name=a.name, spec=_profile_spec(a) if a.action == "create" else None)
+            print(json.dumps(res, indent=1) if a.json else profiles_text(res))
+            return 0
         if a.what == "probe":
             res = probe(a)
             out = json.dumps(res, indent=1) if a.json else "\n".join(
@@ -196,6 +251,25 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("-c", "--count", type=int, default=4, help="EVs without --ev (default 4)")
     pr.add_argument("--wait", type=float, default=10.0,
                     help="wall seconds to wait for the answers (default 10)")
-    for x in (q, ev, c, pt, pr):
+    actions = ("list", "create", "offline", "online", "delete", "default")
+    evp = ms.add_parser("ev-profile", help="EV profiles: which EVs new QPs spray over")
+    ccp = ms.add_parser("cc-profile", help="CC profiles: new QPs' congestion control")
+    for x in (evp, ccp):
+        x.add_argument("where", metavar="CLUSTER:HOST")
+        x.add_argument("action", choices=actions)
+        x.add_argument("name", nargs="?")
+    evp.add_argument("--format", choices=("udp", "stev", "srv6"), default="udp")
+    evp.add_argument("--mode", choices=("auto", "exp", "gen"), default="gen")
+    evp.add_argument("--evs", type=lambda t: [int(v, 0) for v in t.split(",")],
+                     help="EXP: the EVs, comma-separated")
+    evp.add_argument("--field", type=_field, action="append",
+                     help="GEN: a field width=…,init=…,min=…,max=…[,mask=…] (repeatable, "
+                          "most significant first)")
+    ccp.add_argument("--algorithm", choices=("uet-1.0-nscc", "none"), default="uet-1.0-nscc")
+    ccp.add_argument("--base-rtt", help="NSCC's base round trip, fabric time (e.g. 6us)")
+    ccp.add_argument("--gamma", type=float)
+    ccp.add_argument("--qa-gate", type=int)
+    ccp.add_argument("--init-cwnd", type=int, help="bytes")
+    for x in (q, ev, c, pt, pr, evp, ccp):
         x.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

@@ -488,7 +488,8 @@ class ControlServer:
         state changes since the last poll (``events``), an EV denied or allowed again
         (``ev`` and ``action``), or a port (plane) taken down or brought up (``port``,
         ``up``), EV_PROBEs sent (``probe_to``, ``evs``) and their answers taken
-        (``probe_results``). Any client may ask: this is the NIC's controller."""
+        (``probe_results``), EV and CC profiles (``profile_kind``, ``profile_action``,
+        ``name``, ``spec``). Any client may ask: this is the NIC's controller."""
         slot = self._slot("mrc")
         eng = slot.engine
         try:
@@ -500,6 +501,9 @@ class ControlServer:
                 return {"request_ids": rids}
             if m.get("probe_results"):
                 return {"results": eng.take_probe_results()}
+            if m.get("profile_kind") is not None:
+                return eng.profile_op(str(m["profile_kind"]), str(m.get("profile_action")),
+                                      m.get("name"), m.get("spec"))
             if m.get("port") is not None:
                 t[slot] = None
                 return eng.port_admin(int(m["port"]), bool(m.get("up")), trio.current_time())

@@ -159,6 +159,63 @@ def test_emu_mrc_shows_a_live_qps_ev_table_events_and_denies_an_ev(cluster):
             buf.close()
 
 
+def test_profiles_from_the_controller_shape_the_next_qps(cluster):
+    """``emu mrc ev-profile`` / ``cc-profile``: an EXP profile of four EVs and a CC
+    profile go INIT → OFFLINE → ONLINE and become h1's defaults; the next QP opened
+    through the API sprays over exactly those EVs (``emu mrc qp``), and a write through
+    it arrives; put back, the built-in defaults serve again."""
+    import random
+
+    from emu.api import Device
+
+    def mrc(*args: str, check: bool = True):
+        return emu_cli("mrc", *args, check=check)
+
+    where = f"{cluster}:h1"
+    mrc("ev-profile", where, "create", "four", "--mode", "exp", "--evs",
+        "0xe000,0xe001,0xe002,0xe003")
+    mrc("cc-profile", where, "create", "rtt20", "--base-rtt", "20us", "--gamma", "0.5")
+    early = mrc("ev-profile", where, "online", "four", check=False)
+    assert early.returncode == 1 and "INIT -> OFFLINE -> ONLINE" in early.stderr
+    a = b = None
+    bufs = []
+    try:
+        for kind, name in (("ev-profile", "four"), ("cc-profile", "rtt20")):
+            for step in ("offline", "online", "default"):
+                mrc(kind, where, step, name)
+        listing = json.loads(mrc("cc-profile", where, "list", "--json").stdout)
+        assert listing["default"] == {"ev": "four", "cc": "rtt20"}
+        a, b = Device.open(cluster, "h1"), Device.open(cluster, "h2")
+        qps, mrs, cqs = [], [], []
+        for d in (a, b):
+            cqs.append(d.create_cq())
+            bufs.append(d.alloc_buffer(1 << 16))
+            mrs.append(d.reg_mr(bufs[-1]))
+            qps.append(d.create_qp(cqs[-1], transport="mrc"))
+        qps[0].connect(qps[1].info)
+        qps[1].connect(qps[0].info)
+        data = random.Random(7).randbytes(1 << 16)
+        mrs[0].view[:] = data
+        qps[0].post_write([mrs[0].va, 1 << 16, mrs[0].lkey], mrs[1].va, mrs[1].rkey, wr_id=3)
+        (wc,) = cqs[0].wait(1, timeout=60)
+        assert wc.ok and bytes(mrs[1].view) == data
+        (q,) = json.loads(mrc("qp", where, hex(qps[0].qpn), "--json").stdout)["qps"]
+        assert sorted(r["ev"] for r in q["evs"]) == [0xE000, 0xE001, 0xE002, 0xE003]
+        assert sum(r["sent"] for r in q["evs"]) == 16
+    finally:
+        for d in (a, b):
+            if d is not None:
+                d.close()
+        for buf in bufs:
+            buf.close()
+        for kind, name in (("ev-profile", "four"), ("cc-profile", "rtt20")):
+            mrc(kind, where, "default", "default", check=False)
+            mrc(kind, where, "offline", name, check=False)
+            mrc(kind, where, "delete", name, check=False)
+    assert json.loads(mrc("ev-profile", where, "list", "--json").stdout)["default"] == {
+        "ev": "default", "cc": "default"}
+
+
 def _writes_per_link(pcap: Path) -> Counter:
     """MRC WRITEs per link (pcapng interface) of a capture."""
     from emu.wire.codec.roce import decode_packet

@@ -36,6 +36,7 @@ from emu.transports.base import Completion, Engine, Event, StateChanged, VerbsEr
 from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
 from emu.transports.mrc.evset import EVSet
 from emu.transports.mrc.initiator import InitiatorQP, timeout_of
+from emu.transports.mrc.profiles import ProfileError, Profiles
 from emu.transports.mrc.target import TargetQP, trimmed_reason
 from emu.wire.codec.ev import EVMode
 from emu.wire.codec.mrc import (
@@ -132,6 +133,10 @@ class MrcEngine(Engine):
         self.loss_threshold = loss_threshold
         self.profile = profile
         self.ev_min_active = ev_min_active
+        #: the controller's EV and CC profiles (emu mrc ev-profile / cc-profile); the
+        #: built-in defaults are this engine's options
+        self.profiles = Profiles(profile, {"algorithm": "none" if cc is None else
+                                           "uet-1.0-nscc", "base_rtt": base_rtt})
         self._qps: dict[int, _Qp] = {}
         self.admin_down: set[int] = set()  # planes the controller took down
         self.link_down: set[int] = set()   # planes whose port lost its link (the daemon)
@@ -163,8 +168,8 @@ class MrcEngine(Engine):
         a multiple of 128), ``timeout``, ``retry_linear``, ``retry_exp``, ``ev_set``."""
         a = {**(attrs or {}), **kw}
         unknown = set(a) - {"pmtu", "mpr", "timeout", "retry_linear", "retry_exp", "ev_set",
-                            "max_send_wr", "max_recv_wr", "max_rd_atomic",
-                            "max_dest_rd_atomic"}
+                            "ev_profile", "cc_profile", "max_send_wr", "max_recv_wr",
+                            "max_rd_atomic", "max_dest_rd_atomic"}
         if unknown:
             raise VerbsError(f"unknown MRC QP attribute(s): {', '.join(sorted(unknown))}")
         qpn = self._next_qpn
@@ -209,10 +214,15 @@ class MrcEngine(Engine):
         # (its own subnet, so the kernel sends it out of this NIC's plane-p port)
         planes = max(1, min(self.planes, len(addrs)))
         try:
-            evs = EVSet.build(self.profile, int(a.get("ev_set", self.ev_set)), planes,
+            evp = self.profiles.for_qp("ev", a.get("ev_profile")).ev
+            ccp = dict(self.profiles.for_qp("cc", a.get("cc_profile")).cc)
+            assert evp is not None
+            evs = EVSet.build(evp, int(a.get("ev_set", self.ev_set)), planes,
                               self.rng, ev_min_active=self.ev_min_active)
-            cc = None if self.cc is None else Nscc(self.line_rate, now, base_rtt=self.base_rtt,
-                                                     mtu=pmtu, trimming=True)
+            algo = ccp.pop("algorithm")
+            ccp.setdefault("base_rtt", self.base_rtt)
+            cc = None if algo == "none" else Nscc(self.line_rate, now, mtu=pmtu,
+                                                  trimming=True, **ccp)
             qp.ini = InitiatorQP(qpn, peer, self.memory, evs, start_psn=qp.sq_psn, pmtu=pmtu,
                                  mpr=peer_mpr, timeout=int(a.get("timeout", self.timeout)),
                                  retry_linear=int(a.get("retry_linear", self.retry_linear)),
@@ -569,6 +579,31 @@ class MrcEngine(Engine):
         out = list(self.probe_results)
         self.probe_results.clear()
         return out
+
+    def profile_op(self, kind: str, action: str, name: str | None = None,
+                   spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The controller's profile calls (``emu mrc ev-profile|cc-profile``): ``list``,
+        ``create`` (with ``spec``), ``offline``, ``online``, ``delete``, ``default``."""
+        pr = self.profiles
+        try:
+            if action == "list":
+                return pr.listing()
+            if name is None:
+                raise ProfileError(f"{action} needs a profile name")
+            if action == "create":
+                return pr.create(kind, name, spec or {}).to_dict()
+            if action in ("offline", "online"):
+                return pr.move(kind, name, action).to_dict()
+            if action == "delete":
+                pr.delete(kind, name)
+                return pr.listing()
+            if action == "default":
+                pr.set_default(kind, name)
+                return pr.listing()
+            raise ProfileError(f"profile action {action!r}: list, create, offline, online, "
+                               "delete or default")
+        except ProfileError as e:
+            raise VerbsError(str(e)) from None
 
     def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
         """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""

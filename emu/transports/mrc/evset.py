@@ -140,8 +140,16 @@ class EVSet:
     def build(cls, profile: EVProfile, size: int, planes: int, rng: RandomBits,
               **kw: Any) -> EVSet:
         """``size`` EVs of ``profile`` dealt evenly over ``planes`` planes (slot i on plane
-        i mod planes). Raises ValueError when the profile cannot give ``size`` values."""
+        i mod planes). An explicit (EXP) profile shorter than ``size`` is the set as the
+        controller wrote it (at least one EV per plane). Raises ValueError when the
+        profile cannot give ``size`` values."""
         evs = profile.draw(size, rng)
+        if profile.mode is EVGenMode.EXP and len(evs) < size:
+            size = len(evs) - len(evs) % planes
+            if size < planes:
+                raise ValueError(f"the EV profile lists {len(evs)} EVs: fewer than the "
+                                 f"{planes} plane(s)")
+            evs = evs[:size]
         if len(evs) < size:
             raise ValueError(f"the EV profile gives {len(evs)} EVs, the set needs {size}")
         if planes > size:

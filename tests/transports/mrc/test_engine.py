@@ -367,3 +367,48 @@ def test_an_ev_probe_is_answered_on_its_ev_with_the_round_trip():
     assert ea.take_probe_results() == []
     with pytest.raises(VerbsError, match="16 bits"):
         ea.ev_probe(link.addr_b[0], 0x12345, link.now)
+
+
+def test_ev_and_cc_profiles_go_init_offline_online_and_new_qps_use_the_default():
+    """mrc_ctl.h's profiles: created INIT, OFFLINE, then ONLINE; only an ONLINE profile
+    is given to a QP (by name, or as the NIC's default); a QP sprays over its EV
+    profile's values and runs its CC profile; the default cannot go offline."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=16 * PMTU)
+    ea.profile_op("ev", "create", "four", {"mode": "exp", "evs": [0xE000, 0xE001, 0xE002,
+                                                                   0xE003]})
+    ea.profile_op("cc", "create", "none", {"algorithm": "none"})
+    with pytest.raises(VerbsError, match="INIT: it cannot go ONLINE"):
+        ea.profile_op("ev", "online", "four")
+    q = ea.create_qp(send_cq="a.s", attrs={"ev_profile": "four"})
+    with pytest.raises(VerbsError, match="is INIT, not ONLINE"):
+        ea.connect(q, {**eb.query_qp(eb.create_qp()), "address": link.addr_b[0]})
+    for kind, name in (("ev", "four"), ("cc", "none")):
+        ea.profile_op(kind, "offline", name)
+        ea.profile_op(kind, "online", name)
+        ea.profile_op(kind, "default", name)
+    with pytest.raises(VerbsError, match="default EV profile"):
+        ea.profile_op("ev", "offline", "four")
+    listing = ea.profile_op("ev", "list")
+    assert listing["default"] == {"ev": "four", "cc": "none"}
+    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    ea.connect(qa2, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
+    eb.connect(qb2, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
+    assert ea._qps[qa2].ini.cc is None  # the CC profile "none": the MPR window alone
+    link.wire = []
+    _write(ea, qa2, src, dst, 16 * PMTU, 1)
+    link.run()
+    assert bytes(dst.view) == data
+    evs = {meta.entropy for _, side, d, _, meta in link.wire
+           if side == "a" and BTH.decode(d).opcode in WRITE_OPCODES}
+    assert evs == {0xE000, 0xE001, 0xE002, 0xE003}
+    ea.profile_op("ev", "create", "stev", {"format": "stev", "mode": "auto"})
+    ea.profile_op("ev", "offline", "stev")
+    ea.profile_op("ev", "online", "stev")
+    q3 = ea.create_qp(attrs={"ev_profile": "stev"})
+    with pytest.raises(VerbsError, match="stev format is not sent"):
+        ea.connect(q3, {**eb.query_qp(eb.create_qp()), "address": link.addr_b[0]})
+    with pytest.raises(VerbsError, match="unknown CC parameter"):
+        ea.profile_op("cc", "create", "x", {"eta": 3})
+    with pytest.raises(VerbsError, match="is ONLINE: take it offline"):
+        ea.profile_op("ev", "delete", "stev")

@@ -86,8 +86,19 @@ def test_gen_refuses_fields_it_cannot_hold():
     with pytest.raises(ValueError, match="does not fit 4 bits"):
         GenField(4, hi=16)
     with pytest.raises(ValueError, match="gives 3 EVs, the set needs 4"):
-        EVSet.build(EVProfile(fmt=EVMode.UDP, mode=EVGenMode.EXP, explicit=(1, 2, 3)), 4, 2,
+        EVSet.build(EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
+                              fields=(GenField(2, hi=2),)), 4, 2, random.Random(0))
+    with pytest.raises(ValueError, match="lists 1 EVs: fewer than the 2 plane"):
+        EVSet.build(EVProfile(fmt=EVMode.UDP, mode=EVGenMode.EXP, explicit=(1,)), 4, 2,
                     random.Random(0))
+
+
+def test_an_explicit_profile_shorter_than_the_set_is_the_set_evenly_over_the_planes():
+    """The controller wrote the EVs (EXP): a QP sprays over those, as many per plane."""
+    s = EVSet.build(EVProfile(fmt=EVMode.UDP, mode=EVGenMode.EXP, explicit=(1, 2, 3, 4, 5)),
+                    128, 2, random.Random(0))
+    assert sorted(e.ev for e in s.slots) == [1, 2, 3, 4]
+    assert sorted(e.plane for e in s.slots) == [0, 0, 1, 1]
 
 
 # -- the rotation ------------------------------------------------------------------------
