@@ -121,8 +121,9 @@ def transports(cluster: str, n: int, log: Any) -> dict[str, Any]:
     return out
 
 
-def plane_down_at(cluster: str, since: float) -> float | None:
-    """The fabric time the first plane-1 link went down after ``since`` (event log)."""
+def plane_event_at(cluster: str, plane: int, action: str, since: float) -> float | None:
+    """The fabric time the first link of ``plane`` went ``action`` after ``since``
+    (the cluster's event log)."""
     first = None
     try:
         with open(C.event_log(cluster)) as f:
@@ -132,7 +133,7 @@ def plane_down_at(cluster: str, since: float) -> float | None:
                 except ValueError:
                     continue
                 t = e.get("fabric_t")
-                if (e.get("action") == "down" and "p1" in str(e.get("link", ""))
+                if (e.get("action") == action and f"p{plane}-" in str(e.get("link", ""))
                         and isinstance(t, int | float) and t >= since):
                     first = t if first is None else min(first, t)
     except OSError:
@@ -140,41 +141,76 @@ def plane_down_at(cluster: str, since: float) -> float | None:
     return first
 
 
-def failover(cluster: str, mib: int, plane_gbps: float, log: Any) -> dict[str, Any]:
+def _engine(cluster: str, transport: str) -> dict[str, Any]:
+    """h1's engine counters for ``transport`` (``emu nicd stats``)."""
+    doc = json.loads(emu("nicd", "stats", f"{cluster}:h1", "--json").stdout)
+    return dict(doc["transports"][transport]["engine"])
+
+
+#: what each transport's failover run adds to ``emu perf`` (RoCEv2: a 1-fabric-ms local ACK
+#: timeout, -u 8, instead of perftest's 67 ms — 7.7 minutes of wall time at scale 6900)
+FAILOVER_ARGS = {"mrc": (), "uet": (), "roce": ("-u", "8")}
+
+
+def failover(cluster: str, transport: str, mib: int, plane_gbps: float, plane: int,
+             outage: float | None, log: Any) -> dict[str, Any]:
+    """One write h1 → h3 of ``mib`` MiB in 256 KiB messages with ``plane`` failing a third
+    of the way in and, ``outage`` fabric seconds later, repaired (None: at the end)."""
     from emu.fabricclock import FabricClock
 
-    st = C.plan_of(cluster).time
-    fc: FabricClock = st.clock()
-    scale = fc.scale
+    fc: FabricClock = C.plan_of(cluster).time.clock()
     n = mib * 4                                   # 256 KiB messages
-    expect = mib * 8 * (1 << 20) / (2 * plane_gbps * 1e9) if plane_gbps else 1e-3
-    start = fc.now() + 4.0 / scale                # 4 s of wall for the command to set up
+    before_eng = _engine(cluster, transport)      # h1's counters are the NIC's, all runs
+    rate = plane_gbps * (2 if transport == "mrc" else 1)
+    expect = mib * 8 * (1 << 20) / (rate * 1e9) if rate else 1e-3
+    start = fc.now() + 4.0 / fc.scale             # 4 s of wall for the command to set up
     fail_at = start + expect / 3
     p = subprocess.Popen([*EMU, "perf", "write-bw", "--from", "h1", "--to", "h3",
-                          "--cluster", cluster, "--json", "--transport", "mrc", "-s",
-                          "256K", "-n", str(n), "-Q", "1", "--start-at", f"{start:.9f}"],
+                          "--cluster", cluster, "--json", "--transport", transport, "-s",
+                          "256K", "-n", str(n), "-Q", "1", "--start-at", f"{start:.9f}",
+                          *FAILOVER_ARGS[transport]],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     t0 = time.monotonic()
+    repaired = False
     try:
         time.sleep(max(0.0, fc.wall_at(fail_at) - time.monotonic()))
-        emu("link", "plane:1", "down", "--cluster", cluster)
-        out, err = p.communicate(timeout=1800)
+        emu("link", f"plane:{plane}", "down", "--cluster", cluster)
+        if outage is not None:
+            time.sleep(max(0.0, fc.wall_at(fail_at + outage) - time.monotonic()))
+            emu("link", f"plane:{plane}", "up", "--cluster", cluster)
+            repaired = True
+        out, err = p.communicate(timeout=3600)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+        if not repaired:
+            emu("link", f"plane:{plane}", "up", "--cluster", cluster)
     wall = time.monotonic() - t0
-    emu("link", "plane:1", "up", "--cluster", cluster)
-    if p.returncode:
-        raise RuntimeError(f"emu perf (failover): exit {p.returncode}: {err.strip()[-800:]}")
-    doc = json.loads(out)
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = None
+    if doc is None or not doc.get("results"):
+        # the transfer itself failed (a RoCEv2 QP whose retries ran out during the
+        # outage, say): that is the result
+        why = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        log(f"  failover {transport:4s}: plane {plane} down, the write FAILED: {why}")
+        return {"passed": False, "error": why, "wall_s": round(wall, 2), "plane": plane,
+                "mib": mib}
     r = doc["results"][0]
-    down = plane_down_at(cluster, start - 1.0)
+    # this run's own events: the failure comes after the write's start (an earlier run's
+    # failure of the same plane is in the log too)
+    down = plane_event_at(cluster, plane, "down", start)
+    up = (plane_event_at(cluster, plane, "up", down) if outage is not None and down
+          is not None else None)
     began = r.get("started") or start
     series = [(began + pt["t"], pt["gbps"]) for pt in r["series"]]
-    res: dict[str, Any] = {**summary(doc, wall), "mib": mib,
-                           "plane_down_fabric_s": None if down is None else down - began}
+    res: dict[str, Any] = {**summary(doc, wall), "mib": mib, "plane": plane,
+                           "plane_down_fabric_s": None if down is None else down - began,
+                           "outage_us": None if up is None or down is None
+                           else round((up - down) * 1e6, 2)}
     if down is None or not series:
         res["note"] = "the plane's failure is not in the event log"
         return res
@@ -183,6 +219,10 @@ def failover(cluster: str, mib: int, plane_gbps: float, log: Any) -> dict[str, A
     after = [(t, g) for t, g in series if t - step > down]
     target = 0.9 * plane_gbps
     rec = next((t for t, g in after if g >= target), None)
+    stall = run = 0
+    for _, g in after:  # the longest run of intervals with nothing completed
+        run = run + 1 if g == 0 else 0
+        stall = max(stall, run)
     res.update({
         "interval_us": round(step * 1e6, 3),
         "gbps_before": round(sum(before) / len(before), 1) if before else None,
@@ -191,15 +231,19 @@ def failover(cluster: str, mib: int, plane_gbps: float, log: Any) -> dict[str, A
                             / max(1, len(after[len(after) // 2:])), 1) if after else None,
         "target_gbps": round(target, 1),
         "recovery_us": None if rec is None else round((rec - down) * 1e6, 2),
+        "stall_us": round(stall * step * 1e6, 2),
     })
-    eng = json.loads(emu("nicd", "stats", f"{cluster}:h1", "--json").stdout)
-    mrc = eng["transports"]["mrc"]["engine"]
-    res["retx_plane"], res["rto"] = mrc.get("retx_plane"), mrc.get("rto")
-    log(f"  failover: plane 1 down {res['plane_down_fabric_s'] * 1e6:.1f} us in; "
-        f"{res['gbps_before']} Gb/s before, dip {res['gbps_dip']}, "
-        f"{res['gbps_after']} after; >= {target:.0f} Gb/s again "
-        f"{res['recovery_us']} us after the failure (series every {res['interval_us']} us); "
-        f"resent at once {res['retx_plane']}, timeouts {res['rto']}")
+    e = _engine(cluster, transport)
+    if transport == "mrc":
+        res["retx_plane"], res["rto"] = (e.get(k, 0) - before_eng.get(k, 0)
+                                          for k in ("retx_plane", "rto"))
+    log(f"  failover {transport:4s}: plane {plane} down {res['plane_down_fabric_s'] * 1e6:.1f} "
+        f"us in" + (f" for {res['outage_us']} us" if res["outage_us"] is not None else "")
+        + f"; {res['gbps_before']} Gb/s before, dip {res['gbps_dip']}, {res['gbps_after']} "
+        f"after; longest stall {res['stall_us']} us; >= {target:.0f} Gb/s again "
+        f"{res['recovery_us']} us after the failure (series every {res['interval_us']} us)"
+        + (f"; resent at once {res['retx_plane']}, timeouts {res['rto']}"
+           if transport == "mrc" else f"; resent {res['retransmits']}"))
     return res
 
 
@@ -226,7 +270,15 @@ def main(argv: list[str] | None = None) -> int:
             if plane is None:
                 d, w = write_bw(name, "roce", "1M", n)
                 plane = summary(d, w)["gbps"]
-            doc["failover"] = failover(name, mib, plane, log)
+            # MRC loses a plane and keeps going; then the plane the one-path transports
+            # use fails for a while under each of them (repaired after half the time the
+            # write takes on one plane: within RoCEv2's 7 retries of 1 ms)
+            doc["failover"] = failover(name, "mrc", mib, plane, 1, None, log)
+            if not a.quick:
+                expect = mib * 8 * (1 << 20) / (plane * 1e9)
+                doc["failover_plane0"] = {
+                    tr: failover(name, tr, mib, plane, 0, expect / 2, log)
+                    for tr in ("mrc", "roce", "uet")}
     finally:
         if state.load(name) is not None:
             subprocess.run([*EMU, "down", name], capture_output=True, cwd=ROOT)

@@ -332,4 +332,5 @@ def test_bench_mrc_quick_compares_transports_and_times_a_plane_failure():
     assert fo["rto"] == 0
     for k in ("recovery_us", "target_gbps", "interval_us", "gbps_after"):
         assert k in fo
-    assert "failover: plane 1 down" in p.stderr
+    assert fo["stall_us"] >= 0 and fo["plane"] == 1
+    assert "failover mrc : plane 1 down" in p.stderr
