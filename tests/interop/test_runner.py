@@ -241,7 +241,7 @@ def impl_file(tmp_path):
     return _toml(tmp_path, """
         [emu]
         command = "python3 -m emu.interop.endpoint"
-        transports = ["roce", "uet"]
+        transports = ["roce", "uet", "mrc"]
         [none]
         command = "./none.sh"
         transports = ["roce"]
@@ -250,7 +250,7 @@ def impl_file(tmp_path):
         transports = ["roce"]
         [corrupt]
         command = "./corrupt.sh"
-        transports = ["roce"]
+        transports = ["roce", "mrc"]
         """)
 
 
@@ -275,6 +275,13 @@ def test_emu_pairs_shell_and_broken_endpoints(impl_file, tmp_path):
     bad = by[("corrupt", "transfer-4k")]
     assert bad.symbol == "✕" and bad.reason.startswith("transfer-4k:") and "differs" in bad.reason
     assert by[("corrupt", "atomics")].symbol == "✓"  # nothing to corrupt there
+    # and over MRC (its own transport entry): the corrupting client is ✕ too
+    res = runner.run([known["emu"]], [known["emu"], known["corrupt"]], ["mrc"],
+                     select("transfer-4k"), log, timeout=30, prefix=prefix,
+                     progress=lambda s: None)
+    by = {r.client: r for r in res.results}
+    assert by["emu"].symbol == "✓", by["emu"].reason
+    assert by["corrupt"].symbol == "✕" and "differs" in by["corrupt"].reason
     # what a run leaves: outputs, a capture that decodes, the daemons' traces
     d = os.path.join(log, "emu_emu", "roce", "transfer-4k")
     for f in ("capture.pcapng", "dissect.txt", "result.json", "server/output.txt",
