@@ -366,6 +366,13 @@ def test_duplication_reordering_trimming_emu_x_emu(tmp_path):
         if tr in ("uet", "mrc"):
             assert any("TRIMMED" in k for k in w.nack_reasons), w.nack_reasons
         assert w.mrc == (tr == "mrc")
+        if tr == "mrc":  # the client's NIC traced each packet's EV and the trims' NACKs
+            recs = [json.loads(x) for x in open(os.path.join(d, "trimming",
+                                                              "nicd-h1.trace.jsonl"))]
+            sent = [r["data"] for r in recs if r.get("name") == "packet_sent"]
+            assert sent and all("ev" in x for x in sent)
+            assert any(r.get("name") == "nack_received" and r["data"]["reason"] == "TRIMMED"
+                       for r in recs)
         assert "trimmed" in by[(tr, "trimming")].wire  # the switch's own count
         # the runner counted what the impaired cable dropped (and removed its counters)
         assert "dropped by the link client → server" in by[(tr, "loss")].wire

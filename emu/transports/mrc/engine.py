@@ -31,6 +31,7 @@ from emu.core.cq import WcStatus
 from emu.core.datagram import ECN_CE, ECN_ECT0, ECN_NOT_ECT, Addr, TxMeta
 from emu.core.memory import MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24, RandomBits
+from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import RecvWR, SendWR
 from emu.transports.base import Completion, Engine, Event, StateChanged, VerbsError
 from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
@@ -111,7 +112,7 @@ class MrcEngine(Engine):
                  ev_set: int = DEFAULT_EV_SET, planes: int = 1, mpr: int = DEFAULT_MPR,
                  timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
                  loss_threshold: int = 16, profile: EVProfile = DEFAULT_PROFILE,
-                 ev_min_active: int = 1) -> None:
+                 ev_min_active: int = 1, trace: Trace = NULL_TRACE) -> None:
         if cc not in ("nscc", None):
             raise ValueError(f"MRC congestion control is nscc or none, not {cc!r}")
         timeout_of(timeout)
@@ -133,6 +134,9 @@ class MrcEngine(Engine):
         self.loss_threshold = loss_threshold
         self.profile = profile
         self.ev_min_active = ev_min_active
+        #: the daemon's event trace (``emu nicd --trace``): packets, per-EV feedback, EV
+        #: state changes, probes, ports
+        self.trace = trace
         #: the controller's EV and CC profiles (emu mrc ev-profile / cc-profile); the
         #: built-in defaults are this engine's options
         self.profiles = Profiles(profile, {"algorithm": "none" if cc is None else
@@ -228,7 +232,10 @@ class MrcEngine(Engine):
                                  retry_linear=int(a.get("retry_linear", self.retry_linear)),
                                  retry_exp=int(a.get("retry_exp", self.retry_exp)),
                                  loss_threshold=self.loss_threshold, cc=cc, pd=qp.pd,
-                                 max_send_wr=int(a.get("max_send_wr", 4096)))
+                                 max_send_wr=int(a.get("max_send_wr", 4096)),
+                                 trace=self.trace)
+            if self.trace.enabled:
+                evs.listener = self._ev_tracer(qpn)
             qp.tgt = TargetQP(qpn, peer, self.memory, start_psn=peer_psn,
                               mpr=int(a.get("mpr", self.mpr)), pd=qp.pd)
         except ValueError as e:
@@ -241,6 +248,14 @@ class MrcEngine(Engine):
         qp.reply = {}
         qp.peer_down = set()
         qp.state = "RTS"
+
+    def _ev_tracer(self, qpn: int) -> Any:
+        trace = self.trace
+
+        def on_event(e: Any) -> None:
+            d = e.to_dict()
+            trace.event("ev_state", d.pop("time"), qp=qpn, **d)
+        return on_event
 
     def post_send(self, qpn: int, wr: SendWR, now: float = 0.0) -> None:
         qp = self._qp(qpn)
@@ -456,6 +471,9 @@ class MrcEngine(Engine):
                      ) -> dict[str, Any]:
         if not 0 <= plane < max(1, self.planes):
             raise VerbsError(f"port {plane} is not one of this NIC's {self.planes} plane(s)")
+        if self.trace.enabled:
+            self.trace.event("port_state", now, port=plane, up=up,
+                             by="link" if kind is self.link_down else "controller")
         if up:
             kind.discard(plane)
         else:

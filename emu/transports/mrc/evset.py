@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,8 @@ class EVSet:
         self._round: deque[EVEntry] = deque()
         self._events: deque[EVEvent] = deque(maxlen=event_queue)
         self.drop_count = 0
+        #: called with every state change as well (the engine's event trace)
+        self.listener: Callable[[EVEvent], None] | None = None
 
     @classmethod
     def build(cls, profile: EVProfile, size: int, planes: int, rng: RandomBits,
@@ -377,7 +380,10 @@ class EVSet:
                cause: str) -> None:
         if len(self._events) == self._events.maxlen:
             self.drop_count += 1
-        self._events.append(EVEvent(now, e.ev, e.plane, old, new, cause))
+        event = EVEvent(now, e.ev, e.plane, old, new, cause)
+        self._events.append(event)
+        if self.listener is not None:
+            self.listener(event)
 
     def events(self) -> tuple[list[EVEvent], int]:
         """The state changes since the last poll and how many were dropped (then reset)."""

@@ -43,5 +43,6 @@ def create_engine(ctx: Any) -> MrcEngine:
     opts.setdefault("planes", max(1, len(plane_addrs)))
     if hasattr(ctx, "in_force"):
         ctx.in_force(opts)
+    trace = getattr(ctx, "trace", None)
     return MrcEngine(ctx.memory, ctx.rng, local_addr=local, local_addrs=plane_addrs or None,
-                     **opts)
+                     **opts, **({"trace": trace} if trace is not None else {}))

@@ -45,6 +45,7 @@ from emu.core.cq import WcStatus, WorkCompletion
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain, gather
 from emu.core.psn import PSN24
 from emu.core.reliable.scoreboard import Scoreboard
+from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import SendWR, WrOpcode
 from emu.transports.mrc.evset import EVSet, SackHint
 from emu.transports.mrc.target import CC_FLAG_CE
@@ -58,6 +59,7 @@ from emu.wire.codec.mrc import (
     MRC_WRITE_ONLY,
     MRC_WRITE_ONLY_IMM,
     NACK_PSN_OOR_WINDOW,
+    NACK_REASONS,
     NACK_TRIMMED,
     NACK_TRIMMED_LASTHOP,
     NETH,
@@ -132,7 +134,7 @@ class InitiatorQP:
                  timeout: int = 14, retry_linear: int = RETRY_LINEAR_MAX,
                  retry_exp: int = RETRY_EXP_MAX, loss_threshold: int = 16,
                  cc: Nscc | None = None, pd: ProtectionDomain | None = None,
-                 max_send_wr: int = 1024) -> None:
+                 max_send_wr: int = 1024, trace: Trace = NULL_TRACE) -> None:
         if not 0 <= retry_linear <= RETRY_LINEAR_MAX or not 0 <= retry_exp <= RETRY_EXP_MAX:
             raise ValueError(f"retries: linear 0..{RETRY_LINEAR_MAX}, exponential "
                              f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
@@ -162,6 +164,7 @@ class InitiatorQP:
         self.next_probe: float | None = None
         self.probe_id = 0
         self.completions: list[WorkCompletion] = []
+        self.trace = trace  # packets, per-EV feedback, losses and probes (when enabled)
         #: since when every packet is SACKed but a message still waits for its transport
         #: ACK (None: not waiting): a lost ACK is asked for again after a timeout
         self.ack_wait: float | None = None
@@ -245,15 +248,21 @@ class InitiatorQP:
         self.in_flight += n
         self.stats["tx_packets"] += 1
         self.stats["tx_bytes"] += n
+        if self.trace.enabled:
+            self.trace.packet_sent(now, qp=self.qpn, psn=psn & _M24, ev=ev, len=n)
         if self.cc is not None:
             self.cc.on_sent(n, now)
         return self._encode(pkt, rtx=False), ev
 
     def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int]:
         self.sb.resending(pkt, now)
+        old = pkt.ev
         pkt.ev = self.evs.next().ev  # another path than the one that lost it
         pkt.trimmed = False
         self.stats["tx_retransmits"] += 1
+        if self.trace.enabled:
+            self.trace.packet_retransmitted(now, qp=self.qpn, psn=pkt.psn & _M24, ev=pkt.ev,
+                                            lost_on=old, len=pkt.length)
         return self._encode(pkt, rtx=True), pkt.ev
 
     def _encode(self, pkt: TxPacket, rtx: bool) -> bytearray:
@@ -289,6 +298,8 @@ class InitiatorQP:
             if now - at >= self.rto:
                 del self.probes[ev]
                 self.stats["probe_lost"] += 1
+                if self.trace.enabled:
+                    self.trace.event("probe_lost", now, qp=self.qpn, ev=ev)
                 self.evs.on_probe(ev, now, answered=False)
         for ev in self.evs.to_probe():
             if ev in self.probes:
@@ -301,6 +312,8 @@ class InitiatorQP:
             self.probes[ev] = now
             self.evs.on_probe_sent(ev)
             self.stats["tx_probes"] += 1
+            if self.trace.enabled:
+                self.trace.event("probe_sent", now, qp=self.qpn, ev=ev, id=self.probe_id)
         self._arm_probes(now)
         return out
 
@@ -340,6 +353,8 @@ class InitiatorQP:
         if seth.pr:  # a probe's answer: that path works
             if self.probes.pop(seth.ev, None) is not None:
                 self.stats["probe_ok"] += 1
+                if self.trace.enabled:
+                    self.trace.event("probe_answered", now, qp=self.qpn, ev=seth.ev)
                 self.evs.on_probe(seth.ev, now, answered=True)
             return
         sb = self.sb
@@ -355,6 +370,9 @@ class InitiatorQP:
         self.in_flight -= nbytes
         ce = bool(seth.cc_flags & CC_FLAG_CE)
         hint = SackHint(seth.m) if seth.m in (0, 1, 2) else SackHint.NONE
+        if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
+            self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
+                                    ce=ce, hint=hint.name, released=len(released))
         self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce)
         if self.next_probe is None and hint is SackHint.ALWAYS_SKIP:
             self._arm_probes(now)
@@ -366,6 +384,9 @@ class InitiatorQP:
             if sb.retx.at_once(psn):
                 self.stats["retx_sack"] += 1
                 rec = sb.unacked.get(psn)
+                if self.trace.enabled:
+                    self.trace.packet_lost(now, qp=self.qpn, psn=psn & _M24,
+                                           ev=None if rec is None else rec.ev, by="sack")
                 if rec is not None and not rec.trimmed:
                     self.evs.on_lost(rec.ev, now)
                     if self.next_probe is None:
@@ -384,6 +405,8 @@ class InitiatorQP:
             if e is not None and e.plane == plane and sb.retx.at_once(psn):
                 n += 1
         self.stats["retx_plane"] += n
+        if self.trace.enabled:
+            self.trace.event("plane_lost", now, qp=self.qpn, plane=plane, resent=n)
         return n
 
     def on_nack(self, pkt: RocePacket, now: float) -> None:
@@ -393,6 +416,10 @@ class InitiatorQP:
         if not isinstance(neth, NETH) or self.error is not None:
             return
         self.stats["rx_nacks"] += 1
+        if self.trace.enabled:
+            self.trace.nack_received(now, qp=self.qpn, psn=neth.nack_psn, ev=neth.ev,
+                                     reason=NACK_REASONS.get(neth.nack_reason,
+                                                             neth.nack_reason))
         sb = self.sb
         psn = sb.ext(neth.nack_psn)
         rec = sb.unacked.get(psn)
@@ -478,6 +505,8 @@ class InitiatorQP:
                 self._fail(WcStatus.RETRY_EXC_ERR, now)
                 return
             self.ack_wait, self.ack_request_due = now, True
+            if self.trace.enabled:
+                self.trace.event("ack_request", now, qp=self.qpn, timeouts=self.timeouts)
             return
         if oldest is None or oldest.sent_at + self.wait() > now:
             return
@@ -487,6 +516,9 @@ class InitiatorQP:
                 self.timeouts > self.retry_linear + self.retry_exp:
             self._fail(WcStatus.RETRY_EXC_ERR, now)
             return
+        if self.trace.enabled:
+            self.trace.timer_fired(now, qp=self.qpn, psn=oldest.psn & _M24, ev=oldest.ev,
+                                   timeouts=self.timeouts)
         self.evs.on_timeout(oldest.ev, now, trimmed=oldest.trimmed)
         if self.next_probe is None:
             self._arm_probes(now)

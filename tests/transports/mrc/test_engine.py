@@ -412,3 +412,46 @@ def test_ev_and_cc_profiles_go_init_offline_online_and_new_qps_use_the_default()
         ea.profile_op("cc", "create", "x", {"eta": 3})
     with pytest.raises(VerbsError, match="is ONLINE: take it offline"):
         ea.profile_op("ev", "delete", "stev")
+
+
+def test_the_event_trace_has_each_packets_ev_the_per_ev_feedback_and_ev_state_changes():
+    """``emu nicd --trace`` for MRC: every packet with its EV, every SACK with the EV it
+    echoes (and its CE mark and hint), a trim's NACK, the resend on another EV, a real
+    loss found by the SACKs, and the EV state changes those cause."""
+    from emu.core.trace import Trace
+
+    trace = Trace.memory("h1/mrc")
+    n = [0]
+
+    def drop(d, s, t):  # the 20th data packet is lost, the 40th trimmed
+        if BTH.decode(d).opcode in WRITE_OPCODES:
+            n[0] += 1
+            return n[0] == 20
+        return False
+
+    link, ea2, eb, qa, qb, src, dst, data = _pair(
+        size=128 * PMTU, engine_kw={"trace": trace}, drop=drop,
+        trim=lambda d, s, t: BTH.decode(d).opcode in WRITE_OPCODES and n[0] == 40)
+    qa2, qb2 = ea2.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea2.query_qp(qa2), eb.query_qp(qb2)
+    ea2.connect(qa2, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
+    eb.connect(qb2, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
+    _write(ea2, qa2, src, dst, 128 * PMTU, 1)
+    link.run()
+    assert bytes(dst.view) == data
+    ev = [e for e in trace.events if e["data"].get("qp") == qa2]  # the sender's QP
+    names = Counter(e["name"] for e in ev)
+    assert names["packet_sent"] == 128 and names["ack_received"] >= 127
+    sent = [e["data"] for e in ev if e["name"] == "packet_sent"]
+    assert all(e["qp"] == qa2 and 0xD000 <= e["ev"] <= 0xFFFF for e in sent)
+    assert len({e["ev"] for e in sent}) >= 120  # sprayed: a new EV for nearly each
+    sacks = [e["data"] for e in ev if e["name"] == "ack_received"]
+    assert all({"ev", "ce", "hint", "cack"} <= set(s) for s in sacks)
+    (nack,) = [e["data"] for e in ev if e["name"] == "nack_received"]
+    assert nack["reason"] == "TRIMMED"
+    lost = [e["data"] for e in ev if e["name"] == "packet_lost"]
+    assert [x["by"] for x in lost] == ["sack"]
+    resent = [e["data"] for e in ev if e["name"] == "packet_retransmitted"]
+    assert len(resent) == 2 and all(r["ev"] != r["lost_on"] for r in resent)
+    states = [e["data"] for e in ev if e["name"] == "ev_state"]
+    assert any(s["ev"] == lost[0]["ev"] and s["to"] == "assumed_bad" for s in states), states
