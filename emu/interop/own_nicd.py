@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Run an endpoint command with its own ``emu nicd`` (contract §2, ``daemon = "own"``).
 
-``python -m emu.interop.own_nicd [--uet-setting K=V …] -- COMMAND …`` inside a
+``python -m emu.interop.own_nicd [--uet-setting K=V …] [--mrc-port N] -- COMMAND …`` in a
 host: starts this interpreter's ``emu nicd`` for ``$EMU_CLUSTER``/``$EMU_HOST``
 on the standard ports, waits until it is ready, runs COMMAND, stops the daemon
 and exits with COMMAND's status. Why: ``emu@REF`` must run *that* commit's
@@ -44,12 +44,17 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     settings: dict[str, object] = {}
-    while args and args[0] == "--uet-setting":
-        key, _, value = args[1].partition("=")
-        settings[key] = json.loads(value)
+    mrc_port: str | None = None
+    while args and args[0] in ("--uet-setting", "--mrc-port") and len(args) > 1:
+        if args[0] == "--mrc-port":
+            mrc_port = str(int(args[1]))
+        else:
+            key, _, value = args[1].partition("=")
+            settings[key] = json.loads(value)
         args = args[2:]
     if not args or args[0] != "--":
-        print("usage: own_nicd [--uet-setting K=V …] -- COMMAND …", file=sys.stderr)
+        print("usage: own_nicd [--uet-setting K=V …] [--mrc-port N] -- COMMAND …",
+              file=sys.stderr)
         return 2
     cmd = args[1:]
     cluster, host = os.environ.get("EMU_CLUSTER"), os.environ.get("EMU_HOST")
@@ -58,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logdir = os.environ.get("LOGDIR") or "."
     os.makedirs(logdir, exist_ok=True)
-    argv_d = ["--cluster", cluster, "--host", host, "-t", "roce", "-t", "uet",
+    # --mrc-port: a daemon serving MRC alone on that port (4791, RoCEv2's, is the spec
+    # page's default; emu's daemons serve RoCEv2 there and MRC on 4971)
+    engines = (["-t", "mrc", "--port", f"mrc={mrc_port}"] if mrc_port is not None
+               else ["-t", "roce", "-t", "uet"])
+    argv_d = ["--cluster", cluster, "--host", host, *engines,
               "--optional-transports", "--trace", os.path.join(logdir, "nicd.trace.jsonl")]
     with open(os.path.join(logdir, "nicd.log"), "ab") as log:
         d = subprocess.Popen([sys.executable, "-c", _DAEMON, json.dumps(settings), *argv_d],

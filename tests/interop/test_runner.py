@@ -51,6 +51,8 @@ def test_shipped_file_lists_emu_and_variants():
     assert known["emu"].daemon == "emu" and {"roce", "uet"} <= set(known["emu"].transports)
     variants = [i for i in known.values() if "--uet-setting" in i.command]
     assert variants and all(i.daemon == "own" for i in variants)
+    assert known["emu-mrc4791"].transports == ["mrc"] and known["emu-mrc4791"].daemon == "own"
+    assert "mrc" in known["emu"].transports and "mrc" in known["emu-ref"].transports
 
 
 def test_files_copied_into_an_emu_at_ref_tree_import_only_what_that_commit_has():
@@ -416,3 +418,26 @@ def test_mrc_cases_ask_for_writes_with_immediate_where_the_others_ask_for_sends(
             {"MRC_WRITE_ONLY": 1, "MRC_RELIABILITY_SACK": 1})))
     assert Handshake("s", "c").check_wire(wirecheck.Wire(types=Counter(
         {"RDMA_WRITE_ONLY_WITH_IMMEDIATE": 1}))) == "no SEND request on the wire"
+
+
+@root
+def test_mrcs_port_is_a_setting_emu_on_4791_against_emu_ref_on_4971(tmp_path):
+    """The spec page's MRC port (4791) against the reconstructions' (4971): emu serving
+    MRC alone on 4791 (``emu-mrc4791``, its own daemon) and emu-ref on 4971 pass a
+    transfer both ways, each sending to the port the other's connection object names."""
+    from emu.wire.dissect import dissect_file
+
+    known = I.load()
+    log = str(tmp_path / "logs")
+    prefix = random_cluster("i4")
+    res = runner.run([known["emu-mrc4791"], known["emu-ref"]],
+                     [known["emu-ref"], known["emu-mrc4791"]], ["mrc"], select("transfer-1m"),
+                     log, timeout=60, prefix=prefix, progress=lambda s: None)
+    by = {(r.server, r.client): r for r in res.results}
+    for pair in (("emu-mrc4791", "emu-ref"), ("emu-ref", "emu-mrc4791")):
+        assert by[pair].result == "succeeded", (pair, by[pair].reason)
+    pcap = os.path.join(log, "emu-mrc4791_emu-ref", "mrc", "transfer-1m", "capture.pcapng")
+    ports = Counter((r.dst, r.dport) for r in dissect_file(pcap) if r.protocol == "MRC")
+    # WRITEs to the emu server on 4791, its SACKs and ACKs to emu-ref's 4971
+    assert ports[("10.0.1.12", 4791)] >= 256 and ports[("10.0.1.11", 4971)] >= 256, ports
+    assert _clusters_left(prefix) == []
