@@ -172,7 +172,8 @@ class MrcEngine(Engine):
         a multiple of 128), ``timeout``, ``retry_linear``, ``retry_exp``, ``ev_set``."""
         a = {**(attrs or {}), **kw}
         unknown = set(a) - {"pmtu", "mpr", "timeout", "retry_linear", "retry_exp", "ev_set",
-                            "ev_profile", "cc_profile", "max_send_wr", "max_recv_wr",
+                            "ev_profile", "cc_profile", "trim_nack", "dynamic_mpr",
+                            "max_send_wr", "max_recv_wr",
                             "max_rd_atomic", "max_dest_rd_atomic"}
         if unknown:
             raise VerbsError(f"unknown MRC QP attribute(s): {', '.join(sorted(unknown))}")
@@ -196,7 +197,9 @@ class MrcEngine(Engine):
         return {"qpn": qpn, "psn": qp.sq_psn, "pmtu": int(qp.attrs.get("pmtu", self.pmtu)),
                 "mpr": int(qp.attrs.get("mpr", self.mpr)), "address": a[0] if a else "",
                 "addresses": self.local_addrs[:self.planes] or ([a[0]] if a else []),
-                "port": a[1] if a else UDP_PORT, "state": qp.state, "transport": "mrc"}
+                "port": a[1] if a else UDP_PORT, "state": qp.state, "transport": "mrc",
+                "trim_nack": bool(qp.attrs.get("trim_nack", True)),
+                "dynamic_mpr": bool(qp.attrs.get("dynamic_mpr", False))}
 
     def connect(self, qpn: int, remote: dict[str, Any], now: float = 0.0) -> None:
         """RESET → RTS towards ``remote`` (the peer's :meth:`query_qp`): the sender sprays
@@ -233,11 +236,15 @@ class MrcEngine(Engine):
                                  retry_exp=int(a.get("retry_exp", self.retry_exp)),
                                  loss_threshold=self.loss_threshold, cc=cc, pd=qp.pd,
                                  max_send_wr=int(a.get("max_send_wr", 4096)),
-                                 trace=self.trace)
+                                 trace=self.trace,
+                                 # DYNAMIC_MPR is in force only when both ends enable it
+                                 dynamic_mpr=bool(a.get("dynamic_mpr", False))
+                                 and bool(remote.get("dynamic_mpr", False)))
             if self.trace.enabled:
                 evs.listener = self._ev_tracer(qpn)
             qp.tgt = TargetQP(qpn, peer, self.memory, start_psn=peer_psn,
-                              mpr=int(a.get("mpr", self.mpr)), pd=qp.pd)
+                              mpr=int(a.get("mpr", self.mpr)), pd=qp.pd,
+                              trim_nack=bool(a.get("trim_nack", True)))
         except ValueError as e:
             raise VerbsError(str(e)) from None
         qp.dest = dest
@@ -622,6 +629,18 @@ class MrcEngine(Engine):
                                "delete or default")
         except ProfileError as e:
             raise VerbsError(str(e)) from None
+
+    def resize_window(self, qpn: int, mpr: int) -> dict[str, Any]:
+        """The QP's receive window (MPR, packets) changed by the NIC: advertised in its
+        SACKs; a peer with DYNAMIC_MPR follows it, one without keeps its RTR value."""
+        qp = self._qp(qpn)
+        if qp.tgt is None:
+            raise VerbsError(f"MRC QP {qpn:#x} is not connected")
+        try:
+            qp.tgt.resize(int(mpr))
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
+        return {"qpn": qpn, "mpr": qp.tgt.mpr}
 
     def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
         """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""

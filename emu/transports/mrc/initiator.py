@@ -51,6 +51,7 @@ from emu.transports.mrc.evset import EVSet, SackHint
 from emu.transports.mrc.target import CC_FLAG_CE
 from emu.wire.codec.mrc import (
     METH,
+    MPR_UNIT,
     MRC_RELIABILITY_PROBE,
     MRC_WRITE_FIRST,
     MRC_WRITE_LAST,
@@ -134,7 +135,8 @@ class InitiatorQP:
                  timeout: int = 14, retry_linear: int = RETRY_LINEAR_MAX,
                  retry_exp: int = RETRY_EXP_MAX, loss_threshold: int = 16,
                  cc: Nscc | None = None, pd: ProtectionDomain | None = None,
-                 max_send_wr: int = 1024, trace: Trace = NULL_TRACE) -> None:
+                 max_send_wr: int = 1024, trace: Trace = NULL_TRACE,
+                 dynamic_mpr: bool = False) -> None:
         if not 0 <= retry_linear <= RETRY_LINEAR_MAX or not 0 <= retry_exp <= RETRY_EXP_MAX:
             raise ValueError(f"retries: linear 0..{RETRY_LINEAR_MAX}, exponential "
                              f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
@@ -147,6 +149,8 @@ class InitiatorQP:
         self.evs = evs
         self.pmtu = pmtu
         self.mpr = mpr
+        #: DYNAMIC_MPR (both peers enabled it): the window follows each SACK's ``mpr``
+        self.dynamic_mpr = dynamic_mpr
         self.rto = timeout_of(timeout)
         self.retry_linear = retry_linear
         self.retry_exp = retry_exp
@@ -173,7 +177,7 @@ class InitiatorQP:
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
             "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
             "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
-            "probe_lost", "ack_requests"), 0)
+            "probe_lost", "ack_requests", "mpr_changes"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -370,6 +374,9 @@ class InitiatorQP:
         self.in_flight -= nbytes
         ce = bool(seth.cc_flags & CC_FLAG_CE)
         hint = SackHint(seth.m) if seth.m in (0, 1, 2) else SackHint.NONE
+        if self.dynamic_mpr and seth.mpr and seth.mpr * MPR_UNIT != self.mpr:
+            self.mpr = seth.mpr * MPR_UNIT
+            self.stats["mpr_changes"] += 1
         if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
             self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
                                     ce=ce, hint=hint.name, released=len(released))

@@ -100,7 +100,7 @@ class TargetStats:
         "rx_packets", "rx_bytes", "rx_duplicate", "rx_stale", "rx_trimmed",
         "rx_out_of_window", "rx_ooo", "rx_ce", "rx_probes", "tx_sacks", "tx_nacks", "tx_naks",
         "rx_access_error", "msgs_done", "imm_waiting_recv", "rx_drop_malformed",
-        "tx_ack_repeats"), 0))
+        "tx_ack_repeats", "rx_trimmed_silent"), 0))
 
 
 class TargetQP:
@@ -111,7 +111,8 @@ class TargetQP:
     remote access must name a region of it)."""
 
     def __init__(self, qpn: int, peer_qpn: int, memory: MemoryTable, *, start_psn: int = 0,
-                 mpr: int = 16 * MPR_UNIT, pd: ProtectionDomain | None = None) -> None:
+                 mpr: int = 16 * MPR_UNIT, pd: ProtectionDomain | None = None,
+                 trim_nack: bool = True) -> None:
         if mpr <= 0 or mpr % MPR_UNIT:
             raise ValueError(f"MPR {mpr} packets is not a positive multiple of {MPR_UNIT}")
         if mpr > PSN24.half:
@@ -121,6 +122,9 @@ class TargetQP:
         self.memory = memory
         self.pd = pd
         self.mpr = mpr
+        #: the TRIM_NACK capability (mrc.h): NACK a trimmed packet at once; without it a
+        #: trimmed packet is dropped as a loss the sender finds by SACKs or its timeout
+        self.trim_nack = trim_nack
         # [cack + 1, cack + MPR): MPR - 1 PSNs past the last in-order one (specs/mrc.md)
         self.window = RecvWindow(PSN24, start_psn, mpr - 1)
         self.msgs: dict[int, _Message] = {}  # MSN (16-bit, wrapping) → message
@@ -189,7 +193,18 @@ class TargetQP:
         once with ``reason`` (TRIMMED, or TRIMMED_LASTHOP at the receiver's own port),
         not accepted — the sender resends it without waiting for a timeout."""
         self.stats["rx_trimmed"] += 1
+        if not self.trim_nack:
+            self.stats["rx_trimmed_silent"] += 1
+            return
         self._nack(reason, bth.psn, ev, ce)
+
+    def resize(self, mpr: int) -> None:
+        """A new receive window (MPR, a multiple of 128 packets), advertised in every
+        SACK's ``mpr`` field from now on; a sender with DYNAMIC_MPR follows it."""
+        if mpr <= 0 or mpr % MPR_UNIT or mpr > PSN24.half:
+            raise ValueError(f"MPR {mpr} packets is not a positive multiple of {MPR_UNIT}")
+        self.mpr = mpr
+        self.window.size = mpr - 1
 
     def probe(self, pkt: RocePacket, ev: int, now: float) -> None:
         """A RELIABILITY_PROBE (PETH; it consumes no PSN) that came on ``ev``: answered at

@@ -455,3 +455,56 @@ def test_the_event_trace_has_each_packets_ev_the_per_ev_feedback_and_ev_state_ch
     assert len(resent) == 2 and all(r["ev"] != r["lost_on"] for r in resent)
     states = [e["data"] for e in ev if e["name"] == "ev_state"]
     assert any(s["ev"] == lost[0]["ev"] and s["to"] == "assumed_bad" for s in states), states
+
+
+def test_without_trim_nack_a_trim_is_a_silent_loss_and_the_sacks_find_it():
+    """TRIM_NACK off at the receiver (mrc.h capability): a trimmed packet draws no NACK;
+    the sender resends it when the SACKs show the hole — later, but the write completes."""
+    n = [0]
+
+    def trim(d, s, t):
+        if BTH.decode(d).opcode in WRITE_OPCODES:
+            n[0] += 1
+            return n[0] == 10
+        return False
+
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=64 * PMTU, trim=trim)
+    qa2 = ea.create_qp(send_cq="a.s")
+    qb2 = eb.create_qp(send_cq="b.s", attrs={"trim_nack": False})
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    assert ib["trim_nack"] is False and ia["trim_nack"] is True
+    ea.connect(qa2, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
+    eb.connect(qb2, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
+    _write(ea, qa2, src, dst, 64 * PMTU, 1)
+    link.run()
+    assert bytes(dst.view) == data
+    cb, ca = eb.counters(), ea.counters()
+    assert cb["rx_trimmed"] == cb["rx_trimmed_silent"] == 1 and cb["tx_nacks"] == 0
+    assert ca["retx_trim"] == 0 and ca["retx_sack"] == 1
+
+
+def test_dynamic_mpr_follows_the_receivers_window_only_when_both_ends_enable_it():
+    """DYNAMIC_MPR (effective only when both peers enable it): the receiver shrinks its
+    window to 128 and the sender keeps at most 127 PSNs outstanding from the next SACK
+    on; with only one end enabled the sender keeps its connect-time MPR."""
+    for both in (True, False):
+        link, ea, eb, qa, qb, src, dst, data = _pair(size=2048 * PMTU, rate=1e9)
+        qa2 = ea.create_qp(send_cq="a.s", attrs={"dynamic_mpr": True, "mpr": 1024})
+        qb2 = eb.create_qp(send_cq="b.s", attrs={"dynamic_mpr": both, "mpr": 1024})
+        ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+        ea.connect(qa2, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
+        eb.connect(qb2, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
+        assert eb.resize_window(qb2, 128) == {"qpn": qb2, "mpr": 128}
+        ea._qps[qa2].ini.cc = None  # the window alone limits what is outstanding
+        _write(ea, qa2, src, dst, 2048 * PMTU, 1)
+        ini = ea._qps[qa2].ini
+        most = 0  # PSNs outstanding once the first burst (up to 1023) is all SACKed
+        while link.step():
+            if ini.stats["rx_sacks"] >= 1024:
+                most = max(most, ini.sb.span)
+        assert bytes(dst.view) == data
+        assert ini.dynamic_mpr is both and ini.mpr == (128 if both else 1024)
+        if both:
+            assert ini.stats["mpr_changes"] == 1 and most <= 127
+        else:  # the connect-time window stays in force
+            assert ini.stats["mpr_changes"] == 0 and most > 127
