@@ -106,7 +106,8 @@ def transports(cluster: str, n: int, log: Any) -> dict[str, Any]:
             out[tr]["cpu_share"] = round(used / (2 * out[tr]["wall_s"]), 3)
         cpu = out[tr].get("cpu_us_per_packet")
         log(f"  {tr:4s} {out[tr]['gbps']:8.2f} Gb/s  {out[tr]['wall_s']:6.1f} s wall  "
-            f"resent {out[tr]['retransmits']} of {out[tr]['tx_packets']}"
+            f"resent {out[tr]['retransmits']} of the {out[tr]['tx_packets']} packets both "
+            f"NICs sent"
             + ("  credible" if out[tr]["credible"] else
                f"  NOT CREDIBLE (emulator overload: {out[tr]['overload_causes']})")
             + (f"\n       the two NIC daemons: {cpu} us of CPU per data packet, "

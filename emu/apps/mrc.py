@@ -52,6 +52,7 @@ def _ask(where: str, **req: Any) -> dict[str, Any]:
     if not host:
         raise UserError(f"{where!r}: name a host as CLUSTER:HOST (or HOST with one cluster up)")
     cluster = state.resolve(cluster or None)
+    _check_host(cluster, host)
     try:
         return call_once(sock_path(cluster, host), "mrc", **req)
     except DaemonDown as e:
@@ -62,8 +63,31 @@ def _ask(where: str, **req: Any) -> dict[str, Any]:
         raise UserError(f"{cluster}:{host}: no NIC daemon answers ({e})") from None
 
 
+def _check_host(cluster: str, host: str) -> None:
+    """A name that is no host of the cluster is said so, not "its daemon is not running"."""
+    from emu.cluster import cluster as C
+    from emu.errors import UserError
+
+    try:
+        nodes = C.model(cluster).nodes
+    except Exception:  # noqa: BLE001 - no model: the daemon's answer says what is wrong
+        return
+    if host not in nodes:
+        raise UserError(f"no host {host!r} in cluster {cluster!r}")
+    if nodes[host].kind != "host":
+        raise UserError(f"{host} is a switch: MRC runs in the hosts' NICs")
+
+
 def _ev(text: str) -> int:
-    return int(text, 0)
+    """A number as the user writes it (0xd000 or 53248)."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0xd000)") from None
+
+
+def _evs(text: str) -> list[int]:
+    return [_ev(v) for v in text.split(",")]
 
 
 def table(qps: list[dict[str, Any]]) -> str:
@@ -120,7 +144,7 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
 
     dest = _peer_address(a.where, a.peer, a.plane)
     evs = a.ev or [PROBE_EV0 + i for i in range(a.count)]
-    rids = _ask(a.where, probe_to=dest, evs=evs)["request_ids"]
+    rids = _ask(a.where, probe_to=dest, evs=evs, plane=a.plane)["request_ids"]
     want, got = set(rids), []
     end = time.monotonic() + a.wait
     while want and time.monotonic() < end:
@@ -158,23 +182,46 @@ def _profile_spec(a: argparse.Namespace) -> dict[str, Any]:
     if a.what == "ev-profile":
         return {"format": a.format, "mode": a.mode, "evs": a.evs or [],
                 "fields": a.field or []}
+    from emu.errors import UserError
+    from emu.topology.units import UnitError
+
     spec: dict[str, Any] = {"algorithm": a.algorithm}
     if a.base_rtt is not None:
-        spec["base_rtt"] = parse_time(a.base_rtt)
+        if a.base_rtt.strip().replace(".", "", 1).isdigit():
+            raise UserError(f"--base-rtt {a.base_rtt}: give a unit (fabric time, e.g. 6us)")
+        try:
+            spec["base_rtt"] = parse_time(a.base_rtt)
+        except UnitError as e:
+            raise UserError(f"--base-rtt: {e}") from None
     for k in ("gamma", "qa_gate", "init_cwnd"):
         if getattr(a, k) is not None:
             spec[k] = getattr(a, k)
     return spec
 
 
-def profiles_text(res: dict[str, Any]) -> str:
+def _show(k: str, v: Any) -> str:
+    """A spec value as the user wrote it: EVs in hex, times with a unit."""
+    if k == "base_rtt" and isinstance(v, int | float):
+        return f"{k}={v * 1e6:g}us"
+    if k == "evs":
+        return f"{k}=[{', '.join(hex(x) for x in v)}]"
+    if k == "fields":
+        return f"{k}=[" + "; ".join(",".join(f"{a}={b:#x}" if a != "width" else f"{a}={b}"
+                                             for a, b in f.items() if b is not None)
+                                    for f in v) + "]"
+    return f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+
+
+def profiles_text(res: dict[str, Any], kind: str | None = None, name: str | None = None
+                  ) -> str:
     if "profiles" not in res:
         res = {"profiles": [res], "default": {}}
     lines = []
     for p in res["profiles"]:
+        if (kind and p["kind"] != kind) or (name and p["name"] != name):
+            continue
         mark = "  (default)" if res["default"].get(p["kind"]) == p["name"] else ""
-        spec = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in p["spec"].items() if v not in ([], None))
+        spec = ", ".join(_show(k, v) for k, v in p["spec"].items() if v not in ([], None))
         lines.append(f"{p['kind'].upper():2s} {p['name']:<16s} {p['state']:<8s} {spec}{mark}")
     return "\n".join(lines)
 
@@ -186,8 +233,13 @@ def main(a: argparse.Namespace) -> int:
         if a.what in ("ev-profile", "cc-profile"):
             if a.action != "list" and not a.name:
                 raise UserError(f"{a.what} {a.action} needs a profile NAME")
-            res = _ask(a.where, profile_kind=a.what[:2], profile_action=a.action,
-                       name=a.name, spec=_profile_spec(a) if a.action == "create" else None)
+            kind = a.what[:2]
+            res = _ask(a.where, profile_kind=kind, profile_action=a.action,
+                       name=None if a.action == "list" else a.name,
+                       spec=_profile_spec(a) if a.action == "create" else None)
+            if a.action == "list" and "profiles" in res:  # this kind's (and NAME's) only
+                res = {**res, "profiles": [p for p in res["profiles"] if p["kind"] == kind
+                                           and (not a.name or p["name"] == a.name)]}
             print(json.dumps(res, indent=1) if a.json else profiles_text(res))
             return 0
         if a.what == "probe":
@@ -256,12 +308,18 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     ccp = ms.add_parser("cc-profile", help="CC profiles: new QPs' congestion control")
     for x in (evp, ccp):
         x.add_argument("where", metavar="CLUSTER:HOST")
-        x.add_argument("action", choices=actions)
+        x.add_argument("action", choices=actions,
+                       help="list (this kind's; NAME: one), create NAME (state INIT), "
+                            "offline NAME (from INIT or ONLINE), online NAME (from OFFLINE), "
+                            "delete NAME (not ONLINE), default NAME (an ONLINE one: what new "
+                            "QPs that name none get)")
         x.add_argument("name", nargs="?")
-    evp.add_argument("--format", choices=("udp", "stev", "srv6"), default="udp")
-    evp.add_argument("--mode", choices=("auto", "exp", "gen"), default="gen")
-    evp.add_argument("--evs", type=lambda t: [int(v, 0) for v in t.split(",")],
-                     help="EXP: the EVs, comma-separated")
+    evp.add_argument("--format", choices=("udp", "stev", "srv6"), default="udp",
+                     help="where the EV rides (default udp: the source port; stev and srv6 "
+                          "profiles can be made, not yet given to a QP)")
+    evp.add_argument("--mode", choices=("auto", "exp", "gen"), default="gen",
+                     help="auto (drawn at random), exp (--evs), gen (--field; the default)")
+    evp.add_argument("--evs", type=_evs, help="EXP: the EVs, comma-separated")
     evp.add_argument("--field", type=_field, action="append",
                      help="GEN: a field width=…,init=…,min=…,max=…[,mask=…] (repeatable, "
                           "most significant first)")
@@ -269,7 +327,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     ccp.add_argument("--base-rtt", help="NSCC's base round trip, fabric time (e.g. 6us)")
     ccp.add_argument("--gamma", type=float)
     ccp.add_argument("--qa-gate", type=int)
-    ccp.add_argument("--init-cwnd", type=int, help="bytes")
+    ccp.add_argument("--init-cwnd", type=int, help="NSCC's first window, bytes (> 0)")
     for x in (q, ev, c, pt, pr, evp, ccp):
         x.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

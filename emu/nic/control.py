@@ -495,7 +495,8 @@ class ControlServer:
         try:
             if m.get("probe_to") is not None:  # EV_PROBEs out, answers read later
                 now = trio.current_time()
-                rids = [eng.ev_probe(str(m["probe_to"]), int(ev), now)
+                plane = None if m.get("plane") is None else int(m["plane"])
+                rids = [eng.ev_probe(str(m["probe_to"]), int(ev), now, plane)
                         for ev in m.get("evs") or ()]
                 t[slot] = None
                 return {"request_ids": rids}

@@ -581,15 +581,20 @@ class MrcEngine(Engine):
         port = self.local_addr[1] if self.local_addr else UDP_PORT
         self._endpoint_out.append((encode_packet(bth, [eeth]), (str(addr[0]), port), ev))
 
-    def ev_probe(self, dest: str, ev: int, now: float) -> int:
+    def ev_probe(self, dest: str, ev: int, now: float, plane: int | None = None) -> int:
         """An EV_PROBE endpoint operation (``mrc_ctl.h``'s batch send) to the NIC at
-        ``dest``, leaving on ``ev`` (its UDP source port): whether that path works and
-        its round trip, answered by the peer's ENDPOINT_RESPONSE on the same EV. Returns
-        the request id; the answer lands in :attr:`probe_results`."""
+        ``dest`` (on ``plane``: this NIC's port of that plane sends it; one that is down
+        answers PORT_DOWN at once), leaving on ``ev`` (its UDP source port): whether that
+        path works and its round trip, answered by the peer's ENDPOINT_RESPONSE on the same
+        EV. Returns the request id; the answer lands in :attr:`probe_results`."""
         if not 0 <= ev <= 0xFFFF:
             raise VerbsError(f"EV {ev:#x}: the UDP EV format has 16 bits (a source port)")
         self._request_id = (self._request_id + 1) & 0xFFFF
         rid = self._request_id
+        if plane is not None and plane in self.ports_down:  # this NIC's port cannot send
+            self.probe_results.append({"request_id": rid, "to": dest, "ev": ev,
+                                       "rtt_ns": None, "status": "PORT_DOWN"})
+            return rid
         erth = ERTH(op=ERTH_EV_PROBE, port_status_mask=self._up_mask())
         bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=rid)
         port = self.local_addr[1] if self.local_addr else UDP_PORT

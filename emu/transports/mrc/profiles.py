@@ -69,6 +69,10 @@ def ev_profile(spec: dict[str, Any]) -> EVProfile:
                                 hi=None if f.get("max") is None else int(f["max"]),
                                 mask=None if f.get("mask") is None else int(f["mask"]))
                        for f in spec.get("fields") or ())
+        if evs and mode is not EVGenMode.EXP:
+            raise ValueError(f"EVs are listed for mode exp, not {mode.value}")
+        if fields and mode is not EVGenMode.GEN:
+            raise ValueError(f"fields are for mode gen, not {mode.value}")
         return EVProfile(fmt=fmt, mode=mode, explicit=evs, fields=fields)
     except (KeyError, TypeError, ValueError) as e:
         raise ProfileError(f"bad EV profile: {e}") from None
@@ -92,6 +96,10 @@ def cc_profile(spec: dict[str, Any]) -> dict[str, Any]:
                 raise ProfileError(f"CC parameter {k}: {spec[k]!r} is not a number") from None
     if out.get("base_rtt", 1.0) <= 0:
         raise ProfileError("base_rtt must be > 0 s")
+    if out.get("init_cwnd", 1) <= 0:
+        raise ProfileError("init_cwnd must be > 0 bytes")
+    if out.get("gamma") is not None and not 0 < out["gamma"] < 1:
+        raise ProfileError("gamma must be between 0 and 1")
     return out
 
 
@@ -99,11 +107,14 @@ class Profiles:
     """The NIC's profiles of both kinds, with a default for each."""
 
     def __init__(self, ev_default: EVProfile, cc_default: dict[str, Any]) -> None:
+        ev_spec = {"builtin": True, "format": ev_default.fmt.value,
+                   "mode": ev_default.mode.value, "evs": list(ev_default.explicit),
+                   "fields": [{"width": f.width, "init": f.init, "min": f.lo, "max": f.hi,
+                               "mask": f.mask} for f in ev_default.fields]}
         self.table: dict[tuple[str, str], Profile] = {
-            ("ev", "default"): Profile("ev", "default", {"builtin": True}, "ONLINE",
-                                       ev=ev_default),
-            ("cc", "default"): Profile("cc", "default", {"builtin": True}, "ONLINE",
-                                       cc=dict(cc_default))}
+            ("ev", "default"): Profile("ev", "default", ev_spec, "ONLINE", ev=ev_default),
+            ("cc", "default"): Profile("cc", "default", {"builtin": True, **cc_default},
+                                       "ONLINE", cc=dict(cc_default))}
         self.default = {"ev": "default", "cc": "default"}
 
     def _get(self, kind: str, name: str) -> Profile:
@@ -143,8 +154,11 @@ class Profiles:
 
     def delete(self, kind: str, name: str) -> None:
         p = self._get(kind, name)
-        if name == "default" or self.default[kind] == name:
-            raise ProfileError(f"{name!r} is the default {kind.upper()} profile")
+        if name == "default":
+            raise ProfileError(f"{kind.upper()} profile 'default' is built in")
+        if self.default[kind] == name:
+            raise ProfileError(f"{name!r} is the default {kind.upper()} profile: name another "
+                               "default first")
         if p.state == "ONLINE":
             raise ProfileError(f"{kind.upper()} profile {name!r} is ONLINE: take it offline")
         del self.table[(kind, name)]
@@ -153,6 +167,9 @@ class Profiles:
         p = self._get(kind, name)
         if p.state != "ONLINE":
             raise ProfileError(f"{kind.upper()} profile {name!r} is {p.state}, not ONLINE")
+        if p.ev is not None and p.ev.fmt not in SENDABLE_FORMATS:
+            raise ProfileError(f"EV profile {name!r} cannot be the default: the "
+                               f"{p.ev.fmt.value} format is not sent by emu's NIC yet (udp is)")
         self.default[kind] = name
 
     def for_qp(self, kind: str, name: str | None) -> Profile:

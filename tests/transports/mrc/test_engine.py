@@ -508,3 +508,14 @@ def test_dynamic_mpr_follows_the_receivers_window_only_when_both_ends_enable_it(
             assert ini.stats["mpr_changes"] == 1 and most <= 127
         else:  # the connect-time window stays in force
             assert ini.stats["mpr_changes"] == 0 and most > 127
+
+
+def test_an_ev_probe_on_a_port_taken_down_is_port_down_at_once():
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=PMTU, engine_kw={"planes": 2})
+    ea.port_admin(1, False, 0.0)
+    link.wire = []
+    ea.ev_probe(link.addr_b[0], 0xD001, link.now, plane=1)
+    link.run()
+    (res,) = ea.take_probe_results()
+    assert res["status"] == "PORT_DOWN" and res["rtt_ns"] is None
+    assert not [w for w in link.wire if w[1] == "a"]  # nothing left the NIC
