@@ -299,17 +299,20 @@ def _wait(tr: Transport, n: int, deadline: float) -> list[Any]:
     return got
 
 
-def client(env: Env, tr: Transport) -> dict[str, Any]:
-    deadline = env.deadline
-    s = None
-    while s is None:
+def connect_exchange(env: Env) -> Exchange:
+    """The client's TCP session to the server, retried while it is refused (§3)."""
+    while True:
         try:
-            s = socket.create_connection((env.peer, env.port), timeout=2)
+            return Exchange(socket.create_connection((env.peer, env.port), timeout=2))
         except OSError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > env.deadline:
                 raise CaseError(f"cannot connect to {env.peer}:{env.port}") from None
             time.sleep(0.05)
-    ex = Exchange(s)
+
+
+def client(env: Env, tr: Transport) -> dict[str, Any]:
+    deadline = env.deadline
+    ex = connect_exchange(env)
     case = env.case
     payload = b""
     size = 0
@@ -452,16 +455,21 @@ def main() -> int:
         # treating the trimmed DSCP as a loss is emu's extension, not this reference's
         log("roce/trimming as server: not supported (RoCEv2 defines no trimmed packet)")
         return 127
+    return run_case(env, lambda: Transport(env.transport, env.local, env.peer), client,
+                    server)
+
+
+def run_case(env: Env, transport: Callable[[], Any], client: Callable[[Env, Any], Any],
+             server: Callable[[Env, Any], Any]) -> int:
+    """Run this side of the case over a transport ``transport()`` opens; the exit code
+    (contract §1) and the transport's counters in ``$LOGDIR/emuref-stats.json``."""
     if env.role not in ("server", "client"):
         log(f"ROLE must be server or client, not {env.role!r}")
         return 1
     tr = None
     try:
-        tr = Transport(env.transport, env.local, env.peer)
-        if env.role == "server":
-            server(env, tr)
-        else:
-            client(env, tr)
+        tr = transport()
+        (server if env.role == "server" else client)(env, tr)
         log(f"{env.role} {env.transport}/{env.case}: passed")
         return 0
     except (CaseError, OSError, ValueError, KeyError, TypeError) as e:

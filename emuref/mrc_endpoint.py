@@ -17,7 +17,6 @@ WRITEs; ``read`` and ``atomics`` do not exist in MRC (exit 127).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import random
 import selectors
@@ -28,7 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from emuref import mrc_wire as W
-from emuref.endpoint import MSG_MAX, TRANSFER, VERSION, CaseError, Env, Exchange, log
+from emuref.endpoint import (
+    MSG_MAX,
+    TRANSFER,
+    VERSION,
+    CaseError,
+    Env,
+    Exchange,
+    connect_exchange,
+    log,
+    run_case,
+)
 from emuref.memory import Memory
 from emuref.mrc_nic import MrcNic
 from emuref.mrc_qp import Completion, MrcQp
@@ -221,16 +230,6 @@ def _is_recv(c: Completion) -> bool:
 # -- the cases ----------------------------------------------------------------------------
 
 
-def _connect_tcp(env: Env) -> Exchange:
-    while True:
-        try:
-            return Exchange(socket.create_connection((env.peer, env.port), timeout=2))
-        except OSError:
-            if time.monotonic() > env.deadline:
-                raise CaseError(f"cannot connect to {env.peer}:{env.port}") from None
-            time.sleep(0.05)
-
-
 def _hello(ex: Exchange, env: Env, tr: MrcTransport, qps: list[MrcQp], size: int
            ) -> list[dict[str, Any]]:
     """Send a hello for ``qps``, read the server's objects, connect each QP to its peer."""
@@ -266,7 +265,7 @@ def _write_all(tr: MrcTransport, env: Env, jobs: list[tuple[MrcQp, bytes, int, i
 
 
 def client(env: Env, tr: MrcTransport) -> None:
-    ex = _connect_tcp(env)
+    ex = connect_exchange(env)
     case = env.case
     nconn = 4 if case == "multiconn" else 1
     if case == "multiconn":
@@ -403,23 +402,6 @@ def main(env: Env) -> int:
         log(f"mrc/{env.case}: not supported" + (" (MRC has WRITE and WRITE with immediate "
                                                "only)" if env.case in NOT_IN_MRC else ""))
         return 127
-    if env.role not in ("server", "client"):
-        log(f"ROLE must be server or client, not {env.role!r}")
-        return 1
-    tr = None
-    try:
-        pmtu = int(os.environ.get("PMTU") or 4096)
-        tr = MrcTransport(env.local, env.peer, pmtu)
-        (server if env.role == "server" else client)(env, tr)
-        log(f"{env.role} mrc/{env.case}: passed")
-        return 0
-    except (CaseError, OSError, ValueError, KeyError, TypeError) as e:
-        log(f"{env.role} mrc/{env.case}: FAILED: {e}")
-        return 1
-    finally:
-        if tr is not None:
-            try:
-                env.logdir.mkdir(parents=True, exist_ok=True)
-                (env.logdir / "emuref-stats.json").write_text(json.dumps(tr.stats(), indent=1))
-            except OSError:
-                pass
+    return run_case(env, lambda: MrcTransport(env.local, env.peer,
+                                              int(os.environ.get("PMTU") or 4096)),
+                    client, server)

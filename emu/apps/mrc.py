@@ -69,13 +69,13 @@ def _check_host(cluster: str, host: str) -> None:
     from emu.errors import UserError
 
     try:
-        nodes = C.model(cluster).nodes
+        topo = C.model(cluster)
     except Exception:  # noqa: BLE001 - no model: the daemon's answer says what is wrong
         return
-    if host not in nodes:
-        raise UserError(f"no host {host!r} in cluster {cluster!r}")
-    if nodes[host].kind != "host":
-        raise UserError(f"{host} is a switch: MRC runs in the hosts' NICs")
+    try:
+        topo.host_address(host)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def _ev(text: str) -> int:
@@ -126,15 +126,11 @@ def _peer_address(where: str, peer: str, plane: int) -> str:
         return str(ipaddress.ip_address(peer))
     except ValueError:
         pass
-    cluster = state.resolve(where.rpartition(":")[0] or None)
-    topo = C.model(cluster)
-    if peer not in topo.nodes or topo.nodes[peer].kind != "host":
-        raise UserError(f"no host {peer!r} in cluster {cluster!r}")
-    ends = [lk.end(peer) for lk in topo.links_of(peer) if (lk.plane or 0) == plane]
-    for e in ends:
-        if e.ipv4 is not None or e.ipv6 is not None:
-            return str((e.ipv4 or e.ipv6).ip)
-    raise UserError(f"{peer} has no address on plane {plane}")
+    try:
+        return C.model(state.resolve(where.rpartition(":")[0] or None)).host_address(peer,
+                                                                                    plane)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def probe(a: argparse.Namespace) -> dict[str, Any]:
@@ -212,14 +208,12 @@ def _show(k: str, v: Any) -> str:
     return f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
 
 
-def profiles_text(res: dict[str, Any], kind: str | None = None, name: str | None = None
-                  ) -> str:
+def profiles_text(res: dict[str, Any]) -> str:
+    """A listing (or one profile) as lines: kind, name, state, the spec, the defaults."""
     if "profiles" not in res:
         res = {"profiles": [res], "default": {}}
     lines = []
     for p in res["profiles"]:
-        if (kind and p["kind"] != kind) or (name and p["name"] != name):
-            continue
         mark = "  (default)" if res["default"].get(p["kind"]) == p["name"] else ""
         spec = ", ".join(_show(k, v) for k, v in p["spec"].items() if v not in ([], None))
         lines.append(f"{p['kind'].upper():2s} {p['name']:<16s} {p['state']:<8s} {spec}{mark}")

@@ -42,7 +42,7 @@ from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
 from emu.cpu import policy_in_force, slice_in_force
 from emu.fabricclock import FabricClock, realtime, wall
-from emu.nic import engines, rxheader
+from emu.nic import engines, linkwatch, rxheader
 from emu.nic.clock import current_scale
 from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
@@ -350,24 +350,13 @@ class NicDaemon:
             self.trace.event("port_link", now, port=port, ifname=self.port_names[port], up=up)
             for slot in self.slots.values():
                 hook = getattr(slot.engine, "port_link", None)
-                if hook is None:
-                    continue
-                try:
-                    hook(port, up, now)
-                except Exception as e:  # noqa: BLE001 - a NIC survives its engine
-                    slot.c["engine_errors"] += 1
-                    self._log_once(f"{slot.name}: port_link raised {e!r}")
-                self.pump(slot)
+                if hook is not None:
+                    self._engine_call(slot, hook, port, up, now)
+                    self.pump(slot)
 
-        watch = LinkWatch(self.port_names, changed)
-        try:
-            watch.open()
-        except OSError as e:
-            self.warnings.append(f"port link state not watched ({e}): a failed port is "
-                                 "found by the transports' timeouts only")
-            return
-        self.linkwatch = watch
-        await n.start(watch.run)
+        self.linkwatch, why = await linkwatch.start(n, self.port_names, changed)
+        if why:
+            self.warnings.append(why)
 
     async def _rx_loop(self, slot: EngineSlot, ps: PortSocket) -> None:
         sock, batch, maxlen = ps.sock, self.cfg.rx_batch, self.cfg.rx_backlog
@@ -613,11 +602,7 @@ class NicDaemon:
             t = eng.get_timer()
             if t is not None and t <= now:
                 slot.c["timer_fires"] += 1
-                try:
-                    eng.handle_timer(now)
-                except Exception as e:  # noqa: BLE001
-                    slot.c["engine_errors"] += 1
-                    self._log_once(f"{slot.name}: handle_timer raised {e!r}")
+                self._engine_call(slot, eng.handle_timer, now)
                 self.pump(slot)
 
     async def _trace_flush_loop(self) -> None:
@@ -670,12 +655,17 @@ class NicDaemon:
                 continue
             for slot in self.slots.values():
                 for prio, until in items:
-                    try:
-                        slot.engine.pause(prio, until)
-                    except Exception as e:  # noqa: BLE001 - a NIC survives its engine
-                        slot.c["engine_errors"] += 1
-                        self._log_once(f"{slot.name}: pause raised {e!r}")
+                    self._engine_call(slot, slot.engine.pause, prio, until)
                 self.pump(slot)
+
+    def _engine_call(self, slot: EngineSlot, fn: Any, *args: Any) -> None:
+        """An engine's hook called; what it raises is counted and logged once (the contract
+        says never: a NIC survives its engine)."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001
+            slot.c["engine_errors"] += 1
+            self._log_once(f"{slot.name}: {getattr(fn, '__name__', 'hook')} raised {e!r}")
 
     def pump(self, slot: EngineSlot) -> None:
         """Drain the engine after an input: datagrams out, events to clients, re-arm the timer.

@@ -127,3 +127,17 @@ def _is_up(ifname: str) -> bool:
     except OSError:
         return True
     return flags & IFF_UP != 0 and flags & IFF_RUNNING != 0
+
+
+async def start(nursery: trio.Nursery, ifnames: list[str],
+                on_change: Callable[[int, bool], None]) -> tuple[LinkWatch | None, str]:
+    """A watch of ``ifnames`` running in ``nursery``; ``(None, why)`` where the namespace
+    refuses a netlink socket (then a failed port is found by the transports' timeouts)."""
+    watch = LinkWatch(ifnames, on_change)
+    try:
+        watch.open()
+    except OSError as e:
+        return None, (f"port link state not watched ({e}): a failed port is found by the "
+                      "transports' timeouts only")
+    await nursery.start(watch.run)
+    return watch, ""

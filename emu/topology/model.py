@@ -195,6 +195,23 @@ class Topology:
     def links_of(self, node: str) -> list[Link]:
         return [lk for lk in self.links if node in (lk.a.node, lk.b.node)]
 
+    def host_address(self, node: str, plane: int | None = None) -> str:
+        """``node``'s first IPv4 address (IPv6 if it has none), on ``plane``'s port when
+        given; ValueError naming what is wrong (no such node, a switch, no address)."""
+        if node not in self.nodes:
+            raise ValueError(f"no node {node!r} in cluster {self.name!r}")
+        if self.nodes[node].kind != "host":
+            raise ValueError(f"{node} is a switch, not a host")
+        ends = [lk.end(node) for lk in self.links_of(node)
+                if plane is None or (lk.plane or 0) == plane]
+        for fam in ("ipv4", "ipv6"):
+            for e in ends:
+                ip = getattr(e, fam)
+                if ip is not None:
+                    return str(ip.ip)
+        where = "" if plane is None else f" on plane {plane}"
+        raise ValueError(f"{node} has no address{where}")
+
     def link(self, spec: str) -> Link:
         """Find a link by name (``h1-leaf1``) or by ``A:B`` (either order; first of parallels)."""
         for lk in self.links:

@@ -274,3 +274,18 @@ def test_the_topology_keeps_its_own_name_and_kind_when_the_cluster_is_renamed(
     path = tmp_path / "mine.toml"
     path.write_text('[topology]\nkind = "pair"\n')
     assert (load(path).declared_name, load(path).kind) == ("mine", "pair")
+
+
+def test_host_address_by_plane_and_what_is_not_a_host():
+    """``Topology.host_address``: a host's address on each plane's port (what ``emu mrc
+    probe --plane`` and ``emu perf --to`` send to), and one line for a switch or a name
+    the cluster does not have."""
+    t = load(ROOT / "namespaces" / "multi-plane.toml")
+    assert t.host_address("h3") == t.host_address("h3", 0) == "10.0.2.11"
+    assert t.host_address("h3", 1) == "10.1.2.11"
+    with pytest.raises(ValueError, match="p0-leaf1 is a switch"):
+        t.host_address("p0-leaf1")
+    with pytest.raises(ValueError, match="no node 'h9' in cluster"):
+        t.host_address("h9")
+    with pytest.raises(ValueError, match="h3 has no address on plane 2"):
+        t.host_address("h3", 2)

@@ -33,20 +33,10 @@ def server_address(cluster: str, node: str) -> str:
     """The first IPv4 address of ``node``'s first port (IPv6 if it has no IPv4)."""
     from emu.cluster import cluster as C
 
-    topo = C.model(cluster)
-    if node not in topo.nodes:
-        raise UsageError(f"no node {node!r} in cluster {cluster!r}")
-    if topo.nodes[node].kind != "host":
-        raise UsageError(f"{node} is a switch: --from/--to take hosts")
-    for lk in topo.links_of(node):
-        end = lk.end(node)
-        if end.ipv4 is not None:
-            return str(end.ipv4.ip)
-    for lk in topo.links_of(node):
-        end = lk.end(node)
-        if end.ipv6 is not None:
-            return str(end.ipv6.ip)
-    raise UsageError(f"{node} has no address in cluster {cluster!r}")
+    try:
+        return C.model(cluster).host_address(node)
+    except ValueError as e:
+        raise UsageError(f"{e} (--from/--to take hosts)") from None
 
 
 def _relay(stream: IO[bytes], prefix: str, out: IO[str], said: list[str] | None = None

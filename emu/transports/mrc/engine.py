@@ -123,7 +123,6 @@ class MrcEngine(Engine):
         self.local_addrs = list(local_addrs or ([local_addr[0]] if local_addr else []))
         self.line_rate = line_rate
         self.base_rtt = base_rtt
-        self.cc = cc
         self.pmtu = pmtu
         self.ev_set = ev_set
         self.planes = planes
@@ -132,7 +131,6 @@ class MrcEngine(Engine):
         self.retry_linear = retry_linear
         self.retry_exp = retry_exp
         self.loss_threshold = loss_threshold
-        self.profile = profile
         self.ev_min_active = ev_min_active
         #: the daemon's event trace (``emu nicd --trace``): packets, per-EV feedback, EV
         #: state changes, probes, ports
@@ -148,9 +146,10 @@ class MrcEngine(Engine):
         self._endpoint_out: list[tuple[bytearray, Addr, int | None]] = []
         self._port = local_addr[1] if local_addr else UDP_PORT
         self._request_id = 0
-        self._requests: set[int] = set()  # ids of our requests not answered yet
-        #: EV_PROBEs out: request id -> (sent at, to, EV); answered ones wait in results
-        self._ev_probes: dict[int, tuple[float, str, int]] = {}
+        #: our ENDPOINT_REQUESTs not answered yet: id -> (op, sent at, to, EV); the oldest
+        #: is forgotten past 1024 (a peer that never answers)
+        self._requests: dict[int, tuple[int, float, str, int | None]] = {}
+        #: EV_PROBE answers (and PORT_DOWN refusals) until the controller takes them
         self.probe_results: deque[dict[str, Any]] = deque(maxlen=1024)
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
         self._events: deque[Event] = deque()
@@ -338,7 +337,7 @@ class MrcEngine(Engine):
         elif op == MRC_RELIABILITY_PROBE:
             qp.tgt.probe(pkt, ev, now)
         else:
-            st["rx_drop_unsupported"] += 1  # endpoint operations: not yet
+            st["rx_drop_unsupported"] += 1  # an opcode a QP does not take
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
@@ -497,17 +496,37 @@ class MrcEngine(Engine):
         # tell each peer NIC (ENDPOINT_REQUEST PORT_STATUS_UPDATE, over a live plane): it
         # stops sending to this NIC's address on the plane that went down
         for dest in peers.values():
-            self._request_id = (self._request_id + 1) & 0xFFFF
-            erth = ERTH(op=ERTH_PORT_STATUS_UPDATE, port_status_mask=self._up_mask())
-            bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=self._request_id)
-            self._endpoint_out.append((encode_packet(bth, [erth]), dest, None))
+            self._request(ERTH_PORT_STATUS_UPDATE, dest[0], None, now)
             self.stats["tx_port_updates"] += 1
-            if len(self._requests) > 1024:
-                self._requests.clear()
-            self._requests.add(self._request_id)
         return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down),
                 "admin_down": sorted(self.admin_down), "link_down": sorted(self.link_down),
                 "peers_told": len(peers)}
+
+    def _next_request_id(self) -> int:
+        self._request_id = (self._request_id + 1) & 0xFFFF
+        return self._request_id
+
+    def _peer_port(self, address: str) -> int:
+        """The UDP port the NIC at ``address`` takes MRC on: what a QP towards it was told
+        (a peer may use another port than ours), else ours."""
+        for qp in self._qps.values():
+            for a, port in qp.dests or ():
+                if a == address:
+                    return port
+        return self._port
+
+    def _request(self, op: int, dest: str, ev: int | None, now: float) -> int:
+        """An ENDPOINT_REQUEST (BTH.DestQP 2, its id in the PSN) to the NIC at ``dest``,
+        from ``ev`` (None: the NIC's own port); remembered until its answer comes."""
+        rid = self._next_request_id()
+        erth = ERTH(op=op, port_status_mask=self._up_mask())
+        bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=rid)
+        self._endpoint_out.append((encode_packet(bth, [erth]), (dest, self._peer_port(dest)),
+                                   ev))
+        if len(self._requests) >= 1024:
+            self._requests.pop(next(iter(self._requests)))
+        self._requests[rid] = (op, now, dest, ev)
+        return rid
 
     def _up_mask(self) -> int:
         return sum(1 << p for p in range(max(1, self.planes)) if p not in self.ports_down)
@@ -535,21 +554,20 @@ class MrcEngine(Engine):
         st = self.stats
         if pkt.bth.opcode == MRC_ENDPOINT_RESPONSE:
             rid = pkt.bth.psn & 0xFFFF
-            probe = self._ev_probes.pop(rid, None)
-            if probe is not None:
+            req = self._requests.pop(rid, None)
+            if req is None:
+                st["rx_drop_unexpected_response"] += 1  # not an answer to ours
+            elif req[0] == ERTH_EV_PROBE:
                 eeth = pkt.header(EETH)
                 ok = isinstance(eeth, EETH) and eeth.status == EETH_OK
                 self.probe_results.append({
-                    "request_id": rid, "to": probe[1], "ev": probe[2],
-                    "rtt_ns": round((now - probe[0]) * 1e9, 1),
+                    "request_id": rid, "to": req[2], "ev": req[3],
+                    "rtt_ns": round((now - req[1]) * 1e9, 1),
                     "status": "OK" if ok else (EETH_STATUS.get(eeth.status, str(eeth.status))
                                                if isinstance(eeth, EETH) else "malformed")})
                 st["rx_ev_probe_answers"] += 1
-            elif rid in self._requests:
-                self._requests.discard(rid)
-                st["rx_port_update_acks"] += 1
             else:
-                st["rx_drop_unexpected_response"] += 1  # not an answer to ours
+                st["rx_port_update_acks"] += 1
             return
         erth = pkt.header(ERTH)
         if not isinstance(erth, ERTH):
@@ -578,8 +596,8 @@ class MrcEngine(Engine):
                     num_ports=max(1, self.planes), port_status_mask=self._up_mask(),
                     ev=ev or 0, tx_timestamp=erth.tx_timestamp)
         bth = BTH(opcode=MRC_ENDPOINT_RESPONSE, dqpn=ENDPOINT_QP, psn=pkt.bth.psn)
-        port = self.local_addr[1] if self.local_addr else UDP_PORT
-        self._endpoint_out.append((encode_packet(bth, [eeth]), (str(addr[0]), port), ev))
+        self._endpoint_out.append((encode_packet(bth, [eeth]),
+                                   (str(addr[0]), self._peer_port(str(addr[0]))), ev))
 
     def ev_probe(self, dest: str, ev: int, now: float, plane: int | None = None) -> int:
         """An EV_PROBE endpoint operation (``mrc_ctl.h``'s batch send) to the NIC at
@@ -589,21 +607,13 @@ class MrcEngine(Engine):
         EV. Returns the request id; the answer lands in :attr:`probe_results`."""
         if not 0 <= ev <= 0xFFFF:
             raise VerbsError(f"EV {ev:#x}: the UDP EV format has 16 bits (a source port)")
-        self._request_id = (self._request_id + 1) & 0xFFFF
-        rid = self._request_id
         if plane is not None and plane in self.ports_down:  # this NIC's port cannot send
+            rid = self._next_request_id()
             self.probe_results.append({"request_id": rid, "to": dest, "ev": ev,
                                        "rtt_ns": None, "status": "PORT_DOWN"})
             return rid
-        erth = ERTH(op=ERTH_EV_PROBE, port_status_mask=self._up_mask())
-        bth = BTH(opcode=MRC_ENDPOINT_REQUEST, dqpn=ENDPOINT_QP, psn=rid)
-        port = self.local_addr[1] if self.local_addr else UDP_PORT
-        self._endpoint_out.append((encode_packet(bth, [erth]), (dest, port), ev))
-        if len(self._ev_probes) > 1024:  # never answered: forget the oldest
-            self._ev_probes.pop(next(iter(self._ev_probes)))
-        self._ev_probes[rid] = (now, dest, ev)
         self.stats["tx_ev_probes"] += 1
-        return rid
+        return self._request(ERTH_EV_PROBE, dest, ev, now)
 
     def take_probe_results(self) -> list[dict[str, Any]]:
         out = list(self.probe_results)

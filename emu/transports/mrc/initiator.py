@@ -505,23 +505,12 @@ class InitiatorQP:
         oldest = next(iter(sb.unacked.values()), None)
         if oldest is None and self.ack_wait is not None and self.ack_wait + self.wait() <= now:
             # every packet SACKed, the transport ACK not come: lost, or the peer is gone
-            self.timeouts += 1
-            self.stats["rto"] += 1
-            if self.retry_exp != RETRY_FOREVER and \
-                    self.timeouts > self.retry_linear + self.retry_exp:
-                self._fail(WcStatus.RETRY_EXC_ERR, now)
-                return
-            self.ack_wait, self.ack_request_due = now, True
-            if self.trace.enabled:
-                self.trace.event("ack_request", now, qp=self.qpn, timeouts=self.timeouts)
+            if self._retry(now):
+                self.ack_wait, self.ack_request_due = now, True
+                if self.trace.enabled:
+                    self.trace.event("ack_request", now, qp=self.qpn, timeouts=self.timeouts)
             return
-        if oldest is None or oldest.sent_at + self.wait() > now:
-            return
-        self.timeouts += 1
-        self.stats["rto"] += 1
-        if self.retry_exp != RETRY_FOREVER and \
-                self.timeouts > self.retry_linear + self.retry_exp:
-            self._fail(WcStatus.RETRY_EXC_ERR, now)
+        if oldest is None or oldest.sent_at + self.wait() > now or not self._retry(now):
             return
         if self.trace.enabled:
             self.trace.timer_fired(now, qp=self.qpn, psn=oldest.psn & _M24, ev=oldest.ev,
@@ -533,6 +522,17 @@ class InitiatorQP:
             self.cc.on_loss(now)
         if sb.retx.at_once(oldest.psn):
             self.stats["retx_rto"] += 1
+
+    def _retry(self, now: float) -> bool:
+        """A timeout: one more retry, or (past ``retry_linear + retry_exp``) the QP fails
+        with RETRY_EXC_ERR and False is returned."""
+        self.timeouts += 1
+        self.stats["rto"] += 1
+        if self.retry_exp != RETRY_FOREVER and \
+                self.timeouts > self.retry_linear + self.retry_exp:
+            self._fail(WcStatus.RETRY_EXC_ERR, now)
+            return False
+        return True
 
     # -- errors --------------------------------------------------------------------------
 

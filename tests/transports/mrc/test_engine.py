@@ -46,6 +46,16 @@ def _write(eng, qp, src, dst, n: int, wr_id: int, *, off: int = 0, imm: int | No
                                    dst.rkey, imm=imm))
 
 
+def _two_plane_qps(ea, eb) -> tuple[int, int]:
+    """A QP on each NIC of a two-plane pair (ports 10.0.0.x and 10.1.0.x), connected."""
+    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
+    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
+    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
+    ea.connect(qa2, {**ib, "port": 4791})
+    eb.connect(qb2, {**ia, "port": 4791})
+    return qa2, qb2
+
+
 def test_a_clean_write_arrives_and_completes_from_the_transport_ack():
     link, ea, eb, qa, qb, src, dst, data = _pair(size=64 * PMTU)
     _write(ea, qa, src, dst, 64 * PMTU, 1)
@@ -234,11 +244,7 @@ def test_a_qp_sprays_over_both_planes_of_a_two_port_nic():
 
 def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
     link, ea, eb, qa, qb, src, dst, data = _pair(size=128 * PMTU, engine_kw={"planes": 2})
-    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
-    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
-    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
-    ea.connect(qa2, {**ib, "port": 4791})
-    eb.connect(qb2, {**ia, "port": 4791})
+    qa2, qb2 = _two_plane_qps(ea, eb)
     assert ea.port_admin(1, False, 0.0) == {"port": 1, "up": False, "qps": 1,
                                            "ports_down": [1], "admin_down": [1],
                                            "link_down": [], "peers_told": 1}
@@ -275,11 +281,7 @@ def test_a_port_that_loses_its_link_is_left_until_it_returns_but_admin_down_wins
     and tells the peer; the link coming back restores it — unless the controller took
     the port down meanwhile: that stays until ``port_admin(up)``."""
     link, ea, eb, qa, qb, src, dst, data = _pair(size=128 * PMTU, engine_kw={"planes": 2})
-    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
-    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
-    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
-    ea.connect(qa2, {**ib, "port": 4791})
-    eb.connect(qb2, {**ia, "port": 4791})
+    qa2, qb2 = _two_plane_qps(ea, eb)
     out = eb.port_link(1, False, 0.0)  # the receiver's plane-1 cable
     assert (out["link_down"], out["admin_down"], out["peers_told"]) == ([1], [], 1)
     link.run()  # the PORT_STATUS_UPDATE reaches the sender
@@ -305,11 +307,7 @@ def test_a_plane_failing_mid_write_is_resent_on_the_live_plane_at_once():
     at once — no timeout, no EV blamed — and the write completes byte-exact."""
     size = 512 * PMTU
     link, ea, eb, qa, qb, src, dst, data = _pair(size=size, engine_kw={"planes": 2})
-    ea.local_addrs, eb.local_addrs = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
-    qa2, qb2 = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
-    ia, ib = ea.query_qp(qa2), eb.query_qp(qb2)
-    ea.connect(qa2, {**ib, "port": 4791})
-    eb.connect(qb2, {**ia, "port": 4791})
+    qa2, qb2 = _two_plane_qps(ea, eb)
     failed = False
     link.drop_sent = lambda side, d, addr, meta: failed and addr[0].startswith("10.1.")
     link.delay = 20e-6  # a bandwidth-delay product's worth in flight on each plane
