@@ -309,8 +309,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                             "QPs that name none get)")
         x.add_argument("name", nargs="?")
     evp.add_argument("--format", choices=("udp", "stev", "srv6"), default="udp",
-                     help="where the EV rides (default udp: the source port; stev and srv6 "
-                          "profiles can be made, not yet given to a QP)")
+                     help="where the EV rides (default udp: the source port; stev: the source "
+                          "port and the IPv6 flow label; srv6: as stev, in an outer IPv6 header "
+                          "naming the EV's path — a cluster with routing.mode = srv6)")
     evp.add_argument("--mode", choices=("auto", "exp", "gen"), default="gen",
                      help="auto (drawn at random), exp (--evs), gen (--field; the default)")
     evp.add_argument("--evs", type=_evs, help="EXP: the EVs, comma-separated")

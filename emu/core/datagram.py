@@ -32,11 +32,20 @@ class TxMeta:
     ECN-marks the packet. Engines reuse one instance per flow: treat it as
     read-only and compare with ``is`` to batch (GSO needs one destination and
     one source port per send).
+
+    ``label`` and ``outer`` are for MRC's STEV and SRv6 EV formats, which put part
+    of the entropy in the IPv6 flow label and (SRv6) the path in an outer IPv6
+    header whose destination is a uSID container: the daemon then builds the
+    frame itself (:mod:`emu.nic.frames`) — a UDP socket can set neither per
+    packet. ``label`` None: the kernel's own flow label; ``outer`` None: no
+    encapsulation, else the outer destination's 16 bytes.
     """
 
     entropy: int
     dscp: int = 0
     ecn: int = ECN_NOT_ECT
+    label: int | None = None
+    outer: bytes | None = None
 
     @property
     def tos(self) -> int:

@@ -86,6 +86,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "switch and NIC latency (emu up gives the plan's; repeatable)")
     p.add_argument("--family", type=int, choices=(4, 6),
                    help="6: QPs and endpoints use the port's IPv6 address (default: IPv4)")
+    p.add_argument("--srv6-paths", metavar="FILE",
+                   help="the controller's SRv6 path table for this host (JSON: {\"paths\": "
+                        "{destination address: [uSID container, ...]}}; emu up writes it for a "
+                        "cluster with routing.mode = srv6): what MRC's srv6 EV format sends on")
     p.add_argument("--trimmed-dscp", type=int, action="append", metavar="DSCP",
                    help="a DSCP the switches write on trimmed packets (repeatable; default "
                         "30 and 31, switchd's trimmed_dscp and trimmed_lasthop)")
@@ -97,6 +101,23 @@ def _scale(v: str) -> float:
         return check_scale(v)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _srv6_paths(path: str | None) -> dict[str, list[str]]:
+    """``--srv6-paths FILE`` → {destination: [outer destination, ...]}, every address
+    checked (a bad file is one line and exit 2, not a daemon that sends nowhere)."""
+    if path is None:
+        return {}
+    import ipaddress
+
+    try:
+        with open(path) as f:
+            table = json.load(f)["paths"]
+        return {str(ipaddress.IPv6Address(d)): [str(ipaddress.IPv6Address(c)) for c in cs]
+                for d, cs in table.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"emu nicd: --srv6-paths {path}: not an SRv6 path table ({e})"
+                         ) from None
 
 
 def _path_delays(specs: list[str]) -> dict[str, float]:
@@ -184,6 +205,7 @@ def config_from(a: argparse.Namespace) -> Any:
                      tx_lead=a.tx_lead, rx_coalesce=a.rx_coalesce,
                      time_scale=a.time_scale, time_epoch=a.time_epoch,
                      path_delays=_path_delays(a.path_delay),
+                     srv6_paths=_srv6_paths(a.srv6_paths),
                      **({"trimmed_dscps": tuple(a.trimmed_dscp)}
                                        if a.trimmed_dscp else {}))
 

@@ -85,3 +85,7 @@ class NicConfig:
     #: propagation delay held by this NIC (``emu.nic.delayline``): peer address → fabric
     #: seconds, ``"*"`` for every other peer; empty = none
     path_delays: dict[str, float] = field(default_factory=dict)
+    #: the controller's SRv6 path table for this host (``emu up`` of a cluster with
+    #: ``routing.mode = "srv6"``): destination address → the outer destinations (uSID
+    #: containers) of its paths; MRC's SRv6 EV format sends on them. Empty: none
+    srv6_paths: dict[str, list[str]] = field(default_factory=dict)

@@ -173,7 +173,8 @@ class NicDaemon:
                     ctx = engines.EngineContext(self.memory, self.rng, [a for a, _ in addrs],
                                                 port, mtu, opts,
                                                 self.trace.child(f"{self.cfg.host}/{name}"),
-                                                port_addresses=_per_port(addrs))
+                                                port_addresses=_per_port(addrs),
+                                                srv6_paths=engines.srv6_table(self.cfg.srv6_paths))
                     self.port_names = _port_names(addrs)
                     engine = engines.create(name, ctx)
                 except BaseException as e:
@@ -184,6 +185,9 @@ class NicDaemon:
                     self.warnings.append(f"transport {name} not available: {e}")
                     continue
                 used[port] = name
+                if getattr(engine, "reads_flow_label", False):  # MRC's STEV/SRv6 EVs
+                    for ps in socks:
+                        ps.enable_flowinfo()
                 c = dict.fromkeys(SLOT_COUNTERS, 0)
                 framer = framer_for(name)
                 tx = TxPath(socks, c, max_queue=self.cfg.tx_backlog, netns_fd=self._ns_fd,

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Hashable
+import socket
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,6 +54,17 @@ from emu.jsonable import jsonable
 from emu.transports.base import Engine, VerbsError
 
 __all__ = ["ENGINES", "Engine", "EngineContext", "Verbs", "VerbsError", "create", "register"]
+
+
+def srv6_table(paths: dict[str, list[str]]) -> Callable[[str], tuple[bytes, ...]] | None:
+    """The controller's SRv6 path table (``NicConfig.srv6_paths``) as engines take it:
+    destination → its paths' outer destinations as bytes; None when there is none (the
+    fabric is not source-routed)."""
+    if not paths:
+        return None
+    table = {d: tuple(socket.inet_pton(socket.AF_INET6, c) for c in cs)
+             for d, cs in paths.items()}
+    return lambda dest: table.get(dest, ())
 
 
 @dataclass
@@ -81,6 +93,10 @@ class EngineContext:
     #: the addresses of each NIC port, in port order (a multi-plane NIC: one port per
     #: plane, which MRC sprays over); empty when unknown
     port_addresses: list[list[str]] = field(default_factory=list)
+    #: the controller's SRv6 path table: destination address → the outer destinations
+    #: (16-byte uSID containers) of its paths, () for none; None: the fabric is not
+    #: source-routed
+    srv6_paths: Callable[[str], Sequence[bytes]] | None = None
 
     def in_force(self, opts: dict[str, Any]) -> None:
         """Record the engine's options, as plain data (the trace object left out)."""

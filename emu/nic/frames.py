@@ -88,6 +88,40 @@ def _sum16(b: bytes) -> int:
     return sum(struct.unpack(f"!{len(b) // 2}H", b))
 
 
+_VNET = struct.Struct("=BBHHHH")
+#: an SRv6 outer header's next header: the inner IPv6 packet (RFC 8986 encapsulation)
+IPPROTO_IPV6 = 41
+
+
+def ip_udp(src: bytes, dst: bytes, sport: int, dport: int, n: int, tos: int,
+           label: int | None, outer: bytes | None, ttl: int,
+           pseudo_base: int | None = None) -> tuple[bytes, bytes]:
+    """The IP header(s) and the UDP header of an ``n``-byte datagram, the UDP checksum
+    field holding the pseudo-header's sum (what a checksum offload completes).
+
+    ``label``: the IPv6 flow label (None: one hashed from the ports, like the
+    kernel's automatic labels). ``outer``: SRv6 — an outer IPv6 header to that
+    destination (a uSID container) from ``src``, next header IPv6, carrying the
+    inner packet's traffic class (so switches classify and ECN-mark it, RFC 6040's
+    normal mode) and flow label."""
+    ulen = 8 + n
+    if pseudo_base is None:
+        pseudo_base = _sum16(src) + socket.IPPROTO_UDP
+    udp = _UDP.pack(sport, dport, ulen, _fold(pseudo_base + _sum16(dst) + ulen))
+    if len(src) == 16:
+        if label is None:
+            label = ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
+        word = (6 << 28) | (tos << 20) | (label & 0xFFFFF)
+        ip = _IP6.pack(word, ulen, socket.IPPROTO_UDP, ttl, src, dst)
+        if outer is not None:
+            ip = _IP6.pack(word, 40 + ulen, IPPROTO_IPV6, ttl, src, outer) + ip
+        return ip, udp
+    if outer is not None or label is not None:
+        raise ValueError("a flow label or an SRv6 outer header needs IPv6")
+    h = _IP4.pack(0x45, tos, 20 + ulen, 0, 0x4000, ttl, socket.IPPROTO_UDP, 0, src, dst)
+    return h[:10] + struct.pack("!H", 0xFFFF ^ _fold(_sum16(h))) + h[12:], udp
+
+
 def hwaddr(sock: socket.socket, ifname: str) -> bytes:
     """The interface's MAC (SIOCGIFHWADDR answers for the socket's namespace)."""
     req = struct.pack("16s16x", ifname.encode())
@@ -150,12 +184,6 @@ class FrameTx:
             raise
         self.sock = s
         self.mv = memoryview(self.ring)
-        # the virtio header is the same for every frame: checksum from the UDP header on
-        l4 = 14 + self.iphdr
-        vnet = struct.pack("=BBHHHH", 1, 0, 0, 0, l4, 6)  # NEEDS_CSUM, no GSO, start, offset
-        for i in range(frames):
-            o = i * fs + DATA
-            self.mv[o:o + VNET_LEN] = vnet
         self.head = 0  # next slot to fill
         self.khead = 0  # where the kernel's own head should be (after the last clean kick)
         self.pending = 0  # filled, not yet kicked
@@ -204,13 +232,16 @@ class FrameTx:
         return mac
 
     def _build(self, key: tuple[Any, ...]) -> bytes | None:
-        dst, dport, sport, n, tos = key
+        """The frame's prefix: the virtio header (the UDP checksum from the UDP header
+        on, as an offload), Ethernet, [the outer IPv6 header], IP, UDP."""
+        dst, dport, sport, n, tos, label, outer = key
         now = wall()
         if self._retry.get(dst, 0.0) > now:
             return None
         try:
             draw = socket.inet_pton(self.family, dst)
-            mac = self._next_hop_mac(socket.inet_ntop(self.family, draw), sport, dport)
+            hop = draw if outer is None else outer  # SRv6: the path's first uSID
+            mac = self._next_hop_mac(socket.inet_ntop(self.family, hop), sport, dport)
         except (OSError, ValueError):
             mac = None
         if mac is None:
@@ -221,21 +252,12 @@ class FrameTx:
             self._retry[dst] = now + 0.01  # the socket path resolves it meanwhile
             return None
         self._retry.pop(dst, None)
-        ulen = 8 + n
-        pseudo = _fold(self._pseudo + _sum16(draw) + ulen)
-        udp = _UDP.pack(sport, dport, ulen, pseudo)
-        if self.family == socket.AF_INET6:
-            label = ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
-            ip = _IP6.pack((6 << 28) | (tos << 20) | label, ulen, socket.IPPROTO_UDP,
-                           self.ttl, self.src, draw)
-            eth = mac + self.mac + b"\x86\xdd"
-        else:
-            tot = 20 + ulen
-            h = _IP4.pack(0x45, tos, tot, 0, 0x4000, self.ttl, socket.IPPROTO_UDP, 0,
-                          self.src, draw)
-            ip = h[:10] + struct.pack("!H", 0xFFFF ^ _fold(_sum16(h))) + h[12:]
-            eth = mac + self.mac + b"\x08\x00"
-        return eth + ip + udp
+        ip, udp = ip_udp(self.src, draw, sport, dport, n, tos, label, outer, self.ttl,
+                         self._pseudo)
+        eth = mac + self.mac + (b"\x86\xdd" if self.family == socket.AF_INET6 else b"\x08\x00")
+        # checksum from the UDP header on: NEEDS_CSUM, no GSO, start, offset
+        vnet = _VNET.pack(1, 0, 0, 0, 14 + len(ip), 6)
+        return vnet + eth + ip + udp
 
     # -- the ring ---------------------------------------------------------------------
 
@@ -260,7 +282,7 @@ class FrameTx:
         ring, mv, fs, nf = self.ring, self.mv, self.frame_size, self.frames
         c = self.c
         port, gso, room = main.port, main.gso, self.mtu - 8 - self.iphdr
-        base = DATA + VNET_LEN
+        base = DATA
         head = self.head
         placed = nbytes = 0
         full = False
@@ -279,8 +301,9 @@ class FrameTx:
                         break  # ring full, or the rest goes by socket
                     q.popleft()
                     continue
-                if type(meta) is not TxMeta or meta.entropy == port:
-                    break
+                if type(meta) is not TxMeta or (meta.entropy == port and meta.label is None
+                                                and meta.outer is None):
+                    break  # the socket sends from the port's own source port
                 if gso and len(q) > 1 and q[1][2] is meta:
                     break
                 if not self._leaves_here(addr, main, main_for):
@@ -291,7 +314,7 @@ class FrameTx:
                     break
                 g = type(data) is Gather
                 n = data.size if g else len(data)
-                if n > room:
+                if n > (room if meta.outer is None else room - 40):
                     break  # the socket path reports EMSGSIZE
                 pre = self._prefix_for(addr, n, meta)
                 if pre is None:
@@ -348,10 +371,11 @@ class FrameTx:
         The cache is keyed by the fields the headers take from ``meta``, not by ``meta``
         itself: TxMeta's hash is a dataclass method, a Python call that cost ~0.5 µs per
         sprayed packet (a UET sender draws a new entropy for almost every one)."""
-        key = (addr, n, meta.entropy, meta.dscp, meta.ecn)
+        key = (addr, n, meta.entropy, meta.dscp, meta.ecn, meta.label, meta.outer)
         pre = self._prefix.get(key)
         if pre is None:
-            pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos))
+            pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos, meta.label,
+                               meta.outer))
             if pre is None:
                 self.c["unresolved"] += 1
                 return None
@@ -400,7 +424,7 @@ class FrameTx:
         # id(meta) → frame prefix, for this run (the run holds its metas): TxMeta's own
         # hash is a dataclass method, a Python call per packet (~1 % of a sending daemon)
         pres: dict[int, bytes] = {}
-        base = DATA + VNET_LEN
+        base = DATA
         start = i
         full = False
         stop = count if budget == math.inf else min(count, i + max(1, math.ceil(budget / n)))
@@ -412,7 +436,8 @@ class FrameTx:
             meta = metas[i]
             pre = pres.get(id(meta))
             if pre is None:
-                if meta.entropy == port:
+                if (meta.entropy == port and meta.label is None and meta.outer is None) or (
+                        meta.outer is not None and n > self.mtu - 48 - self.iphdr):
                     break
                 pre = self._prefix_for(addr, n, meta)
                 if pre is None:
@@ -499,3 +524,65 @@ class FrameTx:
 
     def counters(self) -> dict[str, int]:
         return dict(self.c)
+
+
+def _csum(*parts: Any) -> int:
+    """The Internet checksum of the concatenated ``parts`` (each of even length but the
+    last): a number's value mod 2^16 − 1 is the ones'-complement sum of its 16-bit
+    words, so one big-integer remainder per part does it in C."""
+    v = 0
+    for p in parts:
+        b = bytes(p)
+        if len(b) & 1:
+            b += b"\0"
+        v += int.from_bytes(b, "big") % 0xFFFF
+    s = v % 0xFFFF or 0xFFFF
+    return (0xFFFF - s) or 0xFFFF
+
+
+class RawTx:
+    """One NIC port's raw IPv6 socket (``IPPROTO_RAW``: the daemon writes the IP
+    headers), for a datagram that must carry its own flow label or SRv6 outer header
+    (:class:`~emu.core.datagram.TxMeta` ``label``/``outer``) while its frame cannot be
+    built — the next hop not resolved yet, or no frame ring on the port. A UDP socket
+    could send it, but without them: the peer would read another EV, and an SRv6 packet
+    would take the ECMP route instead of its path. The kernel resolves the next hop
+    for it, as for a socket's; the UDP checksum is computed here (:func:`_csum`)."""
+
+    def __init__(self, ifname: str, address: str, *, ttl: int = 64,
+                 sndbuf: int = SNDBUF) -> None:
+        if ":" not in address:
+            raise ValueError("flow labels and SRv6 headers are IPv6's")
+        s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+            s.setblocking(False)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+        self.src = socket.inet_pton(socket.AF_INET6, address)
+        self.ttl = ttl
+        self.c = {"raw_sends": 0}
+
+    def packet(self, data: Any, dst: str, dport: int, meta: Any) -> tuple[bytes, str]:
+        """The IP packet of ``data`` to ``(dst, dport)`` sent with ``meta``, and the
+        address the kernel routes it by (the outer destination under SRv6)."""
+        body = bytes(data)
+        ip, udp = ip_udp(self.src, socket.inet_pton(socket.AF_INET6, dst), meta.entropy,
+                         dport, len(body), meta.tos, meta.label, meta.outer, self.ttl)
+        # the field holds the pseudo-header's sum (folded); the header's other words and
+        # the payload complete it
+        csum = _csum(udp[6:8], udp[:6], body)
+        first = dst if meta.outer is None else socket.inet_ntop(socket.AF_INET6, meta.outer)
+        return ip + udp[:6] + struct.pack("!H", csum) + body, first
+
+    def send(self, data: Any, dst: str, dport: int, meta: Any) -> int:
+        pkt, first = self.packet(data, dst, dport, meta)
+        self.sock.sendto(pkt, (first, 0))
+        self.c["raw_sends"] += 1
+        return len(pkt)
+
+    def close(self) -> None:
+        self.sock.close()

@@ -17,8 +17,9 @@ import struct
 from collections import deque
 from typing import Any
 
-from emu.core.datagram import Gather, Run
+from emu.core.datagram import Gather, Run, TxMeta
 from emu.fabricclock import wall
+from emu.nic.frames import RawTx
 from emu.nic.udp import (
     GSO_MAX_BYTES,
     GSO_MAX_SEGS,
@@ -80,6 +81,8 @@ class TxPath:
         self._entropy: dict[tuple[str, int], PortSocket] = {}
         #: main socket → its port's frame ring (:mod:`emu.nic.frames`), see :meth:`use_rings`
         self.rings: dict[PortSocket, Any] = {}
+        #: main socket → its raw IPv6 socket (made on first use, :meth:`_send_raw`)
+        self._raw: dict[PortSocket, RawTx | None] = {}
         #: the head of the queue waits for its port's serializer until this time
         #: (``wall()``); None: not waiting for a port
         self.paced_until: float | None = None
@@ -266,6 +269,11 @@ class TxPath:
                 q.popleft()
                 q.extendleft(reversed(data.rest(addr)))
                 continue
+            if type(meta) is TxMeta and (meta.label is not None or meta.outer is not None):
+                if not self._send_raw(data, addr, meta):
+                    return  # the port is busy: the head waits for it
+                q.popleft()
+                continue
             try:
                 ps = self._socket_for(addr[0], meta)
             except OSError:
@@ -339,6 +347,49 @@ class TxPath:
             for _ in range(k):
                 q.popleft()
 
+    def _send_raw(self, data: Any, addr: Any, meta: TxMeta) -> bool:
+        """Send the head of the queue, which carries a flow label or an SRv6 header, by
+        the port's raw socket (:class:`~emu.nic.frames.RawTx`); False when the port's
+        serializer has no room now (nothing sent). Errors drop it and count."""
+        c = self.c
+        try:
+            main = self._main_for(addr[0])
+        except OSError:
+            c["tx_errors"] += 1
+            return True
+        pacer = main.pacer
+        now, budget = self._budget(pacer)
+        if budget <= 0:
+            return False
+        raw = self._raw.get(main, False)
+        if raw is False:
+            try:
+                with in_netns(self.netns_fd):
+                    raw = RawTx(main.ifname, main.address)
+            except (OSError, ValueError):
+                raw = None
+            self._raw[main] = raw
+        if raw is None:
+            c["tx_errors"] += 1
+            c["tx_last_errno"] = errno.EAFNOSUPPORT
+            return True
+        if self.seal is not None:
+            data = bytearray(bytes(data))
+            self.seal(data, main.address, meta.entropy, addr[0], addr[1])
+        try:
+            n = raw.send(data, addr[0], addr[1], meta)
+        except OSError as e:
+            c["tx_errors"] += 1
+            c["tx_last_errno"] = e.errno or 0
+            return True
+        c["tx_packets"] += 1
+        c["tx_bytes"] += len(data)
+        c["tx_raw"] += 1
+        if pacer is not None:
+            pacer.charge(now, n + 14, 1, self._waited)
+            self._waited = False
+        return True
+
     def ports_busy(self) -> bool:
         """Every paced port still has frames to serialize (its FIFO is not empty): what an
         engine holds back now costs no link time yet."""
@@ -365,6 +416,10 @@ class TxPath:
         for fx in self.rings.values():
             fx.close()
         self.rings.clear()
+        for raw in self._raw.values():
+            if raw is not None:
+                raw.close()
+        self._raw.clear()
 
 
 def _iovec(batch: list[Any]) -> list[Any]:

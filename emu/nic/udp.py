@@ -65,6 +65,11 @@ TOS_ADOPT = 8
 SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("qq")
 _STAMP_CMSG = (socket.SOL_SOCKET, SO_TIMESTAMPNS)
+#: IPV6_FLOWINFO: as a socket option, "give me each datagram's flow info"; as a control
+#: message, its traffic class and flow label (network order), present only when non-zero
+IPV6_FLOWINFO = 11
+_FLOW_CMSG = (socket.IPPROTO_IPV6, IPV6_FLOWINFO)
+_FLOW_LABEL = 0xFFFFF
 _OVFL_CMSG = (socket.SOL_SOCKET, SO_RXQ_OVFL)
 #: SO_RCVMARK's control message: the IPv4 header word :mod:`emu.nic.rxheader` stamps
 _MARK_CMSG = (socket.SOL_SOCKET, rxheader.SO_MARK)
@@ -120,6 +125,7 @@ _ANC = socket.CMSG_SPACE(4) * 5 + socket.CMSG_SPACE(_TIMESPEC.size)
 _U16 = struct.Struct("=H")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
+_U32BE = struct.Struct("!I")
 #: an IPv6 traffic-class cmsg is an int (4 bytes, native order): its low byte is the TOS
 _TOS_BYTE = 0 if sys.byteorder == "little" else 3
 
@@ -260,6 +266,8 @@ class PortSocket:
         self.stamps = False  # reads carry each datagram's receive time (enable_stamps)
         #: reads carry each IPv4 datagram's header word as received (enable_ip_word): 1/0
         self.ip_word = 0
+        #: reads carry the IPv6 flow label, in the address tuple (enable_flowinfo)
+        self.flowinfo = 0
         self.family = fam
         self.address = address
         self.port = port
@@ -331,8 +339,10 @@ class PortSocket:
         tos_level, tos_type = self._tos_cmsg
         stamped = times is not None and self.stamps
         mk = self.ip_word  # 1: the IPv4 header word comes before the TOS
-        # the common read's control messages: a stamp first, the header word, the TOS
-        want = (2 if stamped else 1) + mk
+        fl = self.flowinfo  # 1: the flow info comes after the TOS
+        # the common read's control messages: a stamp first, the header word, the TOS,
+        # the flow info
+        want = (2 if stamped else 1) + mk + fl
         word = None
         quick = quick_bytes = quick_dropped = bad = 0
         me, sport = self.address, self.sport
@@ -349,13 +359,23 @@ class PortSocket:
                 # after a kernel drop reads also carry the drop count (SO_RXQ_OVFL, before
                 # the TOS): still the common read, or an overloaded daemon gets slower
                 if not flags and (na == want or (na == want + 1
-                                                 and anc[-2 - mk][:2] == _OVFL_CMSG)):
-                    level, typ, data = anc[-1]  # the TOS
+                                                 and anc[-2 - mk - fl][:2] == _OVFL_CMSG)):
+                    if fl:
+                        if anc[-1][:2] != _FLOW_CMSG:
+                            self._read_general(cmv[off:off + n], n, anc, flags, addr, out,
+                                               maxlen, c, check, check_buf, times=times)
+                            off += (n + 63) & ~63
+                            continue
+                        addr = (addr[0], addr[1],
+                                _U32BE.unpack_from(anc[-1][2])[0] & _FLOW_LABEL, addr[3])
+                        level, typ, data = anc[-2]  # the TOS
+                    else:
+                        level, typ, data = anc[-1]  # the TOS
                     if typ == tos_type and level == tos_level and (
                             not stamped or anc[0][:2] == _STAMP_CMSG) and (
                             not mk or anc[-2][1] == _SO_MARK):  # the level is SOL_SOCKET
                         if na != want:
-                            self.kernel_drops = _U32.unpack_from(anc[-2 - mk][2])[0]
+                            self.kernel_drops = _U32.unpack_from(anc[-2 - mk - fl][2])[0]
                         if mk:
                             word = anc[-2][2]
                         quick += 1
@@ -424,6 +444,20 @@ class PortSocket:
             return False
         return True
 
+    def enable_flowinfo(self) -> bool:
+        """Have every read carry its datagram's IPv6 flow label, as the flow-info field
+        of the address tuple ``(host, port, flowinfo, scope)`` the engine gets (the
+        kernel leaves it 0 there for UDP): MRC's STEV and SRv6 EV formats put part of
+        the entropy value in it. False for IPv4 or if the kernel refuses."""
+        if self.family != socket.AF_INET6:
+            return False
+        try:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
+        except OSError:
+            return False
+        self.flowinfo = 1
+        return True
+
     def enable_stamps(self) -> bool:
         """Have every read carry its datagram's kernel receive time (``SO_TIMESTAMPNS``,
         ``time.time()`` seconds): :meth:`recv_batch` then fills ``times``. False if the
@@ -478,6 +512,8 @@ class PortSocket:
                 stamp = data
             elif (level, typ) == _MARK_CMSG:
                 word = data if self.ip_word else None
+            elif (level, typ) == _FLOW_CMSG and self.flowinfo:
+                addr = (addr[0], addr[1], _U32BE.unpack_from(data)[0] & _FLOW_LABEL, addr[3])
             elif level == SOL_UDP and typ == UDP_GRO:
                 seg = _U16.unpack_from(data)[0] if len(data) == 2 else \
                     _I32.unpack_from(data)[0]

@@ -447,3 +447,86 @@ def test_roce_datagrams_leave_through_the_ring_with_an_icrc_for_the_headers_sent
         tx.close()
         main.close()
         os.close(tx.netns_fd)
+
+
+def test_flow_labels_leave_in_frames_and_by_the_raw_socket_and_arrive_in_the_address(net):
+    """MRC's STEV/SRv6 EVs: a datagram whose TxMeta carries a flow label leaves with it —
+    as a frame, or by the port's raw socket while the next hop is unresolved (a UDP
+    socket cannot set one per packet) — and the receiving PortSocket hands it over as
+    the address tuple's flow info (``enable_flowinfo``), checksum valid, byte-exact."""
+    src, dst = _addrs(socket.AF_INET6)
+    c = dict.fromkeys(("tx_packets", "tx_bytes", "tx_raw", "tx_errors", "tx_frames"), 0)
+    main, tx = _txpath_with_ring(net, src, c)
+    rx = in_netns(net.b, lambda: PortSocket(dst, PORT + 1, ifname="b0", mtu=1500))
+    try:
+        assert rx.enable_flowinfo()
+        tx.rings[main].invalidate()
+        tx.rings[main]._retry[dst] = time.monotonic() + 60  # unresolved: the raw way
+        items = [(b"raw%03d" % i, (dst, PORT + 1), TxMeta(0xD000, ecn=2, label=0x100 + i))
+                 for i in range(5)]
+        tx.put(items)
+        tx.flush()
+        assert c["tx_raw"] == 5 and c["tx_errors"] == 0
+        tx.rings[main]._retry.clear()
+        for _ in range(100):  # the kernel resolved the next hop for the raw sends
+            items2 = [(b"frm%03d" % i, (dst, PORT + 1), TxMeta(0xD001, label=0xABCDE - i))
+                      for i in range(5)]
+            tx.put(items2)
+            tx.flush()
+            if c["tx_frames"]:
+                break
+            time.sleep(0.02)
+        out: deque = deque()
+        idle = time.monotonic() + 0.5
+        while time.monotonic() < idle:  # everything sent, until half a second of quiet
+            try:
+                rx.recv_batch(out, 64, 4096, {"rx_packets": 0, "rx_bytes": 0})
+                idle = time.monotonic() + 0.5
+            except BlockingIOError:
+                time.sleep(0.01)
+        got = [(bytes(d), a[1], a[2], tos) for d, a, tos in out]
+        assert got[:5] == [(b"raw%03d" % i, 0xD000, 0x100 + i, 2) for i in range(5)]
+        # every round of the second batch, by raw socket or (the last) as frames: labelled
+        assert len(got) % 5 == 0 and got[-5:] == [(b"frm%03d" % i, 0xD001, 0xABCDE - i, 0)
+                                                   for i in range(5)]
+        assert all(g == (b"frm%03d" % (i % 5), 0xD001, 0xABCDE - i % 5, 0)
+                   for i, g in enumerate(got[5:]))
+    finally:
+        rx.close()
+        tx.close()
+        main.close()
+        os.close(tx.netns_fd)
+
+
+def test_an_srv6_frame_is_the_inner_packet_in_an_outer_ipv6_header():
+    """What the NIC builds for MRC's SRv6 EV format, read by scapy: Ethernet / IPv6 to
+    the uSID container (next header 41, the inner traffic class and flow label) /
+    IPv6 / UDP, and by the raw way the same packet with the UDP checksum complete."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+
+    from emu.nic.frames import RawTx, ip_udp
+
+    s6 = socket.inet_pton(socket.AF_INET6, "fd00::1")
+    d6 = socket.inet_pton(socket.AF_INET6, "fd00::2")
+    outer = socket.inet_pton(socket.AF_INET6, "fc00:0:2:5:8002::")
+    ip, udp = ip_udp(s6, d6, 0xD000, 4971, 5, 0x02, 0x12345, outer, 64)
+    p = IPv6(ip + udp + b"hello")
+    assert (p.dst, p.nh, p.fl, p.tc, p.plen) == ("fc00:0:2:5:8002::", 41, 0x12345, 2, 53)
+    inner = p[IPv6:2]
+    assert (inner.src, inner.dst, inner.fl, inner.tc) == ("fd00::1", "fd00::2", 0x12345, 2)
+    assert (inner[UDP].sport, inner[UDP].dport, inner[UDP].len) == (0xD000, 4971, 13)
+    raw = RawTx("lo", "::1")
+    try:
+        raw.src = s6
+        pkt, first = raw.packet(b"hello", "fd00::2", 4971,
+                                TxMeta(0xD000, ecn=2, label=0x12345, outer=outer))
+    finally:
+        raw.close()
+    assert first == "fc00:0:2:5:8002::"
+    got = IPv6(pkt)[IPv6:2][UDP]
+    want = got.chksum
+    del got.chksum
+    assert UDP(bytes(got)).chksum == want  # scapy's own checksum agrees
+    with pytest.raises(ValueError, match="needs IPv6"):
+        ip_udp(b"\x0a\0\0\1", b"\x0a\0\0\2", 1, 2, 3, 0, 5, None, 64)

@@ -151,7 +151,7 @@ class LossyLink:
                     ecn = ECN_CE
                     self.marked += 1
                 if self.src_ports:
-                    data = (data, meta.entropy)  # type: ignore[assignment]
+                    data = (data, meta.entropy, getattr(meta, "label", None))  # type: ignore[assignment]
                 t = self.now + self.delay
                 if self.rate:
                     leave = max(self.now, self._free[side]) + nbytes * 8 / self.rate
@@ -185,8 +185,10 @@ class LossyLink:
             eng = self.a if to == "a" else self.b
             src = self.addr_b if to == "a" else self.addr_a
             if self.src_ports:
-                data, port = data  # type: ignore[misc]
-                src = (src[0], port)
+                data, port, label = data  # type: ignore[misc]
+                # a flow label rides as the address tuple's flow info, as the daemon hands
+                # it over (emu.nic.udp.PortSocket.enable_flowinfo)
+                src = (src[0], port) if label is None else (src[0], port, label, 0)
             if self.batch and hasattr(eng, "receive_batch"):
                 batches[to].append((data, src, ecn | (_TRIM_DSCP << 2 if cut else 0)))
             elif cut:

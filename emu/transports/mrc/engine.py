@@ -7,13 +7,14 @@ It joins the two halves of each QP — :class:`~emu.transports.mrc.initiator.Ini
 ACK) — to the daemon's :class:`emu.transports.base.Engine` contract and verbs calls
 (``create_qp``, ``connect``, ``post_send``, ``post_recv``, ``destroy_qp``).
 
-The EV on the wire. This engine uses the UDP format: a packet's EV *is* its UDP
-source port (``TxMeta.entropy``), so every switch's ECMP hash sees it and the
-receiver reads it back from the source port to echo it. Its default EV profile
-therefore generates ports 53248–65535 (a port is never 0 or well known, and UET's
-entropies, 49152–49215, stay out of the way: :data:`DEFAULT_PROFILE`); the
-STEV and SRv6 formats need the IPv6 flow label per packet, which the daemon does
-not set yet (issue #35).
+The EV on the wire: in the QP's EV profile's format (:mod:`emu.transports.mrc.evwire`).
+In the UDP format, the default, a packet's EV *is* its UDP source port
+(``TxMeta.entropy``), so every switch's ECMP hash sees it and the receiver reads it
+back from the source port to echo it; the default profile therefore generates ports
+53248–65535 (a port is never 0 or well known, and UET's entropies, 49152–49215, stay
+out of the way: :data:`DEFAULT_PROFILE`). STEV adds the IPv6 flow label; SRv6 also
+an outer IPv6 header naming the EV's whole path, from the controller's path table
+(``srv6_paths``, injected). ``ev_format`` picks the built-in profile's format.
 
 Sans-IO: time is an argument, randomness the injected RNG; nothing raises on
 input from the wire (counted ``rx_drop_*``).
@@ -36,6 +37,7 @@ from emu.core.verbs import RecvWR, SendWR
 from emu.transports.base import Completion, Engine, Event, StateChanged, VerbsError
 from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
 from emu.transports.mrc.evset import EVSet
+from emu.transports.mrc.evwire import EVWire, PathTable, ranks
 from emu.transports.mrc.initiator import InitiatorQP, timeout_of
 from emu.transports.mrc.profiles import ProfileError, Profiles
 from emu.transports.mrc.target import TargetQP, trimmed_reason
@@ -78,6 +80,14 @@ DEFAULT_MPR = 16 * MPR_UNIT
 #: first packets on a fresh plane carried source port 4971, not their EV
 DEFAULT_PROFILE = EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
                             fields=(GenField(16, init=0xD000, lo=0xD000),))
+#: the built-in profile of the STEV and SRv6 formats: the same source ports above a flow
+#: label from 1 (EV = sport << 16 | label, the default split); the label field is the
+#: faster one, so a set's EVs share a port and differ in the label — what a switch that
+#: hashes the flow label spreads (SRv6 needs no hash: the path is in the header)
+DEFAULT_PROFILE_FL = {
+    fmt: EVProfile(fmt=fmt, mode=EVGenMode.GEN,
+                   fields=(GenField(16, init=0xD000, lo=0xD000), GenField(16, init=1, lo=1)))
+    for fmt in (EVMode.STEV, EVMode.SRV6)}
 #: DSCP of data (trimmable) and of SACKs, NACKs and ACKs (never trimmed, expedited)
 DSCP_DATA, DSCP_CONTROL = 0, 46
 STATES = ("RESET", "RTS", "ERR")
@@ -96,6 +106,7 @@ class _Qp:
     dests: list[Addr] | None = None  # the peer's address on each plane
     reply: dict[int, str] | None = None  # EV → the peer address its packets came from
     peer_down: set[int] | None = None  # planes the peer said are down (PORT_STATUS_UPDATE)
+    wire: EVWire | None = None  # where its EVs ride (the EV profile's format)
     ini: InitiatorQP | None = None
     tgt: TargetQP | None = None
 
@@ -105,16 +116,27 @@ class MrcEngine(Engine):
     window (``cc=None``: the MPR window alone); ``planes``: the NIC's ports an EV set
     is split over."""
 
+    #: the daemon hands over each datagram's IPv6 flow label (STEV and SRv6 EVs)
+    reads_flow_label = True
+
     def __init__(self, memory: MemoryTable, rng: RandomBits, *,
                  local_addr: Addr | None = None, local_addrs: list[str] | None = None,
                  line_rate: float = 400e9,
                  base_rtt: float = 10e-6, cc: str | None = "nscc", pmtu: int = 4096,
                  ev_set: int = DEFAULT_EV_SET, planes: int = 1, mpr: int = DEFAULT_MPR,
                  timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
-                 loss_threshold: int = 16, profile: EVProfile = DEFAULT_PROFILE,
-                 ev_min_active: int = 1, trace: Trace = NULL_TRACE) -> None:
+                 loss_threshold: int = 16, profile: EVProfile | None = None,
+                 ev_min_active: int = 1, trace: Trace = NULL_TRACE, ev_format: str = "udp",
+                 srv6_paths: PathTable | None = None) -> None:
         if cc not in ("nscc", None):
             raise ValueError(f"MRC congestion control is nscc or none, not {cc!r}")
+        try:
+            fmt = EVMode(str(ev_format).lower())
+        except ValueError:
+            raise ValueError(f"MRC ev_format is one of {', '.join(m.value for m in EVMode)}, "
+                             f"not {ev_format!r}") from None
+        if profile is None:
+            profile = DEFAULT_PROFILE if fmt is EVMode.UDP else DEFAULT_PROFILE_FL[fmt]
         timeout_of(timeout)
         self.memory = memory
         self.rng = rng
@@ -145,6 +167,10 @@ class MrcEngine(Engine):
         #: ENDPOINT_REQUEST/RESPONSE to send: (datagram, to, source port: None = the NIC's)
         self._endpoint_out: list[tuple[bytearray, Addr, int | None]] = []
         self._port = local_addr[1] if local_addr else UDP_PORT
+        #: the controller's SRv6 path table (None: the fabric is not source-routed)
+        self.srv6_paths = srv6_paths
+        #: where endpoint operations' EVs ride: the built-in profile's format
+        self._ewire = EVWire(profile.fmt, profile.split, srv6_paths)
         self._request_id = 0
         #: our ENDPOINT_REQUESTs not answered yet: id -> (op, sent at, to, EV); the oldest
         #: is forgotten past 1024 (a peer that never answers)
@@ -160,7 +186,8 @@ class MrcEngine(Engine):
             "rx_drop_unsupported", "qp_errors", "pause_frames", "tx_datagrams",
             "tx_port_updates", "rx_port_updates", "rx_port_update_acks",
             "rx_port_update_unknown", "rx_drop_unexpected_response", "link_downs",
-            "link_ups", "tx_ev_probes", "rx_ev_probes", "rx_ev_probe_answers"), 0)
+            "link_ups", "tx_ev_probes", "rx_ev_probes", "rx_ev_probe_answers",
+            "rx_drop_bad_ev"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -225,6 +252,9 @@ class MrcEngine(Engine):
             assert evp is not None
             evs = EVSet.build(evp, int(a.get("ev_set", self.ev_set)), planes,
                               self.rng, ev_min_active=self.ev_min_active)
+            wire = EVWire(evp.fmt, evp.split, self.srv6_paths,
+                          ranks([(e.ev, e.plane) for e in evs.slots]))
+            wire.check(addrs[:planes])
             algo = ccp.pop("algorithm")
             ccp.setdefault("base_rtt", self.base_rtt)
             cc = None if algo == "none" else Nscc(self.line_rate, now, mtu=pmtu,
@@ -248,6 +278,7 @@ class MrcEngine(Engine):
             raise VerbsError(str(e)) from None
         qp.dest = dest
         qp.dests = [(x, dest[1]) for x in addrs[:planes]]
+        qp.wire = wire
         for p in self.ports_down:
             if p < planes:
                 evs.plane_down(p, now)
@@ -312,7 +343,11 @@ class MrcEngine(Engine):
             st["rx_drop_not_connected"] += 1
             return
         op = bth.opcode
-        ev = int(addr[1])
+        try:
+            ev = qp.wire.ev_of(addr) if qp.wire is not None else int(addr[1])
+        except ValueError:
+            st["rx_drop_bad_ev"] += 1  # an STEV/SRv6 QP reached over IPv4, say
+            return
         if qp.reply is not None and (op in WRITE_OPCODES or op == MRC_RELIABILITY_PROBE):
             qp.reply[ev] = str(addr[0])  # answers go back to the plane it came on
         if op in WRITE_OPCODES:
@@ -344,13 +379,14 @@ class MrcEngine(Engine):
         for data, dest, ev in self._endpoint_out:
             # from the engine's own port: an endpoint operation is the NIC's, not a QP's EV
             # (an EV_PROBE and its answer: the EV it probes)
-            out.append((data, dest, TxMeta(self._port if ev is None else ev, DSCP_CONTROL,
-                                           ECN_NOT_ECT)))
+            out.append((data, dest, TxMeta(self._port, DSCP_CONTROL, ECN_NOT_ECT) if ev is None
+                        else self._ewire.meta(ev, str(dest[0]), DSCP_CONTROL, ECN_NOT_ECT)))
         self._endpoint_out.clear()
         for qp in self._qps.values():
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
                 continue
-            reply, port = qp.reply or {}, qp.dest[1]
+            reply, port, wire = qp.reply or {}, qp.dest[1], qp.wire
+            assert wire is not None
             down = qp.ini.evs.down
             dead = {qp.dests[p][0] for p in down if p < len(qp.dests)} if down else ()
             for data, ev in qp.tgt.take():
@@ -360,14 +396,14 @@ class MrcEngine(Engine):
                 if back in dead:
                     live = self._live_dest(qp)
                     back = live[0] if live is not None else back
-                out.append((data, (back, port), TxMeta(ev or qp.ini.evs.slots[0].ev,
-                                                       DSCP_CONTROL, ECN_NOT_ECT)))
+                out.append((data, (back, port), wire.meta(ev or qp.ini.evs.slots[0].ev, back,
+                                                          DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:
                 by_ev, dests = qp.ini.evs.by_ev, qp.dests
                 for data, ev in qp.ini.pull(now):
                     e = by_ev.get(ev)
                     dest = dests[e.plane] if e is not None and e.plane < len(dests) else qp.dest
-                    out.append((data, dest, TxMeta(ev, DSCP_DATA, ECN_ECT0)))
+                    out.append((data, dest, wire.meta(ev, dest[0], DSCP_DATA, ECN_ECT0)))
             self._completions(qp)
         self.stats["tx_datagrams"] += len(out)
         return out
@@ -591,7 +627,11 @@ class MrcEngine(Engine):
         else:
             status = EETH_UNSUPPORTED_OP
             st["rx_drop_unsupported"] += 1
-        ev = int(addr[1]) if erth.op == ERTH_EV_PROBE else None
+        try:
+            ev = self._ewire.ev_of(addr) if erth.op == ERTH_EV_PROBE else None
+        except ValueError:
+            st["rx_drop_bad_ev"] += 1
+            return
         eeth = EETH(op=erth.op, status=status, request_id=pkt.bth.psn & 0xFFFF,
                     num_ports=max(1, self.planes), port_status_mask=self._up_mask(),
                     ev=ev or 0, tx_timestamp=erth.tx_timestamp)
@@ -605,8 +645,14 @@ class MrcEngine(Engine):
         answers PORT_DOWN at once), leaving on ``ev`` (its UDP source port): whether that
         path works and its round trip, answered by the peer's ENDPOINT_RESPONSE on the same
         EV. Returns the request id; the answer lands in :attr:`probe_results`."""
-        if not 0 <= ev <= 0xFFFF:
-            raise VerbsError(f"EV {ev:#x}: the UDP EV format has 16 bits (a source port)")
+        bits = 16 if self._ewire.fmt is EVMode.UDP else self._ewire.split.ev_bits
+        if not 0 <= ev < 1 << bits:
+            raise VerbsError(f"EV {ev:#x}: the {self._ewire.fmt.value} EV format has {bits} "
+                             f"bits" + (" (a source port)" if bits == 16 else ""))
+        try:
+            self._ewire.check([dest])
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
         if plane is not None and plane in self.ports_down:  # this NIC's port cannot send
             rid = self._next_request_id()
             self.probe_results.append({"request_id": rid, "to": dest, "ev": ev,

@@ -11,7 +11,9 @@ from emu.transports.mrc.engine import UDP_PORT, MrcEngine
 
 #: MrcEngine keyword arguments a daemon may pass through ``--engine-opt mrc.K=V``
 ENGINE_OPTIONS = ("line_rate", "base_rtt", "cc", "pmtu", "ev_set", "planes", "mpr", "timeout",
-                  "retry_linear", "retry_exp", "loss_threshold", "ev_min_active")
+                  "retry_linear", "retry_exp", "loss_threshold", "ev_min_active", "ev_format")
+#: SRv6's outer IPv6 header: what the srv6 EV format adds to every packet
+SRV6_OVERHEAD = 40
 #: IP + UDP + BTH + METH + RETH + ImmDt + ICRC around a PMTU-sized payload (IPv6)
 PMTU_OVERHEAD = 40 + 8 + 12 + 4 + 16 + 4 + 4
 PMTUS = (256, 512, 1024, 2048, 4096)
@@ -30,8 +32,13 @@ def create_engine(ctx: Any) -> MrcEngine:
     opts = {k: v for k, v in raw.items() if k in ENGINE_OPTIONS}
     if opts.get("cc") in (False, "none"):
         opts["cc"] = None
-    opts.setdefault("pmtu", pmtu_for(int(getattr(ctx, "mtu", 1500))))
+    fmt = str(opts.get("ev_format", "udp")).lower()
+    mtu = int(getattr(ctx, "mtu", 1500))
+    # the srv6 format's outer header comes out of the packet's room
+    opts.setdefault("pmtu", pmtu_for(mtu - SRV6_OVERHEAD if fmt == "srv6" else mtu))
     addrs = list(getattr(ctx, "addresses", []) or [])
+    if fmt != "udp":  # the flow label carries part of every EV: IPv6 only
+        addrs = [a for a in addrs if ":" in a] + [a for a in addrs if ":" not in a]
     local = (addrs[0], int(getattr(ctx, "port", UDP_PORT))) if addrs else None
     # one plane per NIC port: each port's address of the family the QPs use (the first's)
     v6 = bool(addrs) and ":" in addrs[0]
@@ -45,4 +52,5 @@ def create_engine(ctx: Any) -> MrcEngine:
         ctx.in_force(opts)
     trace = getattr(ctx, "trace", None)
     return MrcEngine(ctx.memory, ctx.rng, local_addr=local, local_addrs=plane_addrs or None,
+                     srv6_paths=getattr(ctx, "srv6_paths", None),
                      **opts, **({"trace": trace} if trace is not None else {}))

@@ -32,9 +32,6 @@ CC_ALGORITHMS = ("uet-1.0-nscc", "none")
 #: NSCC parameters a CC profile may set (emu.cc.nscc.Nscc's keyword arguments)
 CC_PARAMS = {"base_rtt": float, "gamma": float, "delay_alpha": float, "qa_gate": int,
              "init_cwnd": int}
-#: the EV formats the NIC daemons send today (STEV and SRv6 need a per-packet flow label
-#: and an outer header the daemon does not build yet)
-SENDABLE_FORMATS = (EVMode.UDP,)
 
 
 class ProfileError(ValueError):
@@ -167,20 +164,15 @@ class Profiles:
         p = self._get(kind, name)
         if p.state != "ONLINE":
             raise ProfileError(f"{kind.upper()} profile {name!r} is {p.state}, not ONLINE")
-        if p.ev is not None and p.ev.fmt not in SENDABLE_FORMATS:
-            raise ProfileError(f"EV profile {name!r} cannot be the default: the "
-                               f"{p.ev.fmt.value} format is not sent by emu's NIC yet (udp is)")
         self.default[kind] = name
 
     def for_qp(self, kind: str, name: str | None) -> Profile:
-        """The profile a new QP is built on (``None``: the default): ONLINE only; an EV
-        profile in a format the daemon cannot send is refused."""
+        """The profile a new QP is built on (``None``: the default): ONLINE only. Whether
+        its format reaches the peer (STEV and SRv6 need IPv6; SRv6 a path table) is the
+        QP's connect to say."""
         p = self._get(kind, self.default[kind] if name is None else str(name))
         if p.state != "ONLINE":
             raise ProfileError(f"{kind.upper()} profile {p.name!r} is {p.state}, not ONLINE")
-        if p.ev is not None and p.ev.fmt not in SENDABLE_FORMATS:
-            raise ProfileError(f"EV profile {p.name!r}: the {p.ev.fmt.value} format is not "
-                               "sent by emu's NIC yet (udp is)")
         return p
 
     def listing(self) -> dict[str, Any]:

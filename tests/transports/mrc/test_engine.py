@@ -404,7 +404,7 @@ def test_ev_and_cc_profiles_go_init_offline_online_and_new_qps_use_the_default()
     ea.profile_op("ev", "offline", "stev")
     ea.profile_op("ev", "online", "stev")
     q3 = ea.create_qp(attrs={"ev_profile": "stev"})
-    with pytest.raises(VerbsError, match="stev format is not sent"):
+    with pytest.raises(VerbsError, match="stev EV format needs IPv6"):
         ea.connect(q3, {**eb.query_qp(eb.create_qp()), "address": link.addr_b[0]})
     with pytest.raises(VerbsError, match="unknown CC parameter"):
         ea.profile_op("cc", "create", "x", {"eta": 3})
