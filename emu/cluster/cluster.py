@@ -11,6 +11,7 @@ the resolved model kept in the state file so later commands (``emu link``,
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -69,6 +70,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
     name = fabric.cluster
     for w in fabric.warnings:  # what the kernel refused (a sysctl, the veth receive ring)
         progress(f"warning: {w}")
+    if fabric.srv6 is not None:  # which SRv6 datapath serves: the kernel's, or tc BPF
+        progress(f"SRv6: {fabric.srv6.describe()} (routing.srv6 = {topology.srv6})")
     log = event_log(name)
     try:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -111,8 +114,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         if daemons and plan.nics:
             state.update(name, credible=plan.credible, step="starting NIC daemons")
             progress(plan.credible["line"])
-            started = start_nic_daemons(name, {h: n.args for h, n in plan.nics.items()},
-                                        trace=trace, progress=steps)
+            args = {h: n.args + srv6_path_args(name, topology, h) for h, n in plan.nics.items()}
+            started = start_nic_daemons(name, args, trace=trace, progress=steps)
             progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
                      f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
             if trace:
@@ -462,6 +465,22 @@ def nic_dir(cluster: str) -> str:
     return os.path.join(RUN_DIR, cluster)
 
 
+
+
+def srv6_path_args(cluster: str, topology: Topology, host: str) -> tuple[str, ...]:
+    """``--srv6-paths FILE`` for a host's NIC daemon in an SRv6 fabric: the controller's
+    path table (:func:`emu.fabric.routes.srv6_paths`), written next to its control
+    socket (gone with it at ``emu down``); nothing in an ECMP fabric."""
+    if topology.routing != "srv6":
+        return ()
+    from emu.fabric.routes import srv6_paths
+
+    table = {d: r["paths"] for d, r in srv6_paths(topology, host).items()}
+    os.makedirs(nic_dir(cluster), exist_ok=True)
+    path = os.path.join(nic_dir(cluster), f"{host}.srv6.json")
+    with open(path, "w") as f:
+        json.dump({"host": host, "paths": table}, f, indent=1)
+    return ("--srv6-paths", path)
 
 
 def trace_path(cluster: str, host: str) -> str:

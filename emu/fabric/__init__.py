@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""The emulated hardware: namespaces, veths, ECMP and SRv6 routes — built with netlink only.
+"""The emulated hardware: namespaces, veths, ECMP and SRv6 routes — built with netlink
+(and ``tc`` for the SRv6 tc BPF datapath, :mod:`emu.fabric.srv6bpf`).
 
 Public API::
 
@@ -9,6 +10,7 @@ Public API::
     status(cluster) -> dict; render(status_dict) -> str
     exec_argv(cluster, node, argv) -> argv for running inside a node
     build_and_destroy(topology) -> timings (benchmark hook)
+    routes.srv6_paths(topology, host)   # SRv6 path table: {address: {port, src, paths}}
 """
 
 from emu.fabric.build import Fabric, FabricError, build_and_destroy

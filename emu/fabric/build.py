@@ -20,7 +20,11 @@ Order of ``up()`` and why:
    on and TSO off, which puts the veth in NAPI mode — see :func:`cable_offloads`
    for why a cable needs it; then links up with ifalias
    ``emu:<cluster>``, addresses (IPv6 ``nodad``), then routes, SRv6 SIDs and
-   rules (:mod:`emu.fabric.routes`) in a second pass once carriers are up.
+   rules (:mod:`emu.fabric.routes`) in a second pass once carriers are up;
+6. **SRv6 in tc BPF** (``routing.mode = "srv6"``): the programs of
+   :mod:`emu.fabric.srv6bpf` on every port's ingress hook — the uSID shift on
+   switches where the kernel's ``seg6local`` does not serve them, the decap on
+   hosts (:func:`srv6_path` chooses; the state file records it as ``srv6``).
 
 Any failure rolls back everything recorded and raises :class:`FabricError`.
 """
@@ -33,7 +37,7 @@ import socket
 import time
 from typing import Any
 
-from emu.fabric import linkctl, naming, netns, nl, routes, state
+from emu.fabric import linkctl, naming, netns, nl, routes, srv6bpf, state
 from emu.fabric.progress import Progress
 from emu.ifinfo import set_feature
 from emu.jsonable import jsonable
@@ -45,6 +49,44 @@ IFINDEX_BASE = 16
 
 class FabricError(RuntimeError):
     """``up`` failed; everything it made has been removed again."""
+
+
+def srv6_path(topology: Topology, cluster: str) -> routes.Srv6Path:
+    """Which datapath serves SRv6 here (``[routing] srv6``, see :mod:`emu.fabric.routes`):
+
+    * ``kernel``: the kernel's ``seg6local End`` (NEXT-C-SID) on switches — an error
+      naming the kernel option and ``srv6 = "bpf"`` where the kernel has no seg6local;
+    * ``bpf``: the tc BPF uSID shift on switches — an error where clang or tc is missing;
+    * ``auto``: ``kernel`` where :func:`emu.fabric.linkctl.features` finds seg6local,
+      else ``bpf``.
+
+    Hosts decapsulate in tc BPF in every case (the kernel's End.DT6 drops the outer
+    CE mark); only where BPF cannot run does a kernel host fall back to End.DT6."""
+    setting = topology.srv6
+    if setting not in routes.SRV6_SETTINGS:
+        raise FabricError(f"cluster {cluster}: routing.srv6 = {setting!r} is not one of "
+                          + ", ".join(routes.SRV6_SETTINGS))
+    no_bpf = srv6bpf.available()
+    if setting == "bpf":
+        if no_bpf is not None:
+            raise FabricError(f"cluster {cluster}: routing.srv6 = \"bpf\" needs clang and tc "
+                              f"to load emu's SRv6 programs: {no_bpf}")
+        return routes.Srv6Path("bpf", "bpf")
+    seg6 = linkctl.features().seg6local
+    if setting == "kernel" and not seg6:
+        raise FabricError(
+            f"cluster {cluster}: routing.srv6 = \"kernel\" needs the kernel's SRv6 local "
+            "SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), and this kernel has none; "
+            "use routing.srv6 = \"bpf\" (or \"auto\"), or routing.mode = \"ecmp\"")
+    if not seg6:
+        if no_bpf is not None:
+            raise FabricError(
+                f"cluster {cluster}: routing.mode = \"srv6\" needs the kernel's SRv6 local "
+                "SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), which this kernel has "
+                f"not, or emu's tc BPF datapath, which cannot run here ({no_bpf}); "
+                "use routing.mode = \"ecmp\"")
+        return routes.Srv6Path("bpf", "bpf")
+    return routes.Srv6Path("kernel", "bpf" if no_bpf is None else "kernel")
 
 
 def cable_offloads(sock: socket.socket, ifname: str, checksum_offload: bool) -> str | None:
@@ -102,6 +144,8 @@ class Fabric:
         self.warnings: list[str] = []
         self._state: dict[str, Any] | None = None
         self._ifindex: dict[str, dict[str, int]] = {}
+        #: the SRv6 datapath in use (None: routing is not srv6), set by ``up``
+        self.srv6: routes.Srv6Path | None = None
 
     # -- names ---------------------------------------------------------------------------
     def ns(self, node: str) -> str:
@@ -132,14 +176,17 @@ class Fabric:
             if taken:
                 raise FabricError(f"cluster {self.cluster}: namespace {taken[0]} already exists"
                                   f" (cluster up? `emu down {self.cluster}`)")
-            if self.topology.routing == "srv6" and not linkctl.features().seg6local:
-                raise FabricError(
-                    f"cluster {self.cluster}: routing.mode = \"srv6\" needs the kernel's SRv6 "
-                    "local SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), and this "
-                    "kernel has none; use routing.mode = \"ecmp\"")
+            if self.topology.routing == "srv6":
+                self.srv6 = srv6_path(self.topology, self.cluster)
+                if self.srv6.host == "kernel":
+                    self.warnings.append(
+                        f"SRv6 hosts decapsulate with the kernel's End.DT6, which does not "
+                        f"copy the outer ECN CE mark to the inner packet (the BPF decap "
+                        f"cannot run here: {srv6bpf.available()})")
+            bpf_nodes = self._srv6_bpf_nodes()
             n_nodes, n_links = len(self.topology.nodes), len(self.topology.links)
-            self.progress.add_total(4 * n_nodes + n_links)
-            plans = routes.plan(self.topology)
+            self.progress.add_total(4 * n_nodes + n_links + len(bpf_nodes))
+            plans = routes.plan(self.topology, srv6_path=self.srv6)
             self._mark("plan", t0)
 
             step = "writing the state file"
@@ -151,6 +198,12 @@ class Fabric:
                                   f"or `emu clean`") from None
             self._state["namespaces"] = [{"name": ns, "node": n, "inode": None}
                                          for n, ns in names.items()]
+            if self.srv6 is not None:
+                # the datapath in use (emu status says it); srv6_progs: {node: {port: BPF
+                # program id}} for the counters
+                self._state["srv6"] = self.srv6.name
+                self._state["srv6_decap"] = self.srv6.host
+                self._state["srv6_progs"] = {}
             state.save(self._state)
 
             step = "creating namespaces"
@@ -203,6 +256,20 @@ class Fabric:
                 self.progress.step("installing routes")
             self._mark("routes", t)
 
+            if bpf_nodes:
+                step = "attaching the SRv6 BPF datapath"
+                t = time.perf_counter()
+                obj = srv6bpf.build()
+                for node, program in bpf_nodes.items():
+                    ports = [lk.end(node).ifname for lk in self.topology.links_of(node)]
+                    lo6 = self.topology.nodes[node].loopback6
+                    assert lo6 is not None
+                    self._state["srv6_progs"][node] = srv6bpf.attach(
+                        names[node], ports, program, srv6bpf.locator(lo6), obj)
+                    self.progress.step(step)
+                state.save(self._state)
+                self._mark("srv6bpf", t)
+
             self._state["phase"] = self.final_phase
             state.save(self._state)
         except BaseException as e:
@@ -235,6 +302,20 @@ class Fabric:
         self.timings["down"] = time.perf_counter() - t
         return removed
 
+    def _srv6_bpf_nodes(self) -> dict[str, str]:
+        """{node: BPF program} for the SRv6 datapath chosen (``shift`` on switches,
+        ``decap`` on hosts, where they serve; only nodes with a loopback and a port)."""
+        p = self.srv6
+        if p is None:
+            return {}
+        out = {}
+        for n in self.topology.nodes.values():
+            prog = "shift" if n.kind == "switch" else "decap"
+            if (p.switch if n.kind == "switch" else p.host) == "bpf" and \
+                    n.loopback6 is not None and self.topology.links_of(n.name):
+                out[n.name] = prog
+        return out
+
     def _rollback(self) -> None:
         if self._state is None:
             return  # nothing was made (the file was never ours)
@@ -249,7 +330,8 @@ class Fabric:
         t = self.topology
         return {
             "topology": {"name": t.name, "source": t.source, "params": jsonable(t.params),
-                         "routing": t.routing, "hash_seed": t.hash_seed, "kind": t.kind,
+                         "routing": t.routing, "srv6": t.srv6, "hash_seed": t.hash_seed,
+                         "kind": t.kind,
                          "declared_name": t.declared_name},
             "nodes": {n.name: {"kind": n.kind, "role": n.role, "plane": n.plane}
                       for n in t.nodes.values()},
@@ -301,8 +383,8 @@ class Fabric:
     def reconverge(self, exclude_links: set[str]) -> int:
         """Re-install ECMP routes as a converged routing protocol would with ``exclude_links``
         gone (or back, with an empty set). Returns the number of routes written."""
-        old = routes.plan(self.topology)
-        new = routes.plan(self.topology, exclude_links)
+        old = routes.plan(self.topology, srv6_path=self.srv6)
+        new = routes.plan(self.topology, exclude_links, srv6_path=self.srv6)
         count = 0
         for node, p in new.items():
             if node not in self._ifindex:

@@ -276,7 +276,8 @@ class Features:
     netem: bool
     nft_egress: bool
     #: the kernel's SRv6 local SIDs (seg6local routes, CONFIG_IPV6_SEG6_LWTUNNEL), which
-    #: ``routing.mode = "srv6"`` installs on every node; some of our kernels lack them
+    #: ``routing.mode = "srv6"`` installs on switches (``routing.srv6 = "kernel"``, or
+    #: ``"auto"`` where present); some of our kernels lack them: tc BPF serves there
     seg6local: bool = True
 
     def describe(self) -> str:
@@ -284,7 +285,7 @@ class Features:
                 + "; loss/CE hook: " + ("netdev egress" if self.nft_egress
                                         else "inet postrouting")
                 + "; SRv6: " + ("kernel seg6local" if self.seg6local
-                                else "absent (routing.mode=srv6 unavailable)"))
+                                else "no kernel seg6local (routing.mode=srv6 uses tc BPF)"))
 
 
 _features: Features | None = None

@@ -25,14 +25,42 @@ the address plan beyond the endpoint addresses:
   reaches the gateway by a ``/32`` / ``/128`` on its port, then everything
   else (its subnet neighbours too) via the gateway — no proxy ARP/NDP needed.
 * **SRv6** (``topology.routing == "srv6"``): every node with ``loopback6``
-  owns the locator ``loopback6/48`` (32-bit block + 16-bit uSID), installed on
-  an internal veth ``sid0`` (see :data:`SID_DEV`). Switches
-  install ``seg6local End`` with the NEXT-C-SID flavor (lblen 32, nflen 16):
-  the kernel's uSID shift. Hosts install ``End.DT6 table 255`` so the inner
-  packet is delivered locally. Locators are routed like any destination, so a
-  packet whose destination is ``fc00:0:<spine>:<leaf>:<host>::`` is steered
-  hop by hop, and a classic SRH with one SID per hop works too (End falls back
-  to SRH processing when the container is exhausted).
+  owns the locator ``loopback6/48`` (32-bit block + 16-bit uSID). Locators are
+  routed like any destination, so a packet whose destination is
+  ``fc00:0:<spine>:<leaf>:<host>::`` is steered hop by hop, and a classic SRH
+  with one SID per hop works too. Two datapaths serve the SIDs
+  (:class:`Srv6Path`, chosen by ``[routing] srv6`` and the kernel, see below):
+
+  - **switches, kernel** (``srv6 = "kernel"``, or ``"auto"`` where
+    :func:`emu.fabric.linkctl.features` finds ``seg6local``): ``seg6local End``
+    with the NEXT-C-SID flavor (lblen 32, nflen 16), the kernel's uSID shift,
+    on an internal veth ``sid0`` (see :data:`SID_DEV`); End falls back to SRH
+    processing when the container is exhausted;
+  - **switches, BPF** (``srv6 = "bpf"``, or ``"auto"`` on a kernel without
+    ``CONFIG_IPV6_SEG6_LWTUNNEL``): no SIDs, no ``sid0``, no ``seg6`` sysctls;
+    a tc program on every port's ingress hook (:mod:`emu.fabric.srv6bpf`,
+    ``bpf/srv6.bpf.c``) shifts the uSIDs of a packet addressed to the switch's
+    locator (IPv6-in-IPv6 or SRH packets only: a bare UDP packet's checksum
+    covers the destination) or, the container exhausted, does classic SRH End
+    (Segments Left − 1, destination = Segment List[SL]); the kernel routes the
+    result;
+  - **hosts, always BPF where it can run**: the decap program on every host
+    port removes the outer header (and a Segments-Left-0 SRH) of a packet to
+    the host's locator and hands the inner packet up, combining ECN per
+    RFC 6040 (outer CE → inner CE; outer CE on a Not-ECT inner packet: drop).
+    The kernel's ``End.DT6`` copies nothing from the outer header
+    (``net/ipv6/seg6_local.c``, ``decap_and_validate``), so a CE mark a switch
+    set on the outer header would never reach the receiver's transport;
+    decapsulation is the NIC's job anyway. Only where the BPF path cannot run
+    (no clang or tc) and the kernel has ``seg6local`` do hosts get
+    ``End.DT6 table 255`` — with a warning that CE is lost.
+
+  The BPF path approximates: the SRH must directly follow the IPv6 header, no
+  HMAC is checked, only IPv6 payloads are decapsulated (single-segment SRH
+  decap: Segments Left 0), no PSP/USP flavors.
+
+  :func:`srv6_paths` is the controller's path table for one host: the uSID
+  containers of every shortest path to every other host's port address.
 """
 
 from __future__ import annotations
@@ -40,6 +68,7 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from emu.topology.model import Link, Topology
 
@@ -55,6 +84,35 @@ HOST_PORT_TABLE = 100
 #: kernel has no dummy or vrf devices.
 SID_DEV, SID_PEER = "sid0", "sid1"
 USID_LBLEN, USID_NFLEN = 32, 16
+#: uSIDs a container holds after the 32-bit block (96 bits / 16)
+USID_MAX = (128 - USID_LBLEN) // USID_NFLEN
+SRV6_SETTINGS = ("auto", "kernel", "bpf")
+
+
+@dataclass(frozen=True)
+class Srv6Path:
+    """Which datapath serves SRv6 on switches and on hosts: ``kernel`` (seg6local SIDs:
+    ``End`` + NEXT-C-SID, ``End.DT6``) or ``bpf`` (:mod:`emu.fabric.srv6bpf`). The
+    default is what a kernel with seg6local gets: the kernel's uSID shift on switches,
+    the BPF decap (ECN per RFC 6040) on hosts."""
+
+    switch: str = "kernel"
+    host: str = "bpf"
+
+    @property
+    def name(self) -> str:
+        """What ``emu status`` calls it: the switches' datapath (``kernel`` | ``bpf``)."""
+        return self.switch
+
+    def uses_bpf(self) -> bool:
+        return "bpf" in (self.switch, self.host)
+
+    def describe(self) -> str:
+        sw = ("kernel seg6local End (NEXT-C-SID)" if self.switch == "kernel"
+              else "tc BPF uSID shift")
+        host = ("tc BPF decap (ECN per RFC 6040)" if self.host == "bpf"
+                else "kernel End.DT6 (outer CE not copied)")
+        return f"{self.switch} datapath: switches {sw}, hosts {host}"
 
 
 @dataclass
@@ -76,13 +134,15 @@ class NodePlan:
     rules: list[tuple[Addr, int, int]] = field(default_factory=list)
 
 
-def sysctls_for(topology: Topology, is_switch: bool) -> dict[str, object]:
+def sysctls_for(topology: Topology, is_switch: bool, seg6: bool | None = None
+                ) -> dict[str, object]:
     """Per-namespace sysctls. Written before the veths exist, so ``default`` reaches them.
 
     rp_filter off (ECMP return paths differ from forward paths), linkdown
     nexthops ignored (a downed cable takes its ECMP member out at once), IPv6
     addresses kept across link down/up, L4 multipath hashing, forwarding on
-    switches only.
+    switches only; ``seg6_enabled`` where the node has kernel SRv6 SIDs (``seg6``;
+    None: wherever ``routing`` is ``srv6``).
     """
     s: dict[str, object] = {
         "net.ipv4.conf.all.rp_filter": 0,
@@ -102,7 +162,7 @@ def sysctls_for(topology: Topology, is_switch: bool) -> dict[str, object]:
     }
     if topology.hash_seed is not None:
         s["net.ipv4.fib_multipath_hash_seed"] = topology.hash_seed
-    if topology.routing == "srv6":
+    if (topology.routing == "srv6") if seg6 is None else seg6:
         s["net.ipv6.conf.all.seg6_enabled"] = 1
         s["net.ipv6.conf.default.seg6_enabled"] = 1
     return s
@@ -229,17 +289,23 @@ def _host_net(v: int, a: Addr) -> Net:
     return ipaddress.ip_network(f"{a}/{32 if v == 4 else 128}")
 
 
-def plan(topology: Topology, exclude_links: set[str] | None = None) -> dict[str, NodePlan]:
+def plan(topology: Topology, exclude_links: set[str] | None = None,
+         srv6_path: Srv6Path | None = None) -> dict[str, NodePlan]:
     """The configuration of every node. ``exclude_links`` recomputes routes as if those
-    links were gone (what a converged routing protocol would install after a failure)."""
+    links were gone (what a converged routing protocol would install after a failure).
+    ``srv6_path``: which nodes get kernel SIDs in SRv6 mode (default :class:`Srv6Path`);
+    routes do not depend on it."""
     g = _Graph(topology, exclude_links or set())
     dests = _destinations(topology)
     srv6 = topology.routing == "srv6"
+    path = srv6_path or Srv6Path()
     shared = _shared(topology)
     plans: dict[str, NodePlan] = {}
     for node in topology.nodes.values():
         is_sw = node.kind == "switch"
-        p = NodePlan(node.name, sysctls_for(topology, is_sw))
+        sids = srv6 and node.loopback6 is not None and \
+            (path.switch if is_sw else path.host) == "kernel"
+        p = NodePlan(node.name, sysctls_for(topology, is_sw, sids))
         links = topology.links_of(node.name)
         gw_routes: list[tuple[str, Addr]] = []  # (port, gateway) of shared-subnet host ports
         for lk in links:
@@ -260,12 +326,13 @@ def plan(topology: Topology, exclude_links: set[str] | None = None) -> dict[str,
         if node.loopback4 is not None:
             p.addresses.append(("lo", ipaddress.ip_interface(node.loopback4), False))
         lo6 = node.loopback6
-        if lo6 is not None and not (srv6 and lo6 == ipaddress.ip_network(
+        if lo6 is not None and not (sids and lo6 == ipaddress.ip_network(
                 (lo6, USID_LBLEN + USID_NFLEN), strict=False).network_address):
-            # in SRv6 mode a loopback equal to the locator's first address would shadow the
-            # SID (the local table wins); fc00:0:<u>::1 is fine
+            # with a kernel SID a loopback equal to the locator's first address would shadow
+            # it (the local table wins); fc00:0:<u>::1 is fine. The BPF path acts before
+            # the routing decision: nothing to shadow
             p.addresses.append(("lo", ipaddress.ip_interface(lo6), False))
-        if srv6 and node.loopback6 is not None:
+        if sids and node.loopback6 is not None:
             loc = ipaddress.ip_network((node.loopback6, USID_LBLEN + USID_NFLEN), strict=False)
             if is_sw:
                 p.sids.append((loc, "End", None, True))
@@ -343,3 +410,127 @@ def _port_tables(p: NodePlan, node: str, live: list[Link],
             p.routes.append((ipaddress.ip_network("0.0.0.0/0" if v == 4 else "::/0"),
                              [(ep.ifname, gw)], table))
             p.rules.append((src, table, table))
+
+
+# --------------------------------------------------------------------------- SRv6 paths
+
+
+class Srv6Route(TypedDict):
+    """One destination of :func:`srv6_paths`."""
+
+    #: the local port (ifname) the packets leave by: the paths start at its switch
+    port: str
+    #: that port's IPv6 address (the outer and inner source a sender binds to)
+    src: str
+    #: the outer destinations, one uSID container per shortest path, sorted by uSIDs
+    paths: list[str]
+
+
+def _usid(topology: Topology, name: str) -> bytes:
+    lo6 = topology.nodes[name].loopback6
+    if lo6 is None:
+        raise ValueError(f"{name} has no IPv6 loopback, so no uSID (SRv6 needs the "
+                         "address plan's loopbacks)")
+    return ipaddress.IPv6Address(lo6).packed[4:6]
+
+
+def _container(topology: Topology, nodes: list[str]) -> str:
+    if len(nodes) > USID_MAX:
+        raise ValueError(f"path {' → '.join(nodes)} needs {len(nodes)} uSIDs; a container "
+                         f"holds {USID_MAX} (a longer path needs an SRH of containers)")
+    block = ipaddress.IPv6Address(topology.nodes[nodes[-1]].loopback6 or "::").packed[:4]
+    packed = block + b"".join(_usid(topology, n) for n in nodes)
+    return str(ipaddress.IPv6Address(packed.ljust(16, b"\0")))
+
+
+def srv6_paths(topology: Topology, host: str) -> dict[str, Srv6Route]:
+    """The controller's SRv6 path table for ``host`` (what its NIC daemon loads).
+
+    For every IPv6 address of every *other* host's port that one of ``host``'s ports
+    reaches, ``{address: {"port": local ifname, "src": its IPv6 address, "paths":
+    [container, …]}}``: one uSID container (the outer destination, e.g.
+    ``fc00:0:22:12:8003::``) per shortest path from that port's switch to the port that
+    owns the address, transit nodes being switches over links that are up. A container
+    lists the uSIDs of the path's nodes *after* the first switch, which routes it by
+    its first uSID as an ordinary route: ``[h1, leaf1, spine2, leaf2, h3]`` →
+    ``fc00:0:<spine2>:<leaf2>:<h3>::``; a destination under the same switch →
+    ``fc00:0:<h2>::``; over a direct host-to-host cable → the peer's uSID alone.
+    Parallel links give one path (the container names nodes, not cables). In a
+    multi-plane fabric a port reaches its own plane only, so each plane address
+    gets the local port of that plane; where several local ports reach an address,
+    the one with the fewest hops serves it (ties: the first by name). Paths are
+    sorted by their uSIDs (so by the first one first). A path of more than
+    :data:`USID_MAX` uSIDs raises ValueError naming it.
+    """
+    t = topology
+    if t.nodes.get(host) is None or t.nodes[host].kind != "host":
+        raise ValueError(f"{host!r} is not a host of {t.name}")
+    switches = {n.name for n in t.switches()}
+    adj: dict[str, set[str]] = {s: set() for s in switches}
+    for lk in t.links:
+        if lk.up and lk.a.node in switches and lk.b.node in switches:
+            adj[lk.a.node].add(lk.b.node)
+            adj[lk.b.node].add(lk.a.node)
+    dist_to: dict[str, dict[str, int]] = {}
+
+    def dist(last: str) -> dict[str, int]:
+        if last not in dist_to:
+            d = {last: 0}
+            q = deque([last])
+            while q:
+                n = q.popleft()
+                for m in sorted(adj[n]):
+                    if m not in d:
+                        d[m] = d[n] + 1
+                        q.append(m)
+            dist_to[last] = d
+        return dist_to[last]
+
+    def walks(first: str, last: str) -> list[list[str]]:
+        d = dist(last)
+        if first not in d:
+            return []
+        out: list[list[str]] = []
+
+        def go(path: list[str]) -> None:
+            n = path[-1]
+            if n == last:
+                out.append(path)
+                return
+            for m in sorted(adj[n]):
+                if d.get(m) == d[n] - 1:
+                    go(path + [m])
+
+        go([first])
+        return out
+
+    ports = sorted(((lk.end(host).ifname, lk) for lk in t.links_of(host)
+                    if lk.up and lk.end(host).ipv6 is not None), key=lambda x: x[0])
+    table: dict[str, Srv6Route] = {}
+    for other in t.hosts():
+        if other.name == host:
+            continue
+        for lk2 in t.links_of(other.name):
+            end = lk2.end(other.name)
+            if not lk2.up or end.ipv6 is None or end.ipv6.version != 6:
+                continue
+            last = lk2.peer(other.name).node
+            best: tuple[int, str, str, list[list[str]]] | None = None
+            for ifname, lk in ports:
+                first = lk.peer(host).node
+                if first in switches and last in switches:
+                    found = [w[1:] + [other.name] for w in walks(first, last)]
+                elif lk is lk2:  # a cable straight to the other host's port
+                    found = [[other.name]]
+                else:
+                    continue
+                if found and (best is None or len(found[0]) < best[0]):
+                    src = lk.end(host).ipv6
+                    best = (len(found[0]), ifname, str(src.ip) if src else "", found)
+            if best is None:
+                continue
+            containers = sorted({tuple(_usid(t, n) for n in p): _container(t, p)
+                                 for p in best[3]}.items())
+            table[str(end.ipv6.ip)] = {"port": best[1], "src": best[2],
+                                       "paths": [c for _k, c in containers]}
+    return table

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from emu.fabric import naming, netns, state
+from emu.fabric import naming, netns, srv6bpf, state
 
 _STATS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped",
           "rx_errors", "tx_errors")
@@ -101,8 +101,24 @@ def status(cluster: str) -> dict[str, Any]:
         "topology": st.get("topology"), "marker": naming.marker(cluster),
         "nodes": nodes, "links": links, "pids": pids,
     }
+    if st.get("srv6"):
+        out["srv6"] = srv6_status(st)
     out["state"], out["problems"] = health(st, out)
     return out
+
+
+def srv6_status(st: dict[str, Any]) -> dict[str, Any]:
+    """Which SRv6 datapath serves (``datapath``: the switches', ``kernel`` | ``bpf``;
+    ``decap``: the hosts') and the BPF programs' counters per node, summed over its
+    ports (:data:`emu.fabric.srv6bpf.STATS`; a node whose programs are gone is left
+    out)."""
+    counters = {}
+    for node, progs in sorted((st.get("srv6_progs") or {}).items()):
+        c = srv6bpf.node_counters({k: int(v) for k, v in progs.items()})
+        if c is not None:
+            counters[node] = c
+    return {"datapath": st["srv6"], "decap": st.get("srv6_decap", "kernel"),
+            "counters": counters}
 
 
 def health(st: dict[str, Any], s: dict[str, Any]) -> tuple[str, list[str]]:
@@ -143,7 +159,9 @@ def render(s: dict[str, Any]) -> str:
     lines = [f"cluster {s['cluster']}  state {s.get('state', s['phase'])}  "
              f"created {s['created']}  "
              f"topology {topo.get('declared_name') or topo.get('name')} "
-             f"({kind}{topo.get('source')})  routing {topo.get('routing')}"]
+             f"({kind}{topo.get('source')})  routing {topo.get('routing')}"
+             + (f" ({s['srv6']['datapath']} datapath, decap {s['srv6']['decap']})"
+                if s.get("srv6") else "")]
     lines += [f"  {p}" for p in s.get("problems", [])]
     lines += ["", f"{'NODE':<12} {'KIND':<7} {'NAMESPACE':<24} ADDRESSES"]
     for n in s["nodes"]:
@@ -163,6 +181,13 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"{lk['name']:<18} {a['node'] + ':' + a['ifname']:<18} "
                      f"{b['node'] + ':' + b['ifname']:<18} {st:<10} "
                      f"{a.get('tx_packets', 0):>10} {b.get('tx_packets', 0):>10} {drops:>7}")
+    if s.get("srv6", {}).get("counters"):
+        lines += ["", f"{'SRV6 (tc BPF)':<14} {'shifted':>9} {'srh_end':>9} {'decapped':>9} "
+                      f"{'ce_copied':>9} {'dropped':>9} {'passed':>9} {'bare':>9}"]
+        for node, c in s["srv6"]["counters"].items():
+            dropped = c["dropped_ecn"] + c["dropped_srh"] + c["malformed"] + c["failed"]
+            lines.append(f"{node:<14} {c['shifted']:>9} {c['srh_end']:>9} {c['decapped']:>9} "
+                         f"{c['ce_copied']:>9} {dropped:>9} {c['passed']:>9} {c['bare']:>9}")
     if s.get("pids"):
         lines += ["", f"{'DAEMON':<18} {'PID':>8} STATE"]
         for p in s["pids"]:

@@ -184,6 +184,9 @@ def _nic_rates(topology: Topology, costs: capacity.Costs, time: TimePlan,
         common += ("--engine-opt", f"uet.base_rtt={rtt:.6g}")
     if "base_rtt" not in (topology.nic.get("mrc") or {}):  # NSCC's too
         common += ("--engine-opt", f"mrc.base_rtt={rtt:.6g}")
+    if topology.routing == "srv6" and "ev_format" not in (topology.nic.get("mrc") or {}):
+        # a source-routed fabric: MRC's EVs name whole paths (the path table emu up writes)
+        common += ("--engine-opt", "mrc.ev_format=srv6")
     per_host = {h: a + common for h, a in per_host.items()}
     res["base_rtt"] = rtt
     res["line"] = capacity.describe(res) + f"; base RTT {rtt * 1e6:.0f} us"

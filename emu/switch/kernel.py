@@ -31,24 +31,21 @@ hold. Byte thresholds (depth, ``kmin``/``kmax``) are unchanged by dilation.
 The object is built once per source version with Debian's clang
 (:func:`build_object`, cached under ``~/.cache/emu/bpf``); tc loads it
 (``tc filter … bpf da obj``); the daemon reaches the program's two maps by id
-through the ``bpf(2)`` syscall (:mod:`ctypes`, no bpftool): one array holds
+through the ``bpf(2)`` syscall — the generic pieces live in
+:mod:`emu.fabric.bpfobj`, shared with the fabric's SRv6 datapath: one array holds
 the port's configuration (written here), one its state and counters (written
 by the program under a spin lock, read here with ``BPF_F_LOCK``).
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import json
-import os
-import platform
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from emu.fabric import bpfobj
+from emu.fabric.bpfobj import BpfError, BpfMap
 from emu.fabric.naming import SWITCH_QDISC_MAJOR
 from emu.fabricclock import wall
 from emu.switch.config import PortConfig, SwitchConfig
@@ -57,7 +54,7 @@ from emu.switch.queue import NCLASS
 SOURCE = Path(__file__).with_name("bpf") / "port.bpf.c"
 #: the port's tbf: a root qdisc emu's link control knows as the switch's
 ROOT_HANDLE = f"{SWITCH_QDISC_MAJOR:x}:"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "emu" / "bpf"
+CACHE = bpfobj.CACHE
 
 #: struct port_cfg (port.bpf.c): ps_per_byte, depth, loss, udp_port[4], ip_proto[2],
 #: dscp_class[64], then NCLASS x struct klass {ecn, kmin, kmax, pmax}; padded to 8
@@ -69,10 +66,6 @@ STATE_FIELDS = ("t_free", "seen", "enqueued", "bytes", "other", "marked", "dropp
                 "dropped_random", "max_depth", "not_ip")
 _STATE = struct.Struct("<II" + "Q" * len(STATE_FIELDS))
 
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
-_MAP_LOOKUP_ELEM, _MAP_UPDATE_ELEM = 1, 2
-_PROG_GET_FD_BY_ID, _MAP_GET_FD_BY_ID, _OBJ_GET_INFO_BY_FD = 13, 14, 15
-_F_LOCK = 4
 _U32_MAX = (1 << 32) - 1
 #: the tc filter's priority and handle on each port's egress hook (ours alone)
 TC_PRIO, TC_HANDLE = "49151", "0xe1"
@@ -93,7 +86,7 @@ def tbf_burst(mtu: int) -> int:
     return TBF_BURST_FRAMES * (mtu + 14 + 64)
 
 
-class KernelPathError(RuntimeError):
+class KernelPathError(BpfError):
     """The kernel datapath cannot run here (no clang, no BPF, tc refused): the daemon
     says why and uses the user-space datapath."""
 
@@ -118,22 +111,7 @@ def reasons(cfg: SwitchConfig, ports: dict[str, PortConfig]) -> list[str]:
 
 def available() -> str | None:
     """None when this machine can build and load the kernel path, else why not."""
-    if _SYS_BPF is None:
-        return f"bpf(2) syscall number unknown on {platform.machine()}"
-    if shutil.which("tc") is None:
-        return "no tc (apt-get install iproute2)"
-    if not _cached() and shutil.which("clang") is None:
-        return "no clang (apt-get install clang libbpf-dev)"
-    return None
-
-
-def _cached() -> bool:
-    """Whether the compiled program is in :data:`CACHE` (a cache this user may not read,
-    as root's for ``emu up --dry-run`` run by another user, is no cache)."""
-    try:
-        return any(CACHE.glob(f"port-{_source_hash()}.o"))
-    except OSError:
-        return False
+    return bpfobj.missing(SOURCE, CACHE)
 
 
 def predict(cfg: SwitchConfig) -> str:
@@ -143,10 +121,6 @@ def predict(cfg: SwitchConfig) -> str:
     if cfg.datapath == "user" or reasons(cfg, cfg.ports) or available() is not None:
         return "user"
     return "kernel"
-
-
-def _source_hash() -> str:
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
 
 
 def _prob32(p: float) -> int:
@@ -175,115 +149,29 @@ def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0) -> bytes:
 
 
 def build_object(cache: Path = CACHE) -> Path:
-    """Compile ``port.bpf.c`` once per source (by hash); atomic, so concurrent
-    daemons may race. Raises :class:`KernelPathError` without clang."""
-    out = cache / f"port-{_source_hash()}.o"
-    if out.exists():
-        return out
-    clang = shutil.which("clang")
-    if clang is None:
-        raise KernelPathError("no clang (apt-get install clang libbpf-dev)")
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    arch = f"/usr/include/{platform.machine()}-linux-gnu"
-    p = subprocess.run([clang, "-O2", "-g", "-target", "bpf", f"-I{arch}", "-c", str(SOURCE),
-                        "-o", str(tmp)], capture_output=True, text=True)
-    if p.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise KernelPathError(f"clang failed: {p.stderr.strip()[-400:]}")
-    os.replace(tmp, out)
-    return out
-
-
-# ------------------------------------------------------------------ bpf(2)
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _bpf(cmd: int, attr: bytearray) -> int:
-    if _SYS_BPF is None:
-        raise KernelPathError(f"bpf(2) syscall number unknown on {platform.machine()}")
-    buf = (ctypes.c_char * len(attr)).from_buffer(attr)
-    r = _libc.syscall(_SYS_BPF, cmd, buf, len(attr))
-    if r < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"bpf cmd {cmd}: {os.strerror(e)}")
-    return int(r)
-
-
-def _info(fd: int, size: int, preset: tuple[tuple[str, int, int], ...] = ()) -> bytearray:
-    """``BPF_OBJ_GET_INFO_BY_FD``: the first ``size`` bytes of the object's info struct;
-    ``preset`` fields ``(struct format, offset, value)`` are written first (where the
-    kernel is to copy arrays, and how many)."""
-    info = bytearray(size)
-    for fmt, off, val in preset:
-        struct.pack_into(fmt, info, off, val)
-    ib = (ctypes.c_char * size).from_buffer(info)
-    attr = bytearray(16)
-    struct.pack_into("<IIQ", attr, 0, fd, size, ctypes.addressof(ib))
-    _bpf(_OBJ_GET_INFO_BY_FD, attr)
-    return info
-
-
-class BpfMap:
-    """One single-entry array map of a loaded program, by fd."""
-
-    def __init__(self, fd: int, value_size: int) -> None:
-        self.fd = fd
-        self.value_size = value_size
-        self._key = (ctypes.c_char * 4).from_buffer(bytearray(4))
-        self._val = bytearray(value_size)
-        self._vbuf = (ctypes.c_char * value_size).from_buffer(self._val)
-
-    def _attr(self, flags: int) -> bytearray:
-        a = bytearray(32)
-        struct.pack_into("<IIQQQ", a, 0, self.fd, 0, ctypes.addressof(self._key),
-                         ctypes.addressof(self._vbuf), flags)
-        return a
-
-    def read(self, lock: bool = False) -> bytes:
-        _bpf(_MAP_LOOKUP_ELEM, self._attr(_F_LOCK if lock else 0))
-        return bytes(self._val)
-
-    def write(self, value: bytes) -> None:
-        self._val[:] = value.ljust(self.value_size, b"\0")
-        _bpf(_MAP_UPDATE_ELEM, self._attr(0))
-
-    def close(self) -> None:
-        os.close(self.fd)
+    """Compile ``port.bpf.c`` once per source (by hash, :func:`emu.fabric.bpfobj.build_object`).
+    Raises :class:`KernelPathError` without clang."""
+    try:
+        return bpfobj.build_object(SOURCE, cache)
+    except BpfError as e:
+        raise KernelPathError(str(e)) from e
 
 
 def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
-    """The maps a loaded program uses, by name (``bpf_prog_info.map_ids``)."""
-    a = bytearray(12)
-    struct.pack_into("<I", a, 0, prog_id)
-    pfd = _bpf(_PROG_GET_FD_BY_ID, a)
     try:
-        ids = (ctypes.c_uint32 * 8)()
-        # bpf_prog_info: nr_map_ids (u32 at 52), map_ids (u64 pointer at 56)
-        info = _info(pfd, 80, (("<I", 52, len(ids)), ("<Q", 56, ctypes.addressof(ids))))
-        n = struct.unpack_from("<I", info, 52)[0]
-        out: dict[str, BpfMap] = {}
-        for mid in list(ids)[:min(n, len(ids))]:
-            a = bytearray(12)
-            struct.pack_into("<I", a, 0, mid)
-            mfd = _bpf(_MAP_GET_FD_BY_ID, a)
-            mi = _info(mfd, 40)
-            vsize = struct.unpack_from("<I", mi, 12)[0]
-            name = mi[24:40].split(b"\0")[0].decode()
-            out[name] = BpfMap(mfd, vsize)
-        return out
-    finally:
-        os.close(pfd)
+        return bpfobj.maps_of_prog(prog_id)
+    except BpfError as e:
+        raise KernelPathError(str(e)) from e
 
 
 # ------------------------------------------------------------------ one port
 
 def _tc(*args: str, check: bool = True) -> str:
-    p = subprocess.run(["tc", *args], capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise KernelPathError(f"tc {' '.join(args)}: {(p.stderr or p.stdout).strip()}")
-    return p.stdout
+    """``tc`` in the daemon's own namespace (it runs inside the switch's)."""
+    try:
+        return bpfobj.tc(list(args), check=check)
+    except BpfError as e:
+        raise KernelPathError(str(e)) from e
 
 
 def root_qdisc(ifname: str) -> str | None:

@@ -16,7 +16,9 @@ File format (TOML; every table optional except ``[topology]``)::
     [[event]]       at = "2s", action = "down"|"up"|"impair", target = link name |
                     "A:B" | node | "plane:N", direction, rate, loss, ecn_ce, duplicate,
                     delay, jitter, seed (at, rates, delays: fabric time, [time] scale)
-    [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1
+    [routing]       mode = "ecmp"|"srv6", hash_seed = 0..2**32-1,
+                    srv6 = "auto"|"kernel"|"bpf" (which datapath serves SRv6: the kernel's
+                    seg6local, tc BPF, or the first of them this machine has)
 
 ``--set`` overrides (``load(path, ["hosts_per_leaf=8", "link.mtu=1500"])``):
 a bare key or ``params.<k>`` sets a generator parameter; ``link.<k>`` (or
@@ -205,10 +207,13 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
         apply_overrides(topo, data.get("link", []), loc)
 
     routing = check_table(data.get("routing", {}), "routing", loc)
-    check_keys(routing, {"mode", "hash_seed"}, "routing", loc)
+    check_keys(routing, {"mode", "hash_seed", "srv6"}, "routing", loc)
     topo.routing = routing.get("mode", "ecmp")
     if topo.routing not in ("ecmp", "srv6"):
         raise loc.error("routing.mode", f"{topo.routing!r} is not one of ecmp, srv6")
+    topo.srv6 = routing.get("srv6", "auto")
+    if topo.srv6 not in ("auto", "kernel", "bpf"):
+        raise loc.error("routing.srv6", f"{topo.srv6!r} is not one of auto, kernel, bpf")
     if "hash_seed" in routing:
         topo.hash_seed = parse_value(lambda v: parse_int(v, 0, 2**32 - 1), routing["hash_seed"],
                                      "routing.hash_seed", loc)

@@ -156,6 +156,9 @@ class Topology:
     hash_seed: int | None = None
     #: "ecmp" (kernel multipath routing) or "srv6" (source-routed planes)
     routing: str = "ecmp"
+    #: which datapath serves SRv6 (``[routing] srv6``): "auto" (the kernel's seg6local
+    #: where it has it, else tc BPF), "kernel" or "bpf" (emu.fabric.routes.Srv6Path)
+    srv6: str = "auto"
     #: the file's ``[switch]`` table, validated (see :mod:`emu.switch.topology`)
     switch: dict[str, object] = field(default_factory=dict)
     #: the file's ``[nic]`` table: engine options per transport (see :mod:`emu.nic.topology`)

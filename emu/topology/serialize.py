@@ -68,6 +68,7 @@ def from_dict(d: dict[str, Any]) -> Topology:
         nodes={k: _node(v) for k, v in d["nodes"].items()},
         links=links, events=[Event(**e) for e in d["events"]],
         params=d["params"], hash_seed=d["hash_seed"], routing=d["routing"],
+        srv6=d.get("srv6", "auto"),
         switch=d.get("switch", {}),
         nic=d.get("nic", {}),
         time=d.get("time", {}), latency=d.get("latency", {}),

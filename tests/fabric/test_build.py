@@ -167,31 +167,45 @@ def test_captured_udp_has_correct_checksum(make):
     assert seen[4] and seen[6], seen
 
 
-def _srv6_send(f: Fabric, segments: list[str], segleft: int, outer_dst: str, n: int) -> int:
+def _srv6_send(f: Fabric, segments: list[str] | None, segleft: int, outer_dst: str, n: int,
+               *, outer_tc: int = 0, inner_tc: int = 0, src: str = "h1",
+               dst: str = "h3") -> list[int]:
+    """Send ``n`` IPv6-in-IPv6 packets from ``src`` (raw socket) with the outer destination
+    ``outer_dst`` — with an SRH of ``segments`` (Segment List[0] last) or, ``segments``
+    None, none — to a UDP socket on ``dst``; returns the traffic class each arrived with
+    (``IPV6_RECVTCLASS``)."""
     from scapy.layers.inet import UDP
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 
     t = f.topology
-    src, dst = host_addr(t, "h1", 6), host_addr(t, "h3", 6)
-    inner = IPv6(src=src, dst=dst) / UDP(sport=4242, dport=7777) / b"srv6-payload"
-    pkt = (IPv6(src=src, dst=outer_dst, nh=43)
-           / IPv6ExtHdrSegmentRouting(addresses=segments, segleft=segleft,
-                                      lastentry=len(segments) - 1, nh=41)
-           / inner)
-    with inside(f, "h3"):
+    saddr, daddr = host_addr(t, src, 6), host_addr(t, dst, 6)
+    inner = IPv6(src=saddr, dst=daddr, tc=inner_tc) / UDP(sport=4242, dport=7777) \
+        / b"srv6-payload"
+    if segments is None:
+        pkt = IPv6(src=saddr, dst=outer_dst, nh=41, tc=outer_tc) / inner
+    else:
+        pkt = (IPv6(src=saddr, dst=outer_dst, nh=43, tc=outer_tc)
+               / IPv6ExtHdrSegmentRouting(addresses=segments, segleft=segleft,
+                                          lastentry=len(segments) - 1, nh=41)
+               / inner)
+    with inside(f, dst):
         rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    rx.bind((dst, 7777))
+    rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+    rx.bind((daddr, 7777))
     rx.settimeout(1)
-    with inside(f, "h1"):
+    with inside(f, src):
         tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
-    got = 0
+    got: list[int] = []
     with tx, rx:
         for _ in range(n):
             tx.sendto(bytes(pkt), (outer_dst, 0))
         try:
-            while got < n:
-                assert rx.recv(100) == b"srv6-payload"
-                got += 1
+            while len(got) < n:
+                data, anc, _flags, _addr = rx.recvmsg(100, socket.CMSG_SPACE(4))
+                assert data == b"srv6-payload"
+                tcs = [int.from_bytes(d[:4], sys.byteorder) for lvl, typ, d in anc
+                       if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_TCLASS]
+                got.append(tcs[0] if tcs else -1)
         except TimeoutError:
             pass
     return got
@@ -203,42 +217,196 @@ def _kernel_srv6() -> bool:
     return linkctl.features().seg6local
 
 
-@pytest.mark.parametrize("via", ["spine1", "spine2"])
-def test_srv6_usid_steers_via_chosen_spine(make, via):
-    if not _kernel_srv6():
+def _srv6_fabric(make, datapath: str, **kw) -> Fabric:
+    """An SRv6 leaf-spine on ``datapath`` (``kernel``: seg6local on switches; ``bpf``: tc
+    BPF everywhere), skipped with the reason where this machine cannot have it."""
+    from emu.fabric import srv6bpf
+
+    if datapath == "kernel" and not _kernel_srv6():
         pytest.skip("this kernel has no SRv6 local SIDs (CONFIG_IPV6_SEG6_LWTUNNEL): "
-                    "test_srv6_without_kernel_support_is_one_clear_error runs instead")
-    f = make(leaf_spine(routing="srv6"))
+                    "the bpf datapath serves it here")
+    if datapath == "bpf" and (why := srv6bpf.available()) is not None:
+        pytest.skip(f"the tc BPF SRv6 datapath cannot run here: {why}")
+    t = leaf_spine(routing="srv6", **kw)
+    t.srv6 = datapath
+    f = make(t)
+    assert f.srv6 is not None and f.srv6.name == datapath
+    return f
+
+
+def _srv6_counters(f: Fabric) -> dict[str, dict[str, int]]:
+    s = status(f.cluster)
+    assert s["srv6"]["datapath"] == f.srv6.name
+    return s["srv6"]["counters"]
+
+
+def _container(f: Fabric, nodes: list[str]) -> str:
+    usid = b"".join(ipaddress.IPv6Address(f.topology.nodes[n].loopback6).packed[4:6]
+                    for n in nodes)
+    return str(ipaddress.IPv6Address(b"\xfc\x00\x00\x00" + usid.ljust(12, b"\0")))
+
+
+@pytest.mark.parametrize("datapath", ["kernel", "bpf"])
+@pytest.mark.parametrize("via", ["spine1", "spine2"])
+def test_srv6_usid_steers_via_chosen_spine(make, via, datapath):
+    f = _srv6_fabric(make, datapath)
     sid = {n.name: n.loopback6 for n in f.topology.nodes.values()}
     # uSID container: <block fc00:0> <spine> <leaf2> <h3>; each End(next-csid) shifts it left
-    usid = ipaddress.IPv6Address(sid[via]).packed[4:6] + ipaddress.IPv6Address(
-        sid["leaf2"]).packed[4:6] + ipaddress.IPv6Address(sid["h3"]).packed[4:6]
-    container = str(ipaddress.IPv6Address(b"\xfc\x00\x00\x00" + usid + b"\0" * 6))
+    container = _container(f, [via, "leaf2", "h3"])
     other = "spine1" if via == "spine2" else "spine2"
     before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
-    assert _srv6_send(f, [container], 0, container, 20) == 20
+    assert len(_srv6_send(f, [container], 0, container, 20)) == 20
     delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
     assert delta[via] >= 20 and delta[other] < 5, delta
     # classic SRH, one full SID per hop (End falls back to SRH processing): spine, then h3
     before = {s: rx_packets(f, s, "leaf1") for s in ("spine1", "spine2")}
     segs = [str(sid["h3"]), str(sid[via])]  # Segment List[0] is the last hop
-    assert _srv6_send(f, segs, 1, str(sid[via]), 20) == 20
+    assert len(_srv6_send(f, segs, 1, str(sid[via]), 20)) == 20
     delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in before}
     assert delta[via] >= 20 and delta[other] < 5, delta
+    c = _srv6_counters(f)
+    if f.srv6.host == "bpf":
+        assert c["h3"]["decapped"] == 40 and c["h3"]["dropped_ecn"] == 0
+    if datapath == "bpf":  # the switches' programs did the work, counted where it happened
+        assert (c[via]["shifted"], c[via]["srh_end"]) == (20, 20), c[via]
+        assert c["leaf2"]["shifted"] == 20 and c[other]["shifted"] == 0
+        assert not any(c[n]["malformed"] or c[n]["failed"] for n in c), c
+    else:
+        assert set(c) == {"h1", "h2", "h3", "h4"}  # switches: the kernel's seg6local
 
 
-def test_srv6_without_kernel_support_is_one_clear_error(make, monkeypatch):
-    """On a kernel without seg6local routes (the probe says so, or is made to) ``emu up``
-    of an SRv6 fabric stops before making anything, naming the kernel option and the
-    way out — not a netlink error half-way through the routes."""
+@pytest.mark.parametrize("datapath", ["kernel", "bpf"])
+def test_srv6_outer_ce_reaches_the_inner_packet(make, datapath):
+    """A CE mark on the outer header (as a switch sets it) arrives on the inner packet
+    (RFC 6040); an outer CE on a Not-ECT inner packet is dropped; ECT(0) stays ECT(0)."""
+    f = _srv6_fabric(make, datapath)
+    if f.srv6.host != "bpf":
+        pytest.skip("hosts decap with End.DT6 here, which does not copy CE")
+    container = _container(f, ["spine1", "leaf2", "h3"])
+    CE, ECT0, NOT_ECT = 3, 2, 0
+    got = _srv6_send(f, None, 0, container, 10, outer_tc=0x20 | CE, inner_tc=0x20 | ECT0)
+    assert got == [0x20 | CE] * 10  # DSCP kept, ECN CE
+    got = _srv6_send(f, [container], 0, container, 10, outer_tc=CE, inner_tc=ECT0)
+    assert got == [CE] * 10
+    assert _srv6_send(f, None, 0, container, 10, outer_tc=ECT0, inner_tc=ECT0) == [ECT0] * 10
+    assert _srv6_send(f, None, 0, container, 5, outer_tc=CE, inner_tc=NOT_ECT) == []
+    c = _srv6_counters(f)["h3"]
+    assert (c["ce_copied"], c["dropped_ecn"], c["decapped"]) == (20, 5, 30), c
+
+
+@pytest.mark.parametrize("datapath", ["kernel", "bpf"])
+def test_srv6_paths_give_one_container_per_spine_and_each_delivers(make, datapath):
+    from emu.fabric.routes import srv6_paths
+
+    f = _srv6_fabric(make, datapath, spines=3)
+    table = srv6_paths(f.topology, "h1")
+    h3 = table[host_addr(f.topology, "h3", 6)]
+    assert h3["port"] == "eth0" and h3["src"] == host_addr(f.topology, "h1", 6)
+    spines = ["spine1", "spine2", "spine3"]
+    assert h3["paths"] == [_container(f, [s, "leaf2", "h3"]) for s in spines]
+    assert table[host_addr(f.topology, "h2", 6)]["paths"] == [_container(f, ["h2"])]
+    for spine, container in zip(spines, h3["paths"], strict=True):
+        before = {s: rx_packets(f, s, "leaf1") for s in spines}
+        assert len(_srv6_send(f, None, 0, container, 10)) == 10  # no SRH: IPv6-in-IPv6
+        delta = {s: rx_packets(f, s, "leaf1") - before[s] for s in spines}
+        assert delta[spine] >= 10 and sum(delta.values()) - delta[spine] < 5, (spine, delta)
+    container = table[host_addr(f.topology, "h2", 6)]["paths"][0]
+    assert len(_srv6_send(f, None, 0, container, 5, dst="h2")) == 5
+
+
+def test_srv6_without_kernel_support_falls_back_to_bpf_or_is_one_clear_error(make, monkeypatch):
+    """On a kernel without seg6local routes (the probe says so, or is made to) ``auto``
+    takes the tc BPF datapath: no SIDs, no sid0 devices; where that cannot run either,
+    ``emu up`` of an SRv6 fabric stops before making anything, naming the kernel option
+    and the way out — not a netlink error half-way through the routes."""
     from dataclasses import replace
 
-    from emu.fabric import linkctl
+    from emu.fabric import linkctl, srv6bpf
 
     monkeypatch.setattr(linkctl, "_features", replace(linkctl.features(), seg6local=False))
-    with pytest.raises(FabricError, match="CONFIG_IPV6_SEG6_LWTUNNEL.*ecmp") as e:
+    if srv6bpf.available() is None:
+        f = make(leaf_spine(routing="srv6"))
+        assert f.srv6 is not None and (f.srv6.switch, f.srv6.host) == ("bpf", "bpf")
+        assert state.load(f.cluster)["srv6"] == "bpf"
+        for node in ("spine1", "h1"):
+            with inside(f, node):
+                assert "sid0" not in [n for _, n in socket.if_nameindex()]
+    monkeypatch.setattr(srv6bpf, "available", lambda: "no clang (apt-get install clang)")
+    with pytest.raises(FabricError, match="CONFIG_IPV6_SEG6_LWTUNNEL.*no clang.*ecmp") as e:
         make(leaf_spine(routing="srv6"))
     name = str(e.value).split()[1].rstrip(":")
+    assert ns_of_cluster(name) == [] and state.load(name) is None
+
+
+def test_srv6_settings_that_cannot_be_had_are_one_clear_error(make, monkeypatch):
+    """``srv6 = "kernel"`` on a kernel without seg6local names the option and
+    ``srv6 = "bpf"``; ``srv6 = "bpf"`` without clang says so. Nothing is made."""
+    from dataclasses import replace
+
+    from emu.fabric import linkctl, srv6bpf
+
+    monkeypatch.setattr(linkctl, "_features", replace(linkctl.features(), seg6local=False))
+    t = leaf_spine(routing="srv6")
+    t.srv6 = "kernel"
+    with pytest.raises(FabricError, match='srv6 = "kernel".*CONFIG_IPV6_SEG6_LWTUNNEL.*'
+                                          'srv6 = "bpf"') as e:
+        make(t)
+    name = str(e.value).split()[1].rstrip(":")
+    assert ns_of_cluster(name) == [] and state.load(name) is None
+    monkeypatch.setattr(srv6bpf, "available", lambda: "no clang (apt-get install clang)")
+    t.srv6 = "bpf"
+    with pytest.raises(FabricError, match='srv6 = "bpf" needs clang and tc.*no clang'):
+        make(t)
+
+
+@pytest.mark.parametrize("setting,seg6,bpf,want", [
+    ("auto", True, True, ("kernel", "bpf")),     # hosts decap in BPF: End.DT6 drops CE
+    ("auto", True, False, ("kernel", "kernel")),  # no clang: End.DT6, with a warning
+    ("auto", False, True, ("bpf", "bpf")),
+    ("auto", False, False, "CONFIG_IPV6_SEG6_LWTUNNEL.*no clang.*ecmp"),
+    ("kernel", True, True, ("kernel", "bpf")),
+    ("kernel", False, True, 'srv6 = "kernel".*CONFIG_IPV6_SEG6_LWTUNNEL.*srv6 = "bpf"'),
+    ("bpf", True, True, ("bpf", "bpf")),
+    ("bpf", True, False, 'srv6 = "bpf" needs clang and tc.*no clang'),
+])
+def test_srv6_path_choice(monkeypatch, setting, seg6, bpf, want):
+    """What ``[routing] srv6`` and the machine give (the kernel probe and the BPF check
+    made to say so): a datapath per node kind, or one clear error."""
+    from dataclasses import replace
+
+    from emu.fabric import build, linkctl, srv6bpf
+
+    monkeypatch.setattr(linkctl, "_features", replace(linkctl.features(), seg6local=seg6))
+    monkeypatch.setattr(srv6bpf, "available", lambda: None if bpf else "no clang (apt-get)")
+    t = leaf_spine(routing="srv6")
+    t.srv6 = setting
+    if isinstance(want, str):
+        with pytest.raises(FabricError, match=want):
+            build.srv6_path(t, "c1")
+    else:
+        p = build.srv6_path(t, "c1")
+        assert (p.switch, p.host) == want and p.name == want[0]
+
+
+def test_srv6_bpf_failure_half_way_rolls_back(make, monkeypatch):
+    from emu.fabric import srv6bpf
+
+    if (why := srv6bpf.available()) is not None:
+        pytest.skip(f"the tc BPF SRv6 datapath cannot run here: {why}")
+    real, calls = srv6bpf.attach, []
+
+    def third_fails(*a, **kw):
+        calls.append(a[0])
+        if len(calls) == 3:
+            raise srv6bpf.BpfError("injected")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(srv6bpf, "attach", third_fails)
+    name = random_cluster("t")
+    t = leaf_spine(routing="srv6")
+    t.srv6 = "bpf"
+    with pytest.raises(FabricError, match="attaching the SRv6 BPF datapath.*injected.*removed"):
+        Fabric(t, cluster=name).up()
     assert ns_of_cluster(name) == [] and state.load(name) is None
 
 

@@ -34,3 +34,21 @@ def test_the_header_names_the_topology_not_the_cluster_again():
     # a state file from before the topology's own name was recorded: what it has
     old = _header({"name": "nu2", "source": "namespaces/leaf-spine.toml", "routing": "ecmp"})
     assert "topology nu2 (namespaces/leaf-spine.toml)" in old
+
+
+def test_srv6_datapath_and_counters_are_shown():
+    """``emu status`` names the SRv6 datapath in its header and, for the tc BPF path,
+    lists each node's counters (drops summed)."""
+    from emu.fabric.srv6bpf import STATS
+
+    zero = dict.fromkeys(STATS, 0)
+    s = {"cluster": "c", "phase": "up", "created": "now", "links": [], "pids": [], "nodes": [],
+         "topology": {"name": "ls", "source": "x.toml", "routing": "srv6"},
+         "srv6": {"datapath": "bpf", "decap": "bpf", "counters": {
+             "spine1": {**zero, "shifted": 20, "srh_end": 3},
+             "h3": {**zero, "decapped": 23, "ce_copied": 5, "dropped_ecn": 2, "malformed": 1}}}}
+    lines = render(s).splitlines()
+    assert lines[0].endswith("routing srv6 (bpf datapath, decap bpf)")
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.startswith(("spine1", "h3"))}
+    assert rows["spine1"] == ["20", "3", "0", "0", "0", "0", "0"]
+    assert rows["h3"] == ["0", "0", "23", "5", "3", "0", "0"]

@@ -130,6 +130,8 @@ CASES = {
     "routing mode": (LS + '[routing]\nmode = "ospf"\n', None, [":5:", "routing.mode", "'ospf'"]),
     "routing seed": (LS + "[routing]\nhash_seed = -1\n", None, ["routing.hash_seed", "range"]),
     "routing key": (LS + "[routing]\npolicy = 1\n", None, ["routing.policy", "unknown key"]),
+    "routing srv6": (LS + '[routing]\nmode = "srv6"\nsrv6 = "xdp"\n', None,
+                     ["routing.srv6", "'xdp'", "auto, kernel, bpf"]),
     "cluster name long": ('[topology]\nkind = "pair"\nname = "a-very-long-name"\n', None,
                           [":3:", "topology.name", "12"]),
     "cluster name bad": ('[topology]\nkind = "pair"\nname = "Big"\n', None,

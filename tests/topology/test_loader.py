@@ -195,6 +195,8 @@ def test_settings_overrides_and_events() -> None:
     ev = t.events[2]
     assert ev.target == "leaf1-spine2" and ev.settings == {"loss": 0.05, "direction": "b_to_a"}
     assert t.routing == "srv6" and t.hash_seed == 42
+    assert t.srv6 == "auto"  # the kernel's seg6local where it has it, else tc BPF
+    assert loads(SETTINGS, "x.toml", ["routing.srv6=bpf"]).srv6 == "bpf"
 
 
 def test_custom_topology() -> None:

@@ -575,6 +575,8 @@ class MrcEngine(Engine):
         (qp.ini.evs.plane_down if down else qp.ini.evs.plane_up)(plane, now)
         if down and not was:  # what is in flight on it is gone: resent now, not at the RTO
             qp.ini.plane_lost(plane, now)
+        elif was and not down:  # back: its EVs are probed before traffic returns to them
+            qp.ini.plane_back(plane, now)
 
     def _live_dest(self, qp: _Qp) -> Addr | None:
         """The peer's address on the first plane both ends have up."""

@@ -259,9 +259,10 @@ class EVSet:
     # -- probes --------------------------------------------------------------------------
 
     def to_probe(self) -> list[int]:
-        """The EVs to probe now: every ASSUMED_BAD one (in the set or retired from it)."""
+        """The EVs to probe now: every ASSUMED_BAD one (in the set or retired from it) on
+        a plane that is up."""
         return [e.ev for e in (*self.slots, *self.retired)
-                if e.state is EVState.ASSUMED_BAD]
+                if e.state is EVState.ASSUMED_BAD and e.plane not in self.down]
 
     def on_probe_sent(self, ev: int) -> None:
         e = self.by_ev.get(ev)
@@ -296,13 +297,21 @@ class EVSet:
             self._set(e, EVState.GOOD, "controller", now)
 
     def plane_down(self, plane: int, now: float) -> None:
-        """``plane``'s port went down: its EVs leave the rotation (states kept)."""
+        """``plane``'s port went down (this NIC's or the peer's): its EVs leave the
+        rotation as ASSUMED_BAD — kept in their slots, not replaced (a fresh EV of a
+        dead plane is no better) and not probed while the plane is down."""
         self._plane(plane)
         if plane not in self.down:
             self.down.add(plane)
             self._round = deque(e for e in self._round if e.plane != plane)
+            for e in self.slots:
+                if e.plane == plane and e.usable:
+                    e.streak = 0
+                    self._set(e, EVState.ASSUMED_BAD, "port down", now)
 
     def plane_up(self, plane: int, now: float) -> None:
+        """``plane``'s port is back: its EVs are probed, and each comes back GOOD when
+        its probes are answered — a port up says nothing of the paths beyond it."""
         self._plane(plane)
         self.down.discard(plane)
         self._round.clear()  # the next round interleaves it again

@@ -416,6 +416,14 @@ class InitiatorQP:
             self.trace.event("plane_lost", now, qp=self.qpn, plane=plane, resent=n)
         return n
 
+    def plane_back(self, plane: int, now: float) -> None:
+        """``plane`` is up again: its EVs, assumed bad while it was down, are probed now
+        (each comes back GOOD when its probes are answered)."""
+        if self.evs.to_probe() and (self.next_probe is None or self.next_probe > now):
+            self.next_probe = now
+        if self.trace.enabled:
+            self.trace.event("plane_back", now, qp=self.qpn, plane=plane)
+
     def on_nack(self, pkt: RocePacket, now: float) -> None:
         """A RELIABILITY_NACK: a trim resends at once (and tells the EV set where it was
         cut); PSN_OOR_WINDOW resends a little later; other reasons are counted."""

@@ -266,7 +266,11 @@ def test_a_port_taken_down_moves_its_traffic_to_the_live_plane_and_back():
     link.wire = []
     link.run()
     assert dests("b") == {"10.0.0.1": 64}
+    assert {r["state"] for r in ea.ev_table(qa2)["evs"] if r["plane"] == 1} == {"assumed_bad"}
     ea.port_admin(1, True, link.now)
+    link.run()  # the port is back: probes on its EVs, answered, bring them back
+    assert {r["state"] for r in ea.ev_table(qa2)["evs"]} == {"good"}
+    assert ea.counters()["probe_ok"] > 0
     link.wire = []
     _write(ea, qa2, src, dst, 64 * PMTU, 2, off=64 * PMTU)
     link.run()
@@ -324,6 +328,14 @@ def test_a_plane_failing_mid_write_is_resent_on_the_live_plane_at_once():
     c = ea.counters()
     assert c["retx_plane"] > 0 and c["rto"] == 0, c
     assert c["tx_retransmits"] == c["retx_plane"] + c["retx_sack"]
+    # plane 0's EVs were not blamed; plane 1's are assumed bad until probes say otherwise
+    states = {p: {r["state"] for r in ea.ev_table(qa2)["evs"] if r["plane"] == p}
+              for p in (0, 1)}
+    assert states == {0: {"good"}, 1: {"assumed_bad"}}
+    failed = False
+    ea.port_link(1, True, link.now)
+    eb.port_link(1, True, link.now)
+    link.run()
     assert all(r["state"] == "good" for r in ea.ev_table(qa2)["evs"])
 
 

@@ -263,7 +263,17 @@ def test_a_plane_down_leaves_the_rotation_and_comes_back():
     s.plane_down(1, 1.0)
     assert s.active() == 4
     assert {s.next().plane for _ in range(10)} == {0}
+    down = [e for e in s.slots if e.plane == 1]
+    # its EVs are assumed bad, kept in their slots, and not probed while the port is down
+    assert all(e.state is EVState.ASSUMED_BAD for e in down) and s.to_probe() == []
     s.plane_up(1, 2.0)
+    assert {s.next().plane for _ in range(8)} == {0}  # up: probed first, not sprayed on
+    assert sorted(s.to_probe()) == sorted(e.ev for e in down)
+    for _ in range(s.revive_after):
+        for e in down:
+            s.on_probe(e.ev, 2.5, answered=True)
+    assert s.to_probe() == [] and all(e.state is EVState.GOOD for e in down)
+    s._round.clear()
     assert [s.next().plane for _ in range(8)] == [0, 1] * 4
     s.plane_down(0, 3.0)
     s.plane_down(1, 3.0)
