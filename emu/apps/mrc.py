@@ -127,8 +127,9 @@ def _peer_address(where: str, peer: str, plane: int) -> str:
     except ValueError:
         pass
     try:
-        return C.model(state.resolve(where.rpartition(":")[0] or None)).host_address(peer,
-                                                                                    plane)
+        topo = C.model(state.resolve(where.rpartition(":")[0] or None))
+        # a source-routed fabric's MRC runs over IPv6 (its EVs need the flow label)
+        return topo.host_address(peer, plane, 6 if topo.routing == "srv6" else None)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -139,8 +140,9 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
     import time
 
     dest = _peer_address(a.where, a.peer, a.plane)
-    evs = a.ev or [PROBE_EV0 + i for i in range(a.count)]
-    rids = _ask(a.where, probe_to=dest, evs=evs, plane=a.plane)["request_ids"]
+    # without --ev the NIC takes its default EV profile's first ones
+    ans = _ask(a.where, probe_to=dest, evs=a.ev, count=a.count, plane=a.plane)
+    rids, evs = ans["request_ids"], ans["evs"]
     want, got = set(rids), []
     end = time.monotonic() + a.wait
     while want and time.monotonic() < end:
@@ -153,9 +155,6 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
             for rid, ev in zip(rids, evs, strict=True) if rid in want]
     return {"to": dest, "results": sorted(got, key=lambda r: r["ev"])}
 
-
-#: the EVs ``emu mrc probe`` tries without ``--ev``: the default EV profile's first ones
-PROBE_EV0 = 0xD000
 
 
 def _field(text: str) -> dict[str, int]:
@@ -292,8 +291,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("peer", help="the peer: a host name (its address on --plane) or an address")
     pr.add_argument("--plane", type=int, default=0, help="the peer's plane (default 0)")
     pr.add_argument("--ev", type=_ev, action="append",
-                    help="an EV (UDP source port) to probe on (repeatable; default: -c EVs "
-                         f"from {PROBE_EV0:#x})")
+                    help="an EV to probe on, in the NIC's EV format (udp: a source port; "
+                         "repeatable; default: -c EVs, the default EV profile's first)")
     pr.add_argument("-c", "--count", type=int, default=4, help="EVs without --ev (default 4)")
     pr.add_argument("--wait", type=float, default=10.0,
                     help="wall seconds to wait for the answers (default 10)")

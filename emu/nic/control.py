@@ -496,10 +496,11 @@ class ControlServer:
             if m.get("probe_to") is not None:  # EV_PROBEs out, answers read later
                 now = trio.current_time()
                 plane = None if m.get("plane") is None else int(m["plane"])
-                rids = [eng.ev_probe(str(m["probe_to"]), int(ev), now, plane)
-                        for ev in m.get("evs") or ()]
+                evs = [int(ev) for ev in m.get("evs") or ()] or eng.probe_evs(
+                    int(m.get("count") or 4))
+                rids = [eng.ev_probe(str(m["probe_to"]), ev, now, plane) for ev in evs]
                 t[slot] = None
-                return {"request_ids": rids}
+                return {"request_ids": rids, "evs": evs}
             if m.get("probe_results"):
                 return {"results": eng.take_probe_results()}
             if m.get("profile_kind") is not None:

@@ -198,16 +198,18 @@ class Topology:
     def links_of(self, node: str) -> list[Link]:
         return [lk for lk in self.links if node in (lk.a.node, lk.b.node)]
 
-    def host_address(self, node: str, plane: int | None = None) -> str:
-        """``node``'s first IPv4 address (IPv6 if it has none), on ``plane``'s port when
-        given; ValueError naming what is wrong (no such node, a switch, no address)."""
+    def host_address(self, node: str, plane: int | None = None, family: int | None = None
+                     ) -> str:
+        """``node``'s first IPv4 address (IPv6 if it has none; ``family`` 6: IPv6 first),
+        on ``plane``'s port when given; ValueError naming what is wrong (no such node, a
+        switch, no address)."""
         if node not in self.nodes:
             raise ValueError(f"no node {node!r} in cluster {self.name!r}")
         if self.nodes[node].kind != "host":
             raise ValueError(f"{node} is a switch, not a host")
         ends = [lk.end(node) for lk in self.links_of(node)
                 if plane is None or (lk.plane or 0) == plane]
-        for fam in ("ipv4", "ipv6"):
+        for fam in (("ipv6", "ipv4") if family == 6 else ("ipv4", "ipv6")):
             for e in ends:
                 ip = getattr(e, fam)
                 if ip is not None:

@@ -9,6 +9,7 @@ No wall-clock thresholds: only what the runs and the capture say about themselve
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -292,63 +293,128 @@ def _mrc_engine(name: str, host: str) -> dict:
     return json.loads(emu_cli("nicd", "stats", f"{name}:{host}", "--json").stdout)
 
 
-def test_a_plane_failing_mid_write_fails_over_at_once_at_the_defaults():
-    """The multi-plane topology as shipped (400 Gb/s planes, fabric time): ``emu link
-    plane:1 down`` in the middle of a write. Every NIC's link watch sees its plane-1 port
-    go down, its QPs resend what was in flight on plane 1 over plane 0 at once (no
-    timeout) and tell their peers; the write completes byte-exact. ``plane:1 up`` brings
-    the ports back, and the next write sprays over both planes again."""
+def _wait_sent(name: str, packets: int, timeout: float = 120) -> None:
+    """Until h1's MRC engine has sent ``packets`` (counting every QP it had)."""
+    deadline = time.monotonic() + timeout
+    while _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]["tx_packets"] < packets:
+        assert time.monotonic() < deadline, "the write did not get that far"
+        time.sleep(0.1)
+
+
+def _srv6_writes_per_link(pcap: Path) -> tuple[Counter, set[str]]:
+    """MRC WRITEs per link of a capture of an SRv6 fabric — Ethernet / IPv6 to a uSID
+    container (next header 41) / IPv6 / UDP 4971 — and the containers h1 sent them to
+    (each switch on the way shifts its own uSID out)."""
+    from emu.wire.codec.roce import decode_packet
+    from emu.wire.pcapio import read_frames
+
+    out: Counter = Counter()
+    outers: set[str] = set()
+    for fr in read_frames(pcap):
+        raw = bytes(fr.data)
+        if raw[12:14] != b"\x86\xdd" or raw[14 + 6] != 41:
+            continue
+        inner = 14 + 40
+        if raw[inner + 6] != 17 or int.from_bytes(raw[inner + 42:inner + 44], "big") != 4971:
+            continue
+        if 0xC6 <= decode_packet(raw[inner + 48:]).bth.opcode <= 0xCB:
+            out[fr.interface] += 1
+            if fr.interface.startswith("h1-"):
+                outers.add(str(ipaddress.IPv6Address(raw[14 + 24:14 + 40])))
+    return out, outers
+
+
+def test_srv6_one_qp_takes_every_plane_and_spine_and_a_plane_fails_over_at_the_defaults(
+        tmp_path: Path):
+    """The multi-plane topology as shipped (400 Gb/s planes, fabric time) in SRv6 mode
+    (``--set routing.mode=srv6``; on this kernel the tc BPF datapath). One MRC QP h1 → h3:
+    a capture of every link shows its WRITEs — each in an outer IPv6 header to a uSID
+    container — on both planes and on every leaf-spine link, and Wireshark decodes them as
+    MRC with good ICRCs. Then ``emu link plane:1 down`` in the middle of a write: every
+    NIC's link watch sees its plane-1 port go down, its QPs resend what was in flight on
+    plane 1 over plane 0 at once (no timeout), the plane's EVs turn ASSUMED_BAD, and the
+    write completes byte-exact. ``plane:1 up``: probes bring the EVs back and the next
+    write sprays over both planes again."""
     from emu.fabric import naming, state
 
     name = naming.random_cluster("mf")
     perf_cmd = [*EMU, "perf", "write-bw", "--from", "h1", "--to", "h3", "--cluster", name,
-                "--json", "--transport", "mrc", "-s", "262144", "-n", "256"]
+                "--json", "--transport", "mrc", "-s", "262144", "-n", "512"]
     try:
-        emu_cli("up", "namespaces/multi-plane.toml", "--name", name)
+        emu_cli("up", "namespaces/multi-plane.toml", "--name", name,
+                "--set", "routing.mode=srv6")
+        st = json.loads(emu_cli("status", name, "--json").stdout)
+        assert st["srv6"]["datapath"] in ("bpf", "kernel"), st["srv6"]
+        pcap = tmp_path / "srv6.pcapng"
+        cap = subprocess.Popen([*EMU, "capture", "--cluster", name, "all", "-w", str(pcap),
+                                "--filter", "ip6 proto 41"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(2)
+            doc = json.loads(emu_cli(*perf_cmd[3:-4], "-s", "131072", "-n", "8").stdout)
+            assert doc["passed"] is True, doc["errors"]
+            time.sleep(1)
+        finally:
+            cap.send_signal(2)
+            cap.wait(timeout=60)
+        per_link, outers = _srv6_writes_per_link(pcap)
+        links = {f"h1-p{p}-leaf1" for p in (0, 1)} | {
+            f"p{p}-leaf1-p{p}-spine{s}" for p in (0, 1) for s in (1, 2)}
+        assert links <= set(per_link), per_link
+        total = sum(per_link[lk] for lk in links if lk.startswith("h1-"))
+        assert total >= 8 * 32  # 1 MiB in ≤ 4 KiB packets, all seen leaving h1
+        # every spine link carries its share: one container per (plane, spine)
+        assert all(per_link[lk] >= 0.1 * total for lk in links), per_link
+        assert len(outers) == 4 and all(o.startswith("fc00:0:") for o in outers), outers
+        if TSHARK is not None:
+            out = subprocess.run([TSHARK, "-r", str(pcap), *wireshark.tshark_args(), "-Y",
+                                  "mrc", "-T", "fields", "-e", "roce.icrc_ok"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            assert len(out) >= total and set(out) <= {"1", "True", "true"}, out[:5]
         # EV_PROBE endpoint operations: every probed path of plane 1 answers, with a round
         # trip of fabric microseconds
         probe = json.loads(emu_cli("mrc", "probe", f"{name}:h1", "h3", "--plane", "1",
                                    "--json").stdout)
-        assert probe["to"].startswith("10.1.") and len(probe["results"]) == 4
+        assert probe["to"].startswith("fd00:1:") and len(probe["results"]) == 4
         assert all(r["status"] == "OK" and 0 < r["rtt_ns"] < 1e6 for r in probe["results"])
-        p = subprocess.Popen(perf_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+        # a write that lasts 6 fabric ms (~40 s of wall time at the auto scale): the plane
+        # fails early in it and comes back while the same QP still has most to write
+        p = subprocess.Popen([*perf_cmd[:-2], "-D", "0.006"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         try:
-            # fail the plane once a quarter of the 64 MiB has left h1
-            deadline = time.monotonic() + 120
-            while True:
-                eng = _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]
-                if eng.get("tx_packets", 0) > 4096 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+            base = _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]["tx_packets"]
+            _wait_sent(name, base + 4096)
             emu_cli("link", "plane:1", "down", "--cluster", name)
+            h1 = _mrc_engine(name, "h1")
+            assert h1["links"]["up"] == {"eth0": True, "eth1": False}
+            gone = emu_cli("mrc", "probe", f"{name}:h1", "h3", "--plane", "1", "-c", "1",
+                           "--wait", "2", check=False)
+            # h1's own plane-1 port lost its link: the probe cannot leave (PORT_DOWN at once)
+            assert gone.returncode == 1 and "PORT_DOWN" in gone.stdout, gone.stdout
+            eng = _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]
+            # in flight on plane 1 when it failed: resent over plane 0 at once, no timeout;
+            # the QP's plane-1 half of its 128 EVs assumed bad
+            assert eng["retx_plane"] > 0 and eng["rto"] == 0, eng
+            assert eng["evs_port_down"] == 64 and eng["link_downs"] == 1, eng
+            assert eng["tx_port_updates"] == 1
+            emu_cli("link", "plane:1", "up", "--cluster", name)
+            before = _tx_packets(name, "h1", "eth1")
             out, err = p.communicate(timeout=600)
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
         doc = json.loads(out)
-        assert doc["passed"] is True, (doc["errors"], err)
+        assert doc["passed"] is True, (doc["errors"], err)  # byte-exact (perf verifies)
         h1 = _mrc_engine(name, "h1")
         eng = h1["transports"]["mrc"]["engine"]
-        assert h1["links"]["up"] == {"eth0": True, "eth1": False}
-        assert eng["link_downs"] == 1 and eng["tx_port_updates"] == 1
-        # in flight on plane 1 when it failed: resent over plane 0 at once, no timeout
-        assert eng["retx_plane"] > 0 and eng["rto"] == 0, eng
-        assert eng["tx_packets"] == 64 * 1024 * 1024 // 4096  # the write fully sent first
-        h3 = _mrc_engine(name, "h3")["transports"]["mrc"]["engine"]
-        assert h3["link_downs"] == 1
-        gone = emu_cli("mrc", "probe", f"{name}:h1", "h3", "--plane", "1", "-c", "1",
-                       "--wait", "2", check=False)
-        # h1's own plane-1 port lost its link: the probe cannot leave (PORT_DOWN at once)
-        assert gone.returncode == 1 and "PORT_DOWN" in gone.stdout, gone.stdout
-        emu_cli("link", "plane:1", "up", "--cluster", name)
-        assert _mrc_engine(name, "h1")["links"]["up"] == {"eth0": True, "eth1": True}
-        before = _tx_packets(name, "h1", "eth1")
-        doc = json.loads(emu_cli(*perf_cmd[3:-2], "-n", "16").stdout)
-        assert doc["passed"] is True, doc["errors"]
-        assert _tx_packets(name, "h1", "eth1") - before >= 16 * 64 * 0.4  # plane 1 again
-        assert _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]["link_ups"] == 1
+        assert h1["links"]["up"] == {"eth0": True, "eth1": True}
+        assert eng["link_ups"] == 1 and eng["rto"] == 0
+        # the same QP: probes on its plane-1 EVs were answered and plane 1 carried its
+        # packets again before the write ended
+        assert eng["probe_ok"] > 0 and eng["tx_port_updates"] >= 2, eng
+        assert _tx_packets(name, "h1", "eth1") - before > 1000
+        assert _mrc_engine(name, "h3")["transports"]["mrc"]["engine"]["link_downs"] == 1
     finally:
         if state.load(name) is not None:
             emu_cli("down", name, check=False)

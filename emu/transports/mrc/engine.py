@@ -88,6 +88,11 @@ DEFAULT_PROFILE_FL = {
     fmt: EVProfile(fmt=fmt, mode=EVGenMode.GEN,
                    fields=(GenField(16, init=0xD000, lo=0xD000), GenField(16, init=1, lo=1)))
     for fmt in (EVMode.STEV, EVMode.SRV6)}
+#: a PORT_STATUS_UPDATE not answered within this many base round trips is sent again (with
+#: the ports' state then), at most UPDATE_TRIES times in all: the peer must hear that a
+#: plane came back, or its QPs never use it again (a lone update sent while the fabric
+#: was still converging was lost for good)
+UPDATE_RTTS, UPDATE_TRIES = 8, 16
 #: DSCP of data (trimmable) and of SACKs, NACKs and ACKs (never trimmed, expedited)
 DSCP_DATA, DSCP_CONTROL = 0, 46
 STATES = ("RESET", "RTS", "ERR")
@@ -175,6 +180,9 @@ class MrcEngine(Engine):
         #: our ENDPOINT_REQUESTs not answered yet: id -> (op, sent at, to, EV); the oldest
         #: is forgotten past 1024 (a peer that never answers)
         self._requests: dict[int, tuple[int, float, str, int | None]] = {}
+        #: the PORT_STATUS_UPDATE each peer NIC has not answered yet: address → (request id,
+        #: sent at, tries)
+        self._updates: dict[str, tuple[int, float, int]] = {}
         #: EV_PROBE answers (and PORT_DOWN refusals) until the controller takes them
         self.probe_results: deque[dict[str, Any]] = deque(maxlen=1024)
         self._next_qpn = ENDPOINT_QP + 1  # QPN 2 is the endpoint's (BTH.DestQP of ERTH)
@@ -187,7 +195,7 @@ class MrcEngine(Engine):
             "tx_port_updates", "rx_port_updates", "rx_port_update_acks",
             "rx_port_update_unknown", "rx_drop_unexpected_response", "link_downs",
             "link_ups", "tx_ev_probes", "rx_ev_probes", "rx_ev_probe_answers",
-            "rx_drop_bad_ev"), 0)
+            "rx_drop_bad_ev", "tx_port_update_retries", "port_updates_unanswered"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -437,11 +445,16 @@ class MrcEngine(Engine):
                     t = d
         if self._paused_until and (t is None or self._paused_until < t):
             t = self._paused_until
+        u = self._update_due()
+        if u is not None and (t is None or u < t):
+            t = u
         return t
 
     def handle_timer(self, now: float) -> None:
         if self._paused_until and self._paused_until <= now:
             self._paused_until = 0.0
+        if self._updates:
+            self._resend_updates(now)
         for qp in list(self._qps.values()):
             if qp.ini is not None and qp.state == "RTS":
                 qp.ini.on_timer(now)
@@ -532,11 +545,34 @@ class MrcEngine(Engine):
         # tell each peer NIC (ENDPOINT_REQUEST PORT_STATUS_UPDATE, over a live plane): it
         # stops sending to this NIC's address on the plane that went down
         for dest in peers.values():
-            self._request(ERTH_PORT_STATUS_UPDATE, dest[0], None, now)
-            self.stats["tx_port_updates"] += 1
+            self._tell(dest[0], now, 1)
         return {"port": plane, "up": up, "qps": n, "ports_down": sorted(self.ports_down),
                 "admin_down": sorted(self.admin_down), "link_down": sorted(self.link_down),
                 "peers_told": len(peers)}
+
+    def _tell(self, dest: str, now: float, tries: int) -> None:
+        """A PORT_STATUS_UPDATE (this NIC's ports as they are now) to the NIC at ``dest``,
+        sent again until answered (:data:`UPDATE_RTTS`, :data:`UPDATE_TRIES`)."""
+        rid = self._request(ERTH_PORT_STATUS_UPDATE, dest, None, now)
+        self._updates[dest] = (rid, now, tries)
+        self.stats["tx_port_updates"] += 1
+
+    def _update_due(self) -> float | None:
+        if not self._updates:
+            return None
+        return min(at for _, at, _ in self._updates.values()) + UPDATE_RTTS * self.base_rtt
+
+    def _resend_updates(self, now: float) -> None:
+        wait = UPDATE_RTTS * self.base_rtt
+        for dest, (_, at, tries) in list(self._updates.items()):
+            if now - at < wait:
+                continue
+            if tries >= UPDATE_TRIES:
+                del self._updates[dest]
+                self.stats["port_updates_unanswered"] += 1
+            else:
+                self.stats["tx_port_update_retries"] += 1
+                self._tell(dest, now, tries + 1)
 
     def _next_request_id(self) -> int:
         self._request_id = (self._request_id + 1) & 0xFFFF
@@ -572,7 +608,10 @@ class MrcEngine(Engine):
         assert qp.ini is not None
         down = plane in self.ports_down or plane in (qp.peer_down or ())
         was = plane in qp.ini.evs.down
-        (qp.ini.evs.plane_down if down else qp.ini.evs.plane_up)(plane, now)
+        if down:
+            qp.ini.stats["evs_port_down"] += qp.ini.evs.plane_down(plane, now)
+        else:
+            qp.ini.evs.plane_up(plane, now)
         if down and not was:  # what is in flight on it is gone: resent now, not at the RTO
             qp.ini.plane_lost(plane, now)
         elif was and not down:  # back: its EVs are probed before traffic returns to them
@@ -606,6 +645,8 @@ class MrcEngine(Engine):
                 st["rx_ev_probe_answers"] += 1
             else:
                 st["rx_port_update_acks"] += 1
+                if self._updates.get(req[2], (None,))[0] == rid:
+                    del self._updates[req[2]]  # heard: no more resends
             return
         erth = pkt.header(ERTH)
         if not isinstance(erth, ERTH):
@@ -662,6 +703,16 @@ class MrcEngine(Engine):
             return rid
         self.stats["tx_ev_probes"] += 1
         return self._request(ERTH_EV_PROBE, dest, ev, now)
+
+    def probe_evs(self, n: int) -> list[int]:
+        """The EVs an EV_PROBE batch takes when the controller names none: the default EV
+        profile's first ``n`` (drawn, for an AUTO profile)."""
+        evp = self.profiles.for_qp("ev", None).ev
+        assert evp is not None
+        try:
+            return evp.draw(max(1, min(n, 256)), self.rng)
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
 
     def take_probe_results(self) -> list[dict[str, Any]]:
         out = list(self.probe_results)

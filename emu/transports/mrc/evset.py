@@ -296,11 +296,13 @@ class EVSet:
         if e.state is EVState.DENIED:
             self._set(e, EVState.GOOD, "controller", now)
 
-    def plane_down(self, plane: int, now: float) -> None:
+    def plane_down(self, plane: int, now: float) -> int:
         """``plane``'s port went down (this NIC's or the peer's): its EVs leave the
         rotation as ASSUMED_BAD — kept in their slots, not replaced (a fresh EV of a
-        dead plane is no better) and not probed while the plane is down."""
+        dead plane is no better) and not probed while the plane is down. Returns how
+        many it turned."""
         self._plane(plane)
+        n = 0
         if plane not in self.down:
             self.down.add(plane)
             self._round = deque(e for e in self._round if e.plane != plane)
@@ -308,6 +310,8 @@ class EVSet:
                 if e.plane == plane and e.usable:
                     e.streak = 0
                     self._set(e, EVState.ASSUMED_BAD, "port down", now)
+                    n += 1
+        return n
 
     def plane_up(self, plane: int, now: float) -> None:
         """``plane``'s port is back: its EVs are probed, and each comes back GOOD when

@@ -85,9 +85,15 @@ TIMEOUT_UNIT = 1.024e-6
 TIMEOUT_MAX_CODE = 24
 #: retry limits (mrc.h): linear ≤ 7, then exponential ≤ 25 (25: never give up)
 RETRY_LINEAR_MAX, RETRY_EXP_MAX, RETRY_FOREVER = 7, 25, 25
-#: ASSUMED_BAD EVs are probed every this share of the local ACK timeout, and a probe not
-#: answered within the timeout counts as a miss (EVSet.on_probe)
+#: ASSUMED_BAD EVs are probed every this share of the probe timeout, and a probe not
+#: answered within it counts as a miss (EVSet.on_probe)
 PROBE_SHARE = 0.25
+#: the probe timeout: this many smoothed round trips (at most the local ACK timeout, which
+#: it is before the first RTT sample). Why not the local ACK timeout itself: that is sized
+#: for a data packet behind a full window (16.8 ms at the default code 14), and a probe
+#: lost on a path still healing (a plane up before its routes) was retried only that much
+#: later — after the transfer it was to bring the path back to
+PROBE_RTTS = 8
 #: a NACK PSN_OOR_WINDOW (the receiver's window moved less than ours): resend after this
 #: many timeouts' worth of the base round trip, not at once
 OOR_BACKOFF = 0.25
@@ -166,6 +172,8 @@ class InitiatorQP:
         self.error: WcStatus | None = None
         self.probes: dict[int, float] = {}  # EV probed → when (one probe per EV at a time)
         self.next_probe: float | None = None
+        #: the smoothed round trip of SACKed packets (None before the first sample)
+        self.srtt: float | None = None
         self.probe_id = 0
         self.completions: list[WorkCompletion] = []
         self.trace = trace  # packets, per-EV feedback, losses and probes (when enabled)
@@ -177,7 +185,7 @@ class InitiatorQP:
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
             "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
             "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
-            "probe_lost", "ack_requests", "mpr_changes"), 0)
+            "probe_lost", "ack_requests", "mpr_changes", "evs_port_down"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -298,8 +306,9 @@ class InitiatorQP:
         """A RELIABILITY_PROBE on each retired (ASSUMED_BAD) EV not already being probed;
         a probe unanswered for a timeout is a miss. Probes consume no PSN."""
         out = []
+        wait = self.probe_wait()
         for ev, at in list(self.probes.items()):
-            if now - at >= self.rto:
+            if now - at >= wait:
                 del self.probes[ev]
                 self.stats["probe_lost"] += 1
                 if self.trace.enabled:
@@ -342,8 +351,13 @@ class InitiatorQP:
             self.ack_wait = None
 
     def _arm_probes(self, now: float) -> None:
-        self.next_probe = (now + PROBE_SHARE * self.rto
+        self.next_probe = (now + PROBE_SHARE * self.probe_wait()
                            if self.probes or self.evs.to_probe() else None)
+
+    def probe_wait(self) -> float:
+        """How long a probe's answer may take: :data:`PROBE_RTTS` smoothed round trips,
+        at most the local ACK timeout."""
+        return self.rto if self.srtt is None else min(self.rto, PROBE_RTTS * self.srtt)
 
     # -- feedback ------------------------------------------------------------------------
 
@@ -365,6 +379,8 @@ class InitiatorQP:
         cack = sb.ext(seth.cack_psn)
         acked_psn = cack + seth.ack_psn_offset
         rtt = sb.round_trip(acked_psn, now)
+        if rtt is not None:  # smoothed as TCP's SRTT (RFC 6298, alpha 1/8)
+            self.srtt = rtt if self.srtt is None else self.srtt + (rtt - self.srtt) / 8
         released = sb.ack_through(cack)
         if seth.sack_bitmap:
             released += sb.sack(cack + seth.sack_offset, seth.sack_bitmap)

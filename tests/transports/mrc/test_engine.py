@@ -305,6 +305,34 @@ def test_a_port_that_loses_its_link_is_left_until_it_returns_but_admin_down_wins
     assert (c["link_downs"], c["link_ups"]) == (1, 1)
 
 
+def test_a_lost_port_status_update_is_sent_again_until_the_peer_answers():
+    """A PORT_STATUS_UPDATE lost on the wire (a fabric still converging) is sent again
+    after a few round trips, with the ports as they are then, until the peer answers:
+    the peer must hear that a plane came back, or it never uses it again."""
+    from emu.wire.codec.mrc import MRC_ENDPOINT_REQUEST
+
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=8 * PMTU, engine_kw={"planes": 2})
+    qa2, qb2 = _two_plane_qps(ea, eb)
+    ea.port_admin(1, False, 0.0)
+    link.run()
+    assert eb._qps[qb2].ini.evs.down == {1}
+    lost = []
+
+    def drop_first_update(side, d, addr, meta):
+        if side == "a" and BTH.decode(d).opcode == MRC_ENDPOINT_REQUEST and not lost:
+            lost.append(d)
+            return True
+        return False
+
+    link.drop_sent = drop_first_update
+    ea.port_admin(1, True, link.now)
+    link.run()
+    assert lost and eb._qps[qb2].ini.evs.down == set()  # heard the second time
+    c = ea.counters()
+    assert c["tx_port_update_retries"] == 1 and c["rx_port_update_acks"] == 2
+    assert ea.get_timer() is None  # answered: nothing more to resend
+
+
 def test_a_plane_failing_mid_write_is_resent_on_the_live_plane_at_once():
     """Plane 1 fails in the middle of a write (every packet on it lost from then on) and
     both NICs' link watches report it: what was in flight on plane 1 is resent on plane 0
