@@ -11,16 +11,20 @@ Everything is whole ``emu`` commands at their defaults on ``namespaces/multi-pla
   run (one QP, one path: one plane's rate); MRC sprays one QP over both planes.
 * **failover** — the MRC write again (256 KiB messages, a completion each), started at
   a known fabric time (``--start-at``), with ``emu link plane:1 down`` issued a third of
-  the way in. From the cluster's event log (the fabric time the plane went down) and
-  the write's goodput series (fabric time): goodput before, the dip, goodput after, and
-  the recovery time — from the failure to the end of the first interval whose goodput
-  is ≥ 90 % of one plane's rate (the RoCEv2 line of the same run). The plane comes
-  back up afterwards.
+  the way in and ``up`` a third later. From the cluster's event log (the fabric times
+  the plane went down and up) and the write's goodput series (fabric time): goodput
+  before, the dip, goodput after, the recovery time — from the failure to the end of
+  the first interval whose goodput is ≥ 90 % of one plane's rate (the RoCEv2 line of
+  the same run) — and, once the plane is back, how long until both planes carry the
+  write again (≥ 90 % of two planes' rate; its EVs come back by probes).
 * **CPU per packet** — the two NIC daemons' CPU time (``/proc/PID/stat``) over the
   transports part's MRC command, per data packet, as ``bench-uet`` reports it.
 
-``--json`` prints one document; ``--quick`` (the test suite's run) moves less. No
-thresholds: the figures are what the emulated fabric gave, with their credibility.
+``--routing srv6`` runs it all on the SRv6 fabric (``--set routing.mode=srv6``: MRC's
+EVs name whole paths in an outer IPv6 header; RoCEv2 and UET ride the same fabric's
+ECMP routes). ``--json`` prints one document; ``--quick`` (the test suite's run) moves
+less. No thresholds: the figures are what the emulated fabric gave, with their
+credibility.
 """
 
 from __future__ import annotations
@@ -224,6 +228,12 @@ def failover(cluster: str, transport: str, mib: int, plane_gbps: float, plane: i
     for _, g in after:  # the longest run of intervals with nothing completed
         run = run + 1 if g == 0 else 0
         stall = max(stall, run)
+    if up is not None and transport == "mrc":
+        # both planes again: the plane's EVs probed back into the rotation
+        both = next((t for t, g in series if t - step > up and g >= 0.9 * rate), None)
+        res["both_planes_again_us"] = None if both is None else round((both - up) * 1e6, 2)
+    # the goodput series around the events, fabric µs from the failure (for a plot)
+    res["series_us_gbps"] = [(round((t - down) * 1e6, 1), round(g, 1)) for t, g in series]
     res.update({
         "interval_us": round(step * 1e6, 3),
         "gbps_before": round(sum(before) / len(before), 1) if before else None,
@@ -236,14 +246,17 @@ def failover(cluster: str, transport: str, mib: int, plane_gbps: float, plane: i
     })
     e = _engine(cluster, transport)
     if transport == "mrc":
-        res["retx_plane"], res["rto"] = (e.get(k, 0) - before_eng.get(k, 0)
-                                          for k in ("retx_plane", "rto"))
+        for k in ("retx_plane", "rto", "evs_port_down", "tx_probes", "probe_ok"):
+            res[k] = e.get(k, 0) - before_eng.get(k, 0)
     log(f"  failover {transport:4s}: plane {plane} down {res['plane_down_fabric_s'] * 1e6:.1f} "
         f"us in" + (f" for {res['outage_us']} us" if res["outage_us"] is not None else "")
         + f"; {res['gbps_before']} Gb/s before, dip {res['gbps_dip']}, {res['gbps_after']} "
         f"after; longest stall {res['stall_us']} us; >= {target:.0f} Gb/s again "
         f"{res['recovery_us']} us after the failure (series every {res['interval_us']} us)"
-        + (f"; resent at once {res['retx_plane']}, timeouts {res['rto']}"
+        + (f"; resent at once {res['retx_plane']}, timeouts {res['rto']}, EVs assumed bad "
+           f"{res['evs_port_down']}, probes answered {res['probe_ok']}"
+           + (f"; both planes again {res['both_planes_again_us']} us after the repair"
+              if "both_planes_again_us" in res else "")
            if transport == "mrc" else f"; resent {res['retransmits']}"))
     return res
 
@@ -253,16 +266,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small transfers (the test suite)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ap.add_argument("--part", choices=("all", "transports", "failover"), default="all")
+    ap.add_argument("--routing", choices=("ecmp", "srv6"), default="ecmp",
+                    help="the fabric's routing (default ecmp, as the topology file says; srv6: "
+                         "MRC's EVs name whole paths)")
     a = ap.parse_args(argv)
     log = (lambda s: print(s, file=sys.stderr)) if a.json else print
     name = random_cluster("bm")
     n, mib = (16, 32) if a.quick else (128, 256)
-    doc: dict[str, Any] = {"topology": "namespaces/multi-plane.toml", "quick": a.quick}
+    doc: dict[str, Any] = {"topology": "namespaces/multi-plane.toml", "quick": a.quick,
+                           "routing": a.routing}
     t = time.monotonic()
     try:
-        emu("up", str(TOPOLOGY), "--name", name)
+        emu("up", str(TOPOLOGY), "--name", name,
+            *(("--set", "routing.mode=srv6") if a.routing == "srv6" else ()))
         doc["up_s"] = round(time.monotonic() - t, 2)
-        log(f"emu up multi-plane: {doc['up_s']} s; write-bw h1 -> h3, -s 1M -n {n}:")
+        log(f"emu up multi-plane ({a.routing}): {doc['up_s']} s; write-bw h1 -> h3, -s 1M "
+            f"-n {n}:")
         plane = None
         if a.part in ("all", "transports"):
             doc["transports"] = transports(name, n, log)
@@ -271,10 +290,12 @@ def main(argv: list[str] | None = None) -> int:
             if plane is None:
                 d, w = write_bw(name, "roce", "1M", n)
                 plane = summary(d, w)["gbps"]
-            # MRC loses a plane and keeps going; then the plane the one-path transports
-            # use fails for a while under each of them (repaired after half the time the
-            # write takes on one plane: within RoCEv2's 7 retries of 1 ms)
-            doc["failover"] = failover(name, "mrc", mib, plane, 1, None, log)
+            # MRC loses a plane and keeps going, and gets it back a third of the write
+            # later; then the plane the one-path transports use fails for a while under
+            # each of them (repaired after half the time the write takes on one plane:
+            # within RoCEv2's 7 retries of 1 ms)
+            third = mib * 8 * (1 << 20) / (plane * 1e9) / 3 if plane else None
+            doc["failover"] = failover(name, "mrc", mib, plane, 1, third, log)
             if not a.quick:
                 expect = mib * 8 * (1 << 20) / (plane * 1e9)
                 doc["failover_plane0"] = {

@@ -41,7 +41,12 @@ What stays the kernel's, so the frames are what a socket would have sent:
 IPv4 frames carry DF and IP ID 0, like the daemon's unconnected UDP sockets (the
 RoCEv2 ICRC covers the IP ID: the framer assumes 0, as for those sockets);
 IPv6 frames a flow label hashed from the ports, like the kernel's automatic
-flow labels. Headers are cached per (destination, ports, length, TOS).
+flow labels — or the one the transport gave (``TxMeta.label``: MRC's STEV and
+SRv6 EVs), and, for SRv6, the datagram inside an outer IPv6 header to the
+uSID container ``TxMeta.outer`` names (:func:`ip_udp`; the next hop is the
+outer destination's). Such a datagram must not go by a UDP socket, which can
+set neither: while its next hop is unresolved it leaves by :class:`RawTx`.
+Headers are cached per (destination, ports, length, TOS, label, outer).
 """
 
 from __future__ import annotations

@@ -82,11 +82,18 @@ class LossyLink:
     #: drop by where the engine sent it: (side, data, the engine's address, its TxMeta)
     #: — a multi-plane engine's plane is in the address
     drop_sent: Callable[[str, bytes, Any, Any], bool] | None = None
+    #: extra delay by where the engine sent it (same arguments as ``drop_sent``): one
+    #: plane's or path's queue
+    delay_sent: Callable[[str, bytes, Any, Any], float] | None = None
     mark: Callable[[bytes, Any, str], bool] | None = None
     trim: Callable[[bytes, tuple, tuple], bool] | None = None
     #: how a ``trim`` verdict cuts: :func:`trim_roce` (default) or :func:`trim_uet`
     trimmer: Callable[[bytes], bytes | None] | None = None
     src_ports: bool = False
+    #: with ``src_ports``: the source address a datagram carries, from the sending side
+    #: and its destination address (a multi-plane NIC sends from its port on that
+    #: destination's plane); None: ``addr_a``/``addr_b``
+    src_of: Callable[[str, str], str] | None = None
     now: float = 0.0
     events: dict[str, list[Event]] = field(default_factory=lambda: {"a": [], "b": []})
     sent: dict[str, int] = field(default_factory=lambda: {"a": 0, "b": 0})
@@ -151,8 +158,10 @@ class LossyLink:
                     ecn = ECN_CE
                     self.marked += 1
                 if self.src_ports:
-                    data = (data, meta.entropy, getattr(meta, "label", None))  # type: ignore[assignment]
-                t = self.now + self.delay
+                    data = (data, meta.entropy, getattr(meta, "label", None),  # type: ignore[assignment]
+                            None if self.src_of is None else self.src_of(side, addr[0]))
+                t = self.now + self.delay + (self.delay_sent(side, data, addr, meta)
+                                             if self.delay_sent is not None else 0.0)
                 if self.rate:
                     leave = max(self.now, self._free[side]) + nbytes * 8 / self.rate
                     self._free[side] = leave
@@ -185,10 +194,11 @@ class LossyLink:
             eng = self.a if to == "a" else self.b
             src = self.addr_b if to == "a" else self.addr_a
             if self.src_ports:
-                data, port, label = data  # type: ignore[misc]
+                data, port, label, ip = data  # type: ignore[misc]
+                ip = src[0] if ip is None else ip
                 # a flow label rides as the address tuple's flow info, as the daemon hands
                 # it over (emu.nic.udp.PortSocket.enable_flowinfo)
-                src = (src[0], port) if label is None else (src[0], port, label, 0)
+                src = (ip, port) if label is None else (ip, port, label, 0)
             if self.batch and hasattr(eng, "receive_batch"):
                 batches[to].append((data, src, ecn | (_TRIM_DSCP << 2 if cut else 0)))
             elif cut:

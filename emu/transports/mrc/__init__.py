@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""MRC (OCP Multipath Reliable Connection), sans-IO — being built (issue #35).
+"""MRC (OCP Multipath Reliable Connection), sans-IO (issue #35).
 
 * :mod:`.engine` — :class:`MrcEngine`, every MRC QP of a NIC (the daemon's contract)
 * :mod:`.factory` — ``create_engine(ctx)``, the daemon's constructor hook
@@ -7,10 +7,8 @@
   recovery; placement, SACKs, NACKs and the transport ACK
 * :mod:`.evset` / :mod:`.evprofile` — a QP's EVs over its planes, their states and
   counters; which values an EV profile gives
-
-Not yet: the EV_PROBE endpoint operation (PORT_STATUS_UPDATE is there), the STEV and
-SRv6 EV formats in the daemon, ``emu mrc`` EV and CC profiles (its QP table, events,
-EV deny/allow and port up/down are there: :mod:`emu.apps.mrc`).
+* :mod:`.evwire` — where an EV rides (UDP, STEV, SRv6) and which SRv6 path it takes
+* :mod:`.profiles` — the controller's EV and CC profiles
 """
 
 from emu.transports.mrc.engine import MrcEngine

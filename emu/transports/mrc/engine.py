@@ -110,6 +110,7 @@ class _Qp:
     dest: Addr | None = None
     dests: list[Addr] | None = None  # the peer's address on each plane
     reply: dict[int, str] | None = None  # EV → the peer address its packets came from
+    last_data: str | None = None  # the peer address the latest WRITE packet came from
     peer_down: set[int] | None = None  # planes the peer said are down (PORT_STATUS_UPDATE)
     wire: EVWire | None = None  # where its EVs ride (the EV profile's format)
     ini: InitiatorQP | None = None
@@ -358,6 +359,10 @@ class MrcEngine(Engine):
             return
         if qp.reply is not None and (op in WRITE_OPCODES or op == MRC_RELIABILITY_PROBE):
             qp.reply[ev] = str(addr[0])  # answers go back to the plane it came on
+            if op != MRC_RELIABILITY_PROBE:
+                # where the transport ACK goes: where data comes from now (a probe tries a
+                # path the sender does not use yet — one that may still be healing)
+                qp.last_data = qp.reply[ev]
         if op in WRITE_OPCODES:
             if trimmed:
                 reason = NACK_TRIMMED if trimmed is True else int(trimmed)
@@ -399,8 +404,9 @@ class MrcEngine(Engine):
             dead = {qp.dests[p][0] for p in down if p < len(qp.dests)} if down else ()
             for data, ev in qp.tgt.take():
                 # a SACK or NACK to the address the packet came from; the transport ACK
-                # (ev 0) to the last one anything came from — on a live plane
-                back = reply.get(ev) or next(reversed(reply.values()), qp.dest[0])
+                # (ev 0) to the one the latest data came from — on a live plane
+                back = ((reply.get(ev) if ev else qp.last_data)
+                        or next(reversed(reply.values()), qp.dest[0]))
                 if back in dead:
                     live = self._live_dest(qp)
                     back = live[0] if live is not None else back

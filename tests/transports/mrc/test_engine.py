@@ -305,6 +305,50 @@ def test_a_port_that_loses_its_link_is_left_until_it_returns_but_admin_down_wins
     assert (c["link_downs"], c["link_ups"]) == (1, 1)
 
 
+def test_one_plane_overtaking_the_other_is_not_taken_for_loss():
+    """Plane 0's path holds a 60-µs queue that plane 1's does not: plane-1 packets overtake
+    hundreds of plane-0 ones — far past the SACK count's reordering threshold. A path is
+    FIFO, so nothing is resent until a later packet on the *same* EV arrived: no packet
+    is taken for lost, no EV is blamed, the write completes byte-exact."""
+    size = 1024 * PMTU
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=size, engine_kw={"planes": 2})
+    qa2, qb2 = _two_plane_qps(ea, eb)
+    link.delay_sent = lambda side, d, addr, meta: 60e-6 if addr[0].startswith("10.0.") else 0
+    _write(ea, qa2, src, dst, size, 1)
+    link.run()
+    assert bytes(dst.view) == data
+    c = ea.counters()
+    assert c["tx_retransmits"] == 0 and c["rto"] == 0, c
+    assert {r["state"] for r in ea.ev_table(qa2)["evs"]} == {"good"}
+
+
+def test_the_transport_ack_goes_where_the_data_comes_from_not_where_probes_do():
+    """A plane comes back but its way back to the sender is still broken (a fabric
+    converging): the sender's probes on it reach the receiver, their answers do not,
+    and the data stays on the good plane. The transport ACK must follow the data —
+    sent where the probes came from, it was lost and the write completed only at the
+    sender's ACK request, a timeout later."""
+    link, ea, eb, qa, qb, src, dst, data = _pair(size=128 * PMTU, engine_kw={"planes": 2})
+    qa2, qb2 = _two_plane_qps(ea, eb)
+    link.src_of = lambda side, dest: dest[:-1] + ("1" if side == "a" else "2")
+    for e in (ea, eb):
+        e.port_link(1, False, 0.0)
+    _write(ea, qa2, src, dst, 64 * PMTU, 1)  # on plane 0 while plane 1 is down
+    link.run()
+    link.drop_sent = lambda side, d, addr, meta: side == "b" and addr[0] == "10.1.0.1"
+    for e in (ea, eb):
+        e.port_link(1, True, link.now)
+    link.run(until=link.now + 30e-6)  # the first probes on plane 1 reach the receiver
+    _write(ea, qa2, src, dst, 64 * PMTU, 2, off=64 * PMTU)
+    # (the probes go on while plane 1 stays broken: run until the write completes)
+    link.run(stop=lambda: len(link.completions("a", "a.s")) == 2, max_steps=200_000)
+    assert bytes(dst.view) == data
+    assert [wc.status for wc in link.completions("a", "a.s")] == [WcStatus.SUCCESS] * 2
+    c = ea.counters()
+    assert c["tx_probes"] > 0 and c["probe_ok"] == 0  # plane 1 still broken on the way back
+    assert c["ack_requests"] == 0 and c["rto"] == 0, c
+
+
 def test_a_lost_port_status_update_is_sent_again_until_the_peer_answers():
     """A PORT_STATUS_UPDATE lost on the wire (a fabric still converging) is sent again
     after a few round trips, with the ports as they are then, until the peer answers:
