@@ -16,7 +16,7 @@ Everything is whole ``emu`` commands at their defaults on ``namespaces/multi-pla
   before, the dip, goodput after, the recovery time — from the failure to the end of
   the first interval whose goodput is ≥ 90 % of one plane's rate (the RoCEv2 line of
   the same run) — and, once the plane is back, how long until both planes carry the
-  write again (≥ 90 % of two planes' rate; its EVs come back by probes).
+  write again (≥ 90 % of the goodput before the failure; its EVs come back by probes).
 * **CPU per packet** — the two NIC daemons' CPU time (``/proc/PID/stat``) over the
   transports part's MRC command, per data packet, as ``bench-uet`` reports it.
 
@@ -229,8 +229,11 @@ def failover(cluster: str, transport: str, mib: int, plane_gbps: float, plane: i
         run = run + 1 if g == 0 else 0
         stall = max(stall, run)
     if up is not None and transport == "mrc":
-        # both planes again: the plane's EVs probed back into the rotation
-        both = next((t for t, g in series if t - step > up and g >= 0.9 * rate), None)
+        # both planes again: the plane's EVs probed back into the rotation, the goodput
+        # back at 90 % of what it was before the failure
+        pre = [g for t, g in series if t <= down]
+        again = 0.9 * sum(pre) / len(pre) if pre else 0.9 * rate
+        both = next((t for t, g in series if t - step > up and g >= again), None)
         res["both_planes_again_us"] = None if both is None else round((both - up) * 1e6, 2)
     # the goodput series around the events, fabric µs from the failure (for a plot)
     res["series_us_gbps"] = [(round((t - down) * 1e6, 1), round(g, 1)) for t, g in series]
