@@ -128,6 +128,28 @@ static __always_inline int mine(struct __sk_buff *skb, const struct srv6_cfg *c,
 	return MINE_YES;
 }
 
+/* What both programs do first: the node's configuration and counters, the packet
+ * counted, its outer IPv6 header loaded into ip6. MINE_YES: addressed to the node's
+ * locator (s is set); MINE_NO: not ours (pass it on); MINE_BAD: malformed (counted,
+ * to be dropped). */
+static __always_inline int arrive(struct __sk_buff *skb, struct srv6_stats **sp,
+				  struct ipv6hdr *ip6)
+{
+	__u32 key = 0;
+	struct srv6_cfg *c = bpf_map_lookup_elem(&srv6_cfg, &key);
+	struct srv6_stats *s = bpf_map_lookup_elem(&srv6_stats, &key);
+	*sp = s;
+	if (!c || !s || !c->on)
+		return MINE_NO;
+	COUNT(s, seen);
+	int m = mine(skb, c, ip6);
+	if (m == MINE_BAD)
+		COUNT(s, malformed);
+	else if (m == MINE_NO && skb->protocol == bpf_htons(ETH_P_IPV6))
+		COUNT(s, not_mine);
+	return m;
+}
+
 static __always_inline int load_srh(struct __sk_buff *skb, struct srh *h)
 {
 	if (bpf_skb_load_bytes(skb, SRH_OFF, h, sizeof(*h)))
@@ -142,24 +164,11 @@ static __always_inline int load_srh(struct __sk_buff *skb, struct srh *h)
 SEC("tc/srv6_shift")
 int srv6_shift(struct __sk_buff *skb)
 {
-	__u32 key = 0;
-	struct srv6_cfg *c = bpf_map_lookup_elem(&srv6_cfg, &key);
-	struct srv6_stats *s = bpf_map_lookup_elem(&srv6_stats, &key);
-	if (!c || !s || !c->on)
-		return TC_ACT_OK;
-	COUNT(s, seen);
-
+	struct srv6_stats *s;
 	struct ipv6hdr ip6;
-	int m = mine(skb, c, &ip6);
-	if (m == MINE_BAD) {
-		COUNT(s, malformed);
-		return TC_ACT_SHOT;
-	}
-	if (m == MINE_NO) {
-		if (skb->protocol == bpf_htons(ETH_P_IPV6))
-			COUNT(s, not_mine);
-		return TC_ACT_OK;
-	}
+	int a = arrive(skb, &s, &ip6);
+	if (a != MINE_YES)
+		return a == MINE_BAD ? TC_ACT_SHOT : TC_ACT_OK;
 	if (ip6.nexthdr != IPPROTO_IPV6 && ip6.nexthdr != IPPROTO_ROUTING) {
 		COUNT(s, bare);
 		return TC_ACT_OK;
@@ -234,24 +243,11 @@ static __always_inline int ecn_decap(__u8 inner, __u8 outer)
 SEC("tc/srv6_decap")
 int srv6_decap(struct __sk_buff *skb)
 {
-	__u32 key = 0;
-	struct srv6_cfg *c = bpf_map_lookup_elem(&srv6_cfg, &key);
-	struct srv6_stats *s = bpf_map_lookup_elem(&srv6_stats, &key);
-	if (!c || !s || !c->on)
-		return TC_ACT_OK;
-	COUNT(s, seen);
-
+	struct srv6_stats *s;
 	struct ipv6hdr ip6;
-	int m = mine(skb, c, &ip6);
-	if (m == MINE_BAD) {
-		COUNT(s, malformed);
-		return TC_ACT_SHOT;
-	}
-	if (m == MINE_NO) {
-		if (skb->protocol == bpf_htons(ETH_P_IPV6))
-			COUNT(s, not_mine);
-		return TC_ACT_OK;
-	}
+	int a = arrive(skb, &s, &ip6);
+	if (a != MINE_YES)
+		return a == MINE_BAD ? TC_ACT_SHOT : TC_ACT_OK;
 	__u32 outer = sizeof(struct ipv6hdr);
 	if (ip6.nexthdr == IPPROTO_ROUTING) {
 		struct srh h;
