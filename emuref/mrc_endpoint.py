@@ -12,6 +12,12 @@ for that header holds, as on the RoCEv2 path). One select loop runs
 
 Cases: ``handshake`` and ``sendrecv`` are WRITE with immediate, the others plain
 WRITEs; ``read`` and ``atomics`` do not exist in MRC (exit 127).
+
+Settings (the environment, as the implementations file's ``env`` gives them):
+``EMUREF_MRC_M_FIELD`` = ``skip`` (default) or ``ecn`` — what SETH's M field carries
+(:data:`emuref.mrc_qp.M_FIELDS`); ``EMUREF_MRC_EV_FORMAT`` = ``udp`` (default) or ``stev``
+(IPv6 only: the EV in the source port and the flow label) and ``EMUREF_MRC_STEV_SPLIT`` =
+``16+16`` (default) or e.g. ``12+20@0xd000`` (:mod:`emuref.mrc_stev`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from emuref.endpoint import (
 )
 from emuref.memory import Memory
 from emuref.mrc_nic import MrcNic
-from emuref.mrc_qp import Completion, MrcQp
+from emuref.mrc_qp import M_FIELDS, Completion, MrcQp
+from emuref.mrc_stev import EvFormat, label_of, lease, want_labels
+from emuref.mrc_stev import parse as parse_evfmt
 
 #: the EVs (UDP source ports) emu-ref sprays over: 8 consecutive ports, clear of emu's
 #: MRC EVs (53248–65535) and UET entropies (49152–49215), so a capture tells them apart
@@ -72,29 +80,48 @@ def _bufs(s: socket.socket, size: int) -> None:
 class MrcTransport:
     """The daemon part: the receive socket, the EV sockets, the NIC, the loop."""
 
-    def __init__(self, local: str, peer: str, pmtu: int) -> None:
+    def __init__(self, local: str, peer: str, pmtu: int, m_field: str = "skip",
+                 evfmt: EvFormat | None = None) -> None:
         self.local, self.peer = local, peer
         self.peer_ip = ipaddress.ip_address(peer)
         self.fam = socket.AF_INET6 if ":" in local else socket.AF_INET
+        self.evfmt = evfmt = evfmt or EvFormat()
         self.rx = self._socket(W.UDP_PORT)
         if self.fam == socket.AF_INET:
             self.rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         else:
             self.rx.setsockopt(socket.IPPROTO_IPV6, _IPV6_RECVTCLASS, 1)
+            if evfmt.stev:
+                want_labels(self.rx)
+        #: EV → the socket bound to its source port. STEV: EV k is (port k above the
+        #: split's base, flow label k + 1), the label leased toward the peer
         self.tx: dict[int, socket.socket] = {}
-        port = EV_BASE
-        while len(self.tx) < EV_COUNT and port < EV_BASE + 64:
+        self.labels: dict[int, int] = {}
+        mask = (1 << evfmt.sport_bits) - 1 if evfmt.stev else 0xFFFF
+        k = 0
+        while len(self.tx) < EV_COUNT and k < 64:
+            port = evfmt.base | ((EV_BASE + k) & mask) if evfmt.stev else EV_BASE + k
+            ev = (((port & mask) << evfmt.label_bits) | (k + 1)) if evfmt.stev else port
+            k += 1
             try:
-                self.tx[port] = self._socket(port)
+                s = self._socket(port)
             except OSError:
-                pass  # taken: the next one
-            port += 1
+                continue  # taken: the next one
+            if evfmt.stev:
+                try:
+                    lease(s, peer, evfmt.fields(ev)[1])
+                except OSError as e:
+                    s.close()
+                    raise CaseError(f"flow label {evfmt.fields(ev)[1]:#x} toward {peer}: "
+                                    f"the kernel refused the lease ({e})") from None
+                self.labels[ev] = evfmt.fields(ev)[1]
+            self.tx[ev] = s
         if not self.tx:
             raise CaseError(f"no free UDP port for an EV in {EV_BASE}..{EV_BASE + 63}")
         self.memory = Memory()
         self.rng = random.Random()
         self.nic = MrcNic(local, self.memory, self.rng, evs=sorted(self.tx), pmtu=pmtu,
-                          mpr=MPR)
+                          mpr=MPR, m_field=m_field, evfmt=evfmt)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.rx, selectors.EVENT_READ, W.UDP_PORT)
         for p, s in self.tx.items():  # nothing should arrive there; read it if it does
@@ -144,10 +171,12 @@ class MrcTransport:
     # -- the loop ---------------------------------------------------------------------------
 
     def _flush(self, now: float) -> None:
-        for data, to, dport, sport in self.nic.datagrams_to_send(now):
-            s = self.tx.get(sport) or next(iter(self.tx.values()))
+        for data, to, dport, ev in self.nic.datagrams_to_send(now):
+            s = self.tx.get(ev) or next(iter(self.tx.values()))
+            label = self.labels.get(ev)
             try:
-                s.sendto(data, (to, dport))
+                # STEV: the flow label rides in the address's flowinfo (leased)
+                s.sendto(data, (to, dport) if label is None else (to, dport, label, 0))
             except BlockingIOError:
                 self.send_drops += 1  # a full socket buffer drops like a NIC queue
             except OSError as e:
@@ -159,19 +188,22 @@ class MrcTransport:
                 data, anc, _flags, addr = s.recvmsg(65536, 64)
             except BlockingIOError:
                 return
-            tos = 0
+            tos, label = 0, None
             for lvl, typ, val in anc:
                 if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS and val:
                     tos = val[0]
                 elif lvl == socket.IPPROTO_IPV6 and typ == _IPV6_TCLASS and len(val) >= 4:
                     tos = struct.unpack("i", val[:4])[0] & 0xFF
+                else:
+                    label = label_of(lvl, typ, val) if label is None else label
             try:
                 src = ipaddress.ip_address(addr[0].split("%")[0])
             except ValueError:
                 continue
             if src != self.peer_ip:
                 continue
-            self.nic.receive_datagram(data, str(src), addr[1], now, dport=dport, tos=tos)
+            self.nic.receive_datagram(data, str(src), addr[1], now, dport=dport, tos=tos,
+                                      label=label)
 
     def pump(self, until: Callable[[], bool], deadline: float, tcp: Exchange | None = None
              ) -> None:
@@ -402,6 +434,26 @@ def main(env: Env) -> int:
         log(f"mrc/{env.case}: not supported" + (" (MRC has WRITE and WRITE with immediate "
                                                "only)" if env.case in NOT_IN_MRC else ""))
         return 127
+    # SETH's M field (specs/mrc.md: the reconstructions disagree): "skip" (the EV skip
+    # hint, CE in cc_flags; the default) or "ecn" (M is the CE echo) — the emu-ref-mrc-mecn
+    # variant sets it
+    m_field = os.environ.get("EMUREF_MRC_M_FIELD") or "skip"
+    if m_field not in M_FIELDS:
+        log(f"EMUREF_MRC_M_FIELD={m_field!r}: not one of {', '.join(M_FIELDS)}")
+        return 1
+    # where EVs ride (specs/mrc.md: the STEV split is read two ways): EMUREF_MRC_EV_FORMAT
+    # udp (default) or stev, EMUREF_MRC_STEV_SPLIT 16+16 (default) or e.g. 12+20@0xd000
+    try:
+        evfmt = parse_evfmt(os.environ.get("EMUREF_MRC_EV_FORMAT") or "udp",
+                            os.environ.get("EMUREF_MRC_STEV_SPLIT") or "")
+    except ValueError as e:
+        log(f"EMUREF_MRC_EV_FORMAT / EMUREF_MRC_STEV_SPLIT: {e}")
+        return 1
+    if evfmt.stev and ":" not in env.local:
+        log(f"mrc/{env.case}: the STEV EV format needs IPv6 (the flow label): not supported "
+            f"over {env.local}")
+        return 127
     return run_case(env, lambda: MrcTransport(env.local, env.peer,
-                                              int(os.environ.get("PMTU") or 4096)),
+                                              int(os.environ.get("PMTU") or 4096), m_field,
+                                              evfmt),
                     client, server)

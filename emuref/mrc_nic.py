@@ -17,6 +17,7 @@ from collections import deque
 from emuref import mrc_wire as W
 from emuref.memory import Memory
 from emuref.mrc_qp import M16, M24, Completion, MrcQp, Out
+from emuref.mrc_stev import EvFormat
 
 #: DSCPs a switch writes into trimmed packets: emu's pipeline (30; 31 at the last hop)
 TRIMMED_DSCPS = {30: W.NACK_TRIMMED, 31: W.NACK_TRIMMED_LASTHOP}
@@ -29,8 +30,10 @@ class MrcNic:
 
     def __init__(self, local: str, memory: Memory, rng: random.Random, *, evs: list[int],
                  port: int = W.UDP_PORT, pmtu: int = 4096, mpr: int = 1024,
-                 **qp_kw: float | int) -> None:
+                 evfmt: EvFormat | None = None, **qp_kw: float | int | str) -> None:
         self.local, self.memory, self.rng = local, memory, rng
+        #: where EVs ride (the UDP source port; STEV: port and flow label)
+        self.evfmt = evfmt or EvFormat()
         self.evs, self.port, self.pmtu, self.mpr = list(evs), port, pmtu, mpr
         self.qp_kw = qp_kw
         self.qps: dict[int, MrcQp] = {}
@@ -57,10 +60,13 @@ class MrcNic:
         self.qps.pop(qpn, None)
 
     def receive_datagram(self, data: bytes, src: str, sport: int, now: float, *,
-                         dport: int | None = None, tos: int = 0) -> None:
-        """One UDP payload from ``src``:``sport`` (the sport is the packet's EV) to our
-        ``dport``; ``tos``: the IP TOS / traffic class as received (DSCP, ECN)."""
+                         dport: int | None = None, tos: int = 0,
+                         label: int | None = None) -> None:
+        """One UDP payload from ``src``:``sport`` to our ``dport``; ``tos``: the IP TOS /
+        traffic class as received (DSCP, ECN); ``label``: its IPv6 flow label. The EV is
+        the source port (STEV: with the flow label, :attr:`evfmt`)."""
         st = self.stats
+        ev = self.evfmt.ev(sport, label)
         st["rx_datagrams"] += 1
         trim = TRIMMED_DSCPS.get(tos >> 2)
         ce = tos & 3 == 3
@@ -75,7 +81,7 @@ class MrcNic:
             st["rx_drop_trimmed_control"] += 1  # only data is trimmable; not ICRC-checked
             return
         if p.opcode in (W.ENDPOINT_REQUEST, W.ENDPOINT_RESPONSE):
-            self._endpoint(p, src, sport)
+            self._endpoint(p, src, ev)
             return
         qp = self.qps.get(p.dqpn)
         if qp is None:
@@ -89,9 +95,9 @@ class MrcNic:
             elif trim is not None:
                 st["rx_trimmed_dscp"] += 1
             if trim is not None:
-                qp.on_trimmed(p, src, sport, trim, ce)
+                qp.on_trimmed(p, src, ev, trim, ce)
             else:
-                qp.on_write(p, src, sport, now, ce)
+                qp.on_write(p, src, ev, now, ce)
         elif op == W.RELIABILITY_SACK:
             qp.on_sack(p, now)
         elif op == W.RELIABILITY_NACK:
@@ -99,9 +105,9 @@ class MrcNic:
         elif op == W.TRANSPORT_ACK:
             qp.on_transport_ack(p, now)
         elif op == W.RELIABILITY_PROBE:
-            qp.on_probe(p, src, sport)
+            qp.on_probe(p, src, ev)
 
-    def _endpoint(self, p: W.Packet, src: str, sport: int) -> None:
+    def _endpoint(self, p: W.Packet, src: str, ev: int) -> None:
         """ENDPOINT_REQUEST: answered with an ENDPOINT_RESPONSE (status OK, this NIC's
         one port up); emu-ref has one plane, so a PORT_STATUS_UPDATE changes nothing.
         A response: counted (emu-ref sends no requests)."""
@@ -110,19 +116,20 @@ class MrcNic:
             return
         self.stats["rx_endpoint_requests"] += 1
         e = W.Eeth(op=p.erth.op, status=W.EETH_OK, request_id=p.psn & M16, num_ports=1,
-                   port_status_mask=1, ev=sport, tx_timestamp=p.erth.tx_timestamp,
+                   port_status_mask=1, ev=ev, tx_timestamp=p.erth.tx_timestamp,
                    port_states=1)
         self._out.append(Out(W.Packet(W.ENDPOINT_RESPONSE, W.ENDPOINT_QPN, p.psn, eeth=e),
                              src, self.port, self.evs[0]))
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, str, int, int]]:
-        """``(udp payload, destination address, destination port, source port)`` each."""
+        """``(udp payload, destination address, destination port, EV)`` each: the EV's
+        source port (and STEV flow label) are :attr:`evfmt`'s."""
         outs = self._out
         self._out = []
         for qp in self.qps.values():
             outs += qp.pull(now)
-        res = [(W.encode(o.packet, self.local, o.addr, o.sport, o.port), o.addr, o.port,
-                o.sport) for o in outs]
+        res = [(W.encode(o.packet, self.local, o.addr, self.evfmt.fields(o.sport)[0], o.port),
+                o.addr, o.port, o.sport) for o in outs]
         self.stats["tx_datagrams"] += len(res)
         return res
 

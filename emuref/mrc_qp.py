@@ -44,6 +44,11 @@ M24, M16 = 0xFFFFFF, 0xFFFF
 #: carried by cc_flags"; the bit is emu's choice) and the cc_type sent (1 = NSCC, emu's)
 CC_FLAG_CE = 0x1
 CC_TYPE = 1
+#: what SETH's M field carries (specs/mrc.md: the reconstructions disagree): "skip" — the
+#: EV skip hint, CE echoed in cc_flags (emu's default); "ecn" — the ECN echo itself
+#: (M = 1: the SACKed packet arrived CE), no skip hints, no CE bit in cc_flags
+M_FIELDS = ("skip", "ecn")
+M_ECN_CE = 1
 #: a packet this many PSNs below the highest one SACKed is presumed lost and resent once
 #: without waiting for the timeout (large: the reordering case holds packets for up to
 #: 2 ms, and a spurious resend is only a duplicate)
@@ -135,7 +140,8 @@ class QpStats:
         "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
         "retx_oor",
         "ack_asks", "rx_sacks", "rx_sack_probe", "rx_nacks", "rx_nack_other", "rx_nack_stale",
-        "rx_acks", "rx_naks", "rx_rnr", "rto", "window_full", "cwnd_cuts",
+        "rx_acks", "rx_naks", "rx_rnr", "rto", "window_full", "cwnd_cuts", "rx_ce_echo",
+        "rx_echo_unknown_ev",
         "rx_packets", "rx_bytes", "rx_duplicate", "rx_out_of_window", "rx_trimmed",
         "rx_trimmed_dup", "rx_after_error",
         "rx_ooo", "rx_stray_msn", "tx_sacks", "tx_nacks", "tx_acks", "tx_naks",
@@ -151,7 +157,9 @@ class MrcQp:
     def __init__(self, qpn: int, psn: int, memory: Memory, completions: deque[Completion], *,
                  evs: list[int], pmtu: int = 4096, mpr: int = 1024, rto: float = 0.2,
                  max_rto: float = 2.0, retries: int = 10, max_outstanding: int = 512,
-                 ack_repeats: int = 2) -> None:
+                 ack_repeats: int = 2, m_field: str = "skip") -> None:
+        if m_field not in M_FIELDS:
+            raise ValueError(f"m_field {m_field!r} is not one of {M_FIELDS}")
         if mpr <= 0 or mpr % W.MPR_UNIT or mpr >= 1 << 23:
             raise ValueError(f"mpr {mpr} is not a positive multiple of {W.MPR_UNIT}")
         if not evs:
@@ -162,6 +170,7 @@ class MrcQp:
         self.rto, self.max_rto, self.retries = rto, max_rto, retries
         self.max_outstanding = max_outstanding
         self.ack_repeats = ack_repeats
+        self.m_field = m_field
         self.c = QpStats().c
         self.peer_addr = ""
         self.peer_port = W.UDP_PORT
@@ -353,8 +362,14 @@ class MrcQp:
         if s.pr:  # the answer to a probe: nothing to release
             self.c["rx_sack_probe"] += 1
             return
-        if s.m in (W.M_SKIP_ONCE, W.M_ALWAYS_SKIP):
-            self._skip.add(s.ev)  # emu-ref has no probes to bring a path back: skip once
+        if s.ev not in self.evs:  # the peer rebuilt another EV than ours (the STEV split)
+            self.c["rx_echo_unknown_ev"] += 1
+        if self.m_field == "ecn":  # M is the CE echo; there are no skip hints
+            ce = s.m == M_ECN_CE
+        else:
+            ce = bool(s.cc_flags & CC_FLAG_CE)
+            if s.m in (W.M_SKIP_ONCE, W.M_ALWAYS_SKIP):
+                self._skip.add(s.ev)  # emu-ref has no probes to bring a path back: skip once
         released = False
         cack = unwrap(s.cack_psn, self.next_psn)
         if self.snd_una <= cack < self.next_psn:
@@ -371,7 +386,8 @@ class MrcQp:
                 released = True
             high = max(high, psn)
             bm ^= low
-        if s.cc_flags & CC_FLAG_CE:
+        if ce:
+            self.c["rx_ce_echo"] += 1
             self._cut(cack + s.ack_psn_offset)
         if released:
             self.cwnd = min(float(self.max_outstanding), self.cwnd + 1 / self.cwnd)
@@ -533,7 +549,9 @@ class MrcQp:
         s = W.Seth(ev=ev, cack_psn=cack & M24, sack_offset=_s16(base - cack), sack_bitmap=bm,
                    ack_psn_offset=_s16(psn - cack), pr=probe, spdcid=self.qpn & M16,
                    dpdcid=self.peer_qpn & M16, cc_type=CC_TYPE,
-                   cc_flags=CC_FLAG_CE if ce else 0, mpr=self.mpr // W.MPR_UNIT,
+                   m=M_ECN_CE if ce and self.m_field == "ecn" else W.M_NONE,
+                   cc_flags=CC_FLAG_CE if ce and self.m_field == "skip" else 0,
+                   mpr=self.mpr // W.MPR_UNIT,
                    tx_timestamp=ts, ooo_count=min(self.ooo, 0x7FFF),
                    rcvd_bytes=(self.rcvd_bytes // W.RCVD_BYTES_UNIT) & M24)
         self.out.append(Out(W.Packet(W.RELIABILITY_SACK, self.peer_qpn, cack & M24, seth=s),

@@ -176,7 +176,7 @@ def _profile_spec(a: argparse.Namespace) -> dict[str, Any]:
 
     if a.what == "ev-profile":
         return {"format": a.format, "mode": a.mode, "evs": a.evs or [],
-                "fields": a.field or []}
+                "fields": a.field or [], **({"split": a.split} if a.split else {})}
     from emu.errors import UserError
     from emu.topology.units import UnitError
 
@@ -311,6 +311,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                      help="where the EV rides (default udp: the source port; stev: the source "
                           "port and the IPv6 flow label; srv6: as stev, in an outer IPv6 header "
                           "naming the EV's path — a cluster with routing.mode = srv6)")
+    evp.add_argument("--split", metavar="S+F[@BASE]",
+                     help="stev, srv6: S EV bits in the source port (above BASE), F in the "
+                          "flow label (default 16+16; specs/mrc.md's other reading: "
+                          "12+20@0xd000)")
     evp.add_argument("--mode", choices=("auto", "exp", "gen"), default="gen",
                      help="auto (drawn at random), exp (--evs), gen (--field; the default)")
     evp.add_argument("--evs", type=_evs, help="EXP: the EVs, comma-separated")

@@ -51,6 +51,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
                         "roce.default_pmtu); default 4096")
     r.add_argument("--rate", help="every cable's rate (tc style, e.g. 100mbit) where the "
                    "network sets none; the NIC daemons pace to it (default: emu's line rate)")
+    r.add_argument("--trimmed-dscp", type=int, metavar="DSCP",
+                   help="the DSCP the trimming case's switch writes on trimmed packets, "
+                        "for every pair (default: the server implementation's "
+                        "trimmed_dscp, else the switch's 30/31)")
     r.set_defaults(func=_run)
     ls = isub.add_parser("list", help="registered implementations and what they support")
     ls.add_argument("--implementations", "-i")
@@ -117,6 +121,9 @@ def _run(a: argparse.Namespace) -> int:
     except (I.ImplError, ValueError) as e:
         print(f"emu interop: {e}", file=sys.stderr)
         return 2
+    if a.trimmed_dscp is not None and not 0 <= a.trimmed_dscp < 64:
+        print(f"emu interop: --trimmed-dscp {a.trimmed_dscp}: a DSCP is 0..63", file=sys.stderr)
+        return 2
     transports = _split(a.transport) or list(C.TRANSPORTS)
     bad = [t for t in transports if t not in C.TRANSPORTS]
     if bad:
@@ -147,6 +154,7 @@ def _run(a: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     res = runner.run(servers, clients, transports, cases, log_dir, timeout=a.timeout,
                      prefix=a.prefix, family=a.ip, pmtu=a.pmtu, rate=a.rate,
+                     trimmed_dscp=a.trimmed_dscp,
                      progress=lambda s: print(s, flush=True))
     print()
     print(res.compact())

@@ -49,6 +49,14 @@ class Impl:
     client_params: str = ""
     description: str = ""
     requires: str | None = None         # a path (relative to dir) that must exist
+    #: the DSCP this implementation takes as "a switch trimmed this packet" (None: emu's
+    #: switch defaults, 30 and 31): the ``trimming`` network's switch writes it when this
+    #: implementation is the server, the receiver of the trimmed packets
+    trimmed_dscp: int | None = None
+    #: where its MRC EVs ride: ``udp`` (the source port, the default), ``stev`` or
+    #: ``stev:S+F[@BASE]`` (port and IPv6 flow label, that split): the wire check holds
+    #: every EV echo its peer sends against it
+    mrc_ev: str = "udp"
 
     @property
     def available(self) -> bool:
@@ -71,14 +79,27 @@ def _impl(name: str, d: dict[str, Any], base: str, where: str) -> Impl:
     if daemon not in ("emu", "own"):
         raise ImplError(f"{where}: [{name}].daemon must be \"emu\" or \"own\", got {daemon!r}")
     unknown = set(d) - {"command", "transports", "daemon", "setup", "dir", "env",
-                        "server_params", "client_params", "description", "requires"}
+                        "server_params", "client_params", "description", "requires",
+                        "trimmed_dscp", "mrc_ev"}
     if unknown:
         raise ImplError(f"{where}: [{name}] has unknown key(s) {sorted(unknown)}")
+    dscp = d.get("trimmed_dscp")
+    if dscp is not None and (not isinstance(dscp, int) or isinstance(dscp, bool)
+                             or not 0 <= dscp < 64):
+        raise ImplError(f"{where}: [{name}].trimmed_dscp must be a DSCP (0..63)")
+    from emu.interop.wirecheck import EvSpec
+
+    mrc_ev = str(d.get("mrc_ev", "udp"))
+    try:
+        EvSpec.parse(mrc_ev)
+    except ValueError as e:
+        raise ImplError(f"{where}: [{name}].mrc_ev {mrc_ev!r}: udp, stev or stev:S+F[@BASE] "
+                        f"({e})") from None
     env = {str(k): str(v) for k, v in dict(d.get("env", {})).items()}
     wd = os.path.normpath(os.path.join(base, str(d.get("dir", "."))))
     return Impl(name, command, list(transports), daemon, d.get("setup"), wd, env,
                 str(d.get("server_params", "")), str(d.get("client_params", "")),
-                str(d.get("description", "")), d.get("requires"))
+                str(d.get("description", "")), d.get("requires"), dscp, mrc_ev)
 
 
 def load(path: str | None = None) -> dict[str, Impl]:

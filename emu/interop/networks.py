@@ -27,7 +27,10 @@ server × client pair and reuses it for every case (and transport) that names it
   above 100 KB of queue (what ``tests/scenarios/test_roce_trim_e2e.py`` runs): a 1 MiB
   WRITE overruns the 100 Mbit/s port ten to one, so the switch trims
   whatever the sender's congestion control does. emu's NIC daemons get the
-  ports' rates as their line rates (``emu up`` does the same).
+  ports' rates as their line rates (``emu up`` does the same). The switch marks
+  trimmed packets with its DSCPs 30/31, or with the one the server's implementation
+  names (``trimmed_dscp`` in the implementations file, or ``emu interop run
+  --trimmed-dscp`` for the whole run).
 
 Every network runs in real time (``[time] scale = 1``): an implementation that keeps its
 own clock — emu-ref, Linux rxe, any real NIC — cannot be dilated, and the contract has no
@@ -113,16 +116,26 @@ class Network:
     judge: str | None = None       # the link whose packets the checks count (None: all)
     ingress: str | None = None     # compare the order on this link with ``judge``'s
 
-    def topology_file(self, directory: str, cluster: str, rate: str | None = None) -> str:
+    def topology_file(self, directory: str, cluster: str, rate: str | None = None,
+                      trimmed_dscp: int | None = None) -> str:
         """A file to load the topology from (written into ``directory`` if generated).
 
         ``rate`` (``emu interop run --rate``): every cable's rate where the network does
         not set its own (``trimming`` does) — the hosts' NIC daemons pace to it. Why: a
         peer slower than emu's line rate (linux-rxe under TCG takes ~170 Mb/s) would
-        otherwise be flooded by a sender without congestion signals."""
+        otherwise be flooded by a sender without congestion signals.
+
+        ``trimmed_dscp``: the DSCP the ``trimming`` switch writes on packets it trims, at
+        every hop (``trimmed_dscp`` and ``trimmed_lasthop``; None: the switch's 30 and 31)
+        — the one the server's implementation takes as "trimmed" (specs/mrc.md: DSCP 9
+        in one reconstruction). The runner's ``emu nicd``s follow it (``emu up`` gives
+        every daemon the switches' trimmed DSCPs)."""
         text = self.topology_text.format(name=cluster)
         if rate is not None and self.name != "trimming":
             text = text.replace("[defaults.link]\n", f'[defaults.link]\nrate = "{rate}"\n', 1)
+        if trimmed_dscp is not None and self.name == "trimming":
+            text = text.replace("[switch]\n", f"[switch]\ntrimmed_dscp = {int(trimmed_dscp)}\n"
+                                f"trimmed_lasthop = {int(trimmed_dscp)}\n", 1)
         path = os.path.join(directory, f"{cluster}.toml")
         with open(path, "w") as f:
             f.write(text)

@@ -55,13 +55,18 @@ class Cluster:
 
     def __init__(self, name: str, emu_hosts: list[str], progress: Callable[[str], None],
                  network: networks.Network = networks.PAIR, directory: str = ".",
-                 family: int = 4, pmtu: int = 4096, rate: str | None = None) -> None:
+                 family: int = 4, pmtu: int = 4096, rate: str | None = None,
+                 trimmed_dscp: int | None = None) -> None:
         from emu.cluster import cluster
         from emu.topology import load
 
         self.name = name
         self.network = network
-        self.topology = load(network.topology_file(directory, name, rate), name=name)
+        self.topology = load(network.topology_file(directory, name, rate, trimmed_dscp),
+                             name=name)
+        #: the DSCPs this network's switch writes on trimmed packets (the checks count them)
+        self.trimmed_dscps = (wirecheck.TRIMMED_DSCPS if trimmed_dscp is None
+                              or network is not networks.TRIMMING else (trimmed_dscp,))
         self.emu_hosts = emu_hosts
         self.family, self.pmtu = family, pmtu
         self.server_addr, self.client_addr = ADDRS[family]
@@ -226,16 +231,17 @@ class PairClusters:
 
     def __init__(self, base: str, emu_hosts: list[str], progress: Callable[[str], None],
                  directory: str, family: int = 4, pmtu: int = 4096,
-                 rate: str | None = None) -> None:
+                 rate: str | None = None, trimmed_dscp: int | None = None) -> None:
         self.base, self.emu_hosts, self.progress = base, emu_hosts, progress
         self.directory, self.family, self.pmtu, self.rate = directory, family, pmtu, rate
+        self.trimmed_dscp = trimmed_dscp
         self.up: dict[str, Cluster] = {}
 
     def get(self, net: str) -> Cluster:
         if net not in self.up:  # cluster name: base + the network's initial (p, r, t)
             self.up[net] = Cluster(f"{self.base}{net[0]}", self.emu_hosts, self.progress,
                                    networks.BY_NAME[net], self.directory,
-                                   self.family, self.pmtu, self.rate)
+                                   self.family, self.pmtu, self.rate, self.trimmed_dscp)
         return self.up[net]
 
     def down(self) -> None:
@@ -416,8 +422,12 @@ def judge(case: TestCase, s: int | None, c: int | None, tails: dict[str, str],
 def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         cases: list[type[TestCase]], log_dir: str, *, timeout: float = 120.0,
         prefix: str = "io", progress: Callable[[str], None] = print, family: int = 4,
-        pmtu: int = 4096, rate: str | None = None) -> RunResult:
-    """The whole matrix; clusters are always taken down, also on errors."""
+        pmtu: int = 4096, rate: str | None = None, trimmed_dscp: int | None = None
+        ) -> RunResult:
+    """The whole matrix; clusters are always taken down, also on errors.
+
+    ``trimmed_dscp``: what the ``trimming`` switch writes on trimmed packets in every
+    pair; None: the server's :attr:`Impl.trimmed_dscp` (None there too: 30/31)."""
     res = RunResult(servers=[i.name for i in servers], clients=[i.name for i in clients],
                     transports=transports, cases=[c.name for c in cases], log_dir=log_dir)
     os.makedirs(log_dir, exist_ok=True)
@@ -429,8 +439,9 @@ def run(servers: list[Impl], clients: list[Impl], transports: list[str],
         emu_hosts = [h for h, i in ((CLIENT_HOST, cli), (SERVER_HOST, srv)) if i.daemon == "emu"]
         pair_dir = os.path.join(log_dir, f"{srv.name}_{cli.name}")
         os.makedirs(pair_dir, exist_ok=True)
+        dscp = trimmed_dscp if trimmed_dscp is not None else srv.trimmed_dscp
         clusters = PairClusters(f"{prefix}{os.getpid() % 1000}{k}", emu_hosts, progress,
-                                pair_dir, family, pmtu, rate)
+                                pair_dir, family, pmtu, rate, dscp)
         try:
             for impl, host in ((srv, SERVER_HOST), (cli, CLIENT_HOST)):
                 if impl.name not in compliant:
@@ -493,7 +504,10 @@ def _one(get_cluster: Callable[[], Cluster], srv: Impl, cli: Impl, tr: str,
     cl.keep(since, out)
     port = {k: v - port0.get(k, 0) for k, v in cl.switch_port().items()
             if isinstance(v, int | float) and not isinstance(v, bool) and v != port0.get(k, 0)}
-    wire = wirecheck.summarise(pcap, judge=cl.network.judge, ingress=cl.network.ingress)
+    wire = wirecheck.summarise(pcap, judge=cl.network.judge, ingress=cl.network.ingress,
+                               trimmed_dscps=cl.trimmed_dscps,
+                               ev_formats={cl.server_addr: wirecheck.EvSpec.parse(srv.mrc_ev),
+                                           cl.client_addr: wirecheck.EvSpec.parse(cli.mrc_ev)})
     if cap.error:
         wire.error = cap.error
     if SERVER_HOST in stats:

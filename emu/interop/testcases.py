@@ -113,6 +113,10 @@ class TestCase:
             return f"{len(w.malformed)} malformed packet(s) in the capture, first {w.malformed[0]}"
         if w.bad_icrc:
             return f"{len(w.bad_icrc)} packet(s) with a bad ICRC, first {w.bad_icrc[0]}"
+        if w.ev_echo_wrong:
+            return (f"{w.ev_echo_wrong} of {w.ev_echoes} SACK/NACK EV echoes name an EV the "
+                    f"answered packet was not sent on (the EV placement disagrees), first "
+                    f"{w.ev_echo_first[0]}")
         if w.payload_bytes < self.wire_bytes:
             return (f"only {w.payload_bytes} payload bytes on the wire, the case moves "
                     f"{self.wire_bytes}")
@@ -265,7 +269,8 @@ class Trimming(Transfer):
 
     def check_wire(self, w: Wire) -> str | None:
         if w.trimmed == 0:
-            return "no trimmed packet (DSCP 30/31) on the wire: the switch did not trim"
+            return (f"no trimmed packet (DSCP {'/'.join(map(str, w.trimmed_dscps))}) on the "
+                    "wire: the switch did not trim")
         if w.retransmissions == 0:
             return f"{w.trimmed} packet(s) trimmed but none retransmitted"
         if w.pdcs or w.mrc:  # UET, MRC: the target says so with a NACK naming the trim

@@ -20,7 +20,8 @@ packet just before it on the same interface: a link's copy goes out right
 after (or before) its original, while a retransmission is separated from its
 original at least by the ACK or NAK that caused it.
 
-Trimmed packets (IP DSCP :data:`TRIMMED_DSCPS`, emu's switch defaults) have
+Trimmed packets (IP DSCP :data:`TRIMMED_DSCPS`, emu's switch defaults, or the DSCP the
+runner had the switch write: ``summarise(…, trimmed_dscps=…)``) have
 their payload cut by the switch. emu's switch recomputes a trimmed RoCEv2
 packet's ICRC (a NIC drops a bad-ICRC packet before it could NAK it), so the
 ICRC check applies to them like to every other packet.
@@ -32,11 +33,40 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.wire.codec.ev import DEFAULT_SPLIT, EVMode, EVSplit, ev_from_fields, parse_split
 from emu.wire.dissect import Record, dissect_file
 from emu.wire.pcapio import CaptureError
 from emu.wire.uet_defs import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
 TRIMMED_DSCPS = (DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP)
+
+
+@dataclass(frozen=True)
+class EvSpec:
+    """An MRC sender's EV format (``udp``, ``stev``) and STEV split: an implementation's
+    ``mrc_ev`` (``"stev:12+20@0xd000"``)."""
+
+    mode: EVMode = EVMode.UDP
+    split: EVSplit = DEFAULT_SPLIT
+
+    @classmethod
+    def parse(cls, text: str | None) -> EvSpec:
+        fmt, _, split = str(text or "udp").partition(":")
+        mode = EVMode(fmt.strip().lower())
+        if mode is EVMode.SRV6:
+            raise ValueError("srv6 EVs need a source-routed fabric, not an interop pair")
+        return cls(mode, parse_split(split) if split else DEFAULT_SPLIT)
+
+    def ev(self, sport: int, flow_label: int | None) -> int | None:
+        """The EV a packet from ``sport`` with ``flow_label`` was sent on (None: a STEV
+        packet without a flow label, i.e. IPv4, cannot carry one)."""
+        try:
+            return ev_from_fields(sport, flow_label, self.mode, self.split)
+        except ValueError:
+            return None
+
+    def __str__(self) -> str:
+        return self.mode.value + (f" {self.split}" if self.mode is not EVMode.UDP else "")
 
 
 @dataclass
@@ -67,6 +97,15 @@ class Wire:
     #: transport packets the impaired cable dropped client → server (None: not counted)
     link_dropped: int | None = None
     error: str | None = None                          # the capture itself could not be read
+    #: the DSCPs that mean "trimmed" in this capture (what the switch was told to write)
+    trimmed_dscps: tuple[int, ...] = TRIMMED_DSCPS
+    #: MRC: where each sender's EVs ride, by its address (absent: the UDP format, the EV
+    #: is the source port) — what an EV echo is checked against
+    ev_formats: dict[str, EvSpec] = field(default_factory=dict)
+    ev_echoes: int = 0        # MRC SACK/NACK EV echoes checked against their packet
+    #: echoes naming an EV the answered packet was not sent on (first few described)
+    ev_echo_wrong: int = 0
+    ev_echo_first: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         extra = "".join(f", {n} {what}" for n, what in ((self.reordered, "reordered"),
@@ -99,6 +138,32 @@ class _Flows:
     highest: dict[Any, int] = field(default_factory=dict)      # highest request PSN per flow
     seen: dict[Any, set[int]] = field(default_factory=dict)    # request PSNs per flow
     last: dict[Any, bytes] = field(default_factory=dict)       # last transport packet per iface
+    #: MRC: (src, dst, psn) of a write → the (sport, flow label) of each time it was sent
+    sent_on: dict[Any, set[tuple[int, int | None]]] = field(default_factory=dict)
+
+
+def _check_echo(w: Wire, rec: Record, flows: _Flows) -> None:
+    """An MRC SACK or NACK echoes the EV of the packet it answers (``specs/mrc.md``): the
+    EV that packet carried as its *sender* placed it. A receiver that rebuilds the EV from
+    the wire another way (the STEV split) echoes EVs the sender never sent on, and per-EV
+    feedback — what spraying, ECN and path health rest on — reaches no path."""
+    f = rec.fields
+    psn = f.get("ack_psn", f.get("nack_psn"))
+    if psn is None or "ev_echo" not in f or f.get("probe_reply") or rec.dst is None:
+        return
+    sent = flows.sent_on.get((rec.dst, rec.src, int(psn)))
+    if not sent:
+        return  # the packet it answers is not in this capture
+    spec = w.ev_formats.get(rec.dst, EvSpec())
+    evs = {spec.ev(sp, fl) for sp, fl in sent}
+    w.ev_echoes += 1
+    if int(f["ev_echo"]) not in evs:
+        w.ev_echo_wrong += 1
+        if len(w.ev_echo_first) < 3:
+            want = ", ".join(f"{e:#x}" for e in sorted(e for e in evs if e is not None))
+            w.ev_echo_first.append(f"#{rec.no} {rec.type} psn={int(psn):#x} echoes EV "
+                                   f"{int(f['ev_echo']):#x}, the packet was sent on {want} "
+                                   f"({spec} at {rec.dst})")
 
 
 def add(w: Wire, rec: Record, flows: _Flows) -> None:
@@ -111,7 +176,7 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
         return
     w.transport_packets += 1
     w.mrc = w.mrc or rec.protocol == "MRC"
-    if rec.dscp in TRIMMED_DSCPS:
+    if rec.dscp in w.trimmed_dscps:
         w.trimmed += 1
     copy = rec.raw is not None and flows.last.get(rec.interface) == rec.raw
     if rec.raw is not None:
@@ -129,6 +194,12 @@ def add(w: Wire, rec: Record, flows: _Flows) -> None:
         w.naks[aeth] += 1
     if rec.protocol == "MRC" and "nack" in f:
         w.nack_reasons[str(f["nack"])] += 1  # MRC's NACK reasons are UET's codes
+    if rec.protocol == "MRC":
+        if "WRITE" in rec.type and "psn" in f and rec.sport is not None:
+            flows.sent_on.setdefault((rec.src, rec.dst, int(f["psn"])), set()).add(
+                (rec.sport, rec.flow_label))
+        elif "ev_echo" in f:
+            _check_echo(w, rec, flows)
     if rec.protocol == "UET":
         if "nack" in f:
             w.nack_reasons[str(f["nack"])] += 1
@@ -189,13 +260,17 @@ def overtaking(sent: list[bytes], got: list[bytes]) -> int:
     return n
 
 
-def summarise(path: str, judge: str | None = None, ingress: str | None = None) -> Wire:
+def summarise(path: str, judge: str | None = None, ingress: str | None = None,
+              trimmed_dscps: tuple[int, ...] = TRIMMED_DSCPS,
+              ev_formats: dict[str, EvSpec] | None = None) -> Wire:
     """Read a pcapng; a capture that cannot be read is reported, not raised.
 
     ``judge``: count only the packets of that interface (link); ``ingress``: also
-    compare the order of requests there with ``judge``'s (:attr:`Wire.overtook`).
+    compare the order of requests there with ``judge``'s (:attr:`Wire.overtook`);
+    ``trimmed_dscps``: the DSCPs the switch wrote on packets it trimmed; ``ev_formats``:
+    each MRC sender's EV format by address (default UDP: EV = source port).
     """
-    w = Wire()
+    w = Wire(trimmed_dscps=tuple(trimmed_dscps), ev_formats=dict(ev_formats or {}))
     flows = _Flows()
     order: dict[str, list[bytes]] = {judge or "": [], ingress or "": []}
     try:

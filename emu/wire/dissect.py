@@ -49,6 +49,7 @@ class Record:
     icrc: str | None = None
     error: str | None = None
     dscp: int = 0             # IP DSCP of the innermost IP header
+    flow_label: int | None = None  # the innermost IPv6 header's flow label (None: IPv4)
     #: the innermost IP packet's L4 bytes (UDP payload), only with ``keep_raw``: lets a
     #: caller compare packets byte for byte; not part of the JSON form
     raw: bytes | None = None
@@ -153,6 +154,8 @@ def summarise(no: int, frame: pcapio.Frame, roce_port: int = ROCE_PORT,
         return rec
     rec.src, rec.dst, rec.sport, rec.dport = dg.src, dg.dst, dg.sport, dg.dport
     rec.dscp = dg.dscp
+    if dg.version == 6:
+        rec.flow_label = dg.flow_label
     if keep_raw:
         rec.raw = bytes(dg.l4)
     if dg.encap:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from emu.wire import mrc_defs
 from emu.wire.codec import mrc as CM
 from emu.wire.codec import roce as CR
 from emu.wire.codec._base import Header
@@ -28,10 +29,13 @@ def _aeth(h: CR.AETH) -> dict[str, Any]:
 
 
 def _seth(h: CM.SETH) -> dict[str, Any]:
-    out: dict[str, Any] = {"cack_psn": h.cack_psn, "ev_echo": h.ev,
+    out: dict[str, Any] = {"cack_psn": h.cack_psn,
+                           # the PSN this SACK answers (the packet whose EV it echoes)
+                           "ack_psn": (h.cack_psn + h.ack_psn_offset) & 0xFFFFFF,
+                           "ev_echo": h.ev,
                            "spdcid": h.spdcid, "dpdcid": h.dpdcid}
     if h.m:
-        out["mark"] = CM.SACK_M.get(h.m, h.m)
+        out["mark"] = mrc_defs.m_name(h.m)  # a skip hint or an ECN echo: the setting's
     if h.pr:
         out["probe_reply"] = True
     if h.sack_bitmap:

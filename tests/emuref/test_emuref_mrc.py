@@ -263,22 +263,24 @@ class Wire:
     is (``send(now)`` → [(udp payload, sport, dport, tos)], ``recv(data, sport, dport,
     now, tos)``, ``timer()``, ``fire(now)``); ``cut`` decides per datagram whether the
     "switch" trims it (IPv4, through emu's real trimming code); ``lossy`` which datagrams
-    the ``loss`` dice apply to (default: all); ``drop`` loses chosen ones."""
+    the ``loss`` dice apply to (default: all); ``drop`` loses chosen ones; ``mark``
+    CE-marks chosen write packets (``(side, data, tos)``: a switch marks only ECT ones)."""
 
     def __init__(self, ends: dict[str, tuple[Callable, Callable, Callable, Callable]],
                  addrs: dict[str, str], seed: int = 1, *, loss: float = 0.0,
                  reorder: float = 0.0, dup: float = 0.0,
                  cut: Callable[[str, bytes], bool] | None = None,
                  drop: Callable[[str, bytes], bool] | None = None,
-                 lossy: Callable[[str, bytes], bool] | None = None) -> None:
+                 lossy: Callable[[str, bytes], bool] | None = None,
+                 mark: Callable[[str, bytes, int], bool] | None = None) -> None:
         self.ends, self.addrs = ends, addrs
         self.rng = random.Random(seed)
         self.loss, self.reorder, self.dup, self.cut, self.drop = loss, reorder, dup, cut, drop
-        self.lossy = lossy
+        self.lossy, self.mark = lossy, mark
         self.now = 0.0
         self.q: list[tuple[float, int, str, bytes, int, int, int]] = []
         self.seq = 0
-        self.dropped = self.trimmed = 0
+        self.dropped = self.trimmed = self.marked = 0
         self.sent: list[tuple[str, bytes, int]] = []
 
     def _pump(self) -> bool:
@@ -300,6 +302,10 @@ class Wire:
                     if t is not None:
                         data, tos = bytes(t[28:]), t[1]
                         self.trimmed += 1
+                if self.mark is not None and data[0] in MW.WRITE_OPS and \
+                        self.mark(side, data, tos):
+                    tos |= 3  # ECN CE
+                    self.marked += 1
                 at = self.now + 5e-6
                 if r.random() < self.reorder:
                     at += 50e-6 * r.random()
@@ -533,8 +539,10 @@ def emu_end(eng: MrcEngine, local: str, peer: str) -> tuple[Callable, Callable, 
     return send, recv, eng.get_timer, eng.handle_timer
 
 
-def _cross(seed: int, pmtu: int = 1024) -> tuple[MrcNic, Any, MrcEngine, int, MemoryTable]:
-    nic = MrcNic(A, Memory(), random.Random(seed), evs=EVS_A, pmtu=pmtu, mpr=256, rto=0.01)
+def _cross(seed: int, pmtu: int = 1024, m_field: str = "skip"
+           ) -> tuple[MrcNic, Any, MrcEngine, int, MemoryTable]:
+    nic = MrcNic(A, Memory(), random.Random(seed), evs=EVS_A, pmtu=pmtu, mpr=256, rto=0.01,
+                 m_field=m_field)
     qa = nic.create_qp()
     mem = MemoryTable(random.Random(seed))
     eng = MrcEngine(mem, random.Random(seed + 1), local_addr=(B, PORT), line_rate=10e9,
@@ -704,3 +712,135 @@ def test_emu_requester_recovers_a_lost_transport_ack() -> None:
     nic, eng = _emu_write_losing_its_transport_ack(ack_repeats=False)
     # one request, answered by one repeated ACK (the duplicate asked for it)
     assert eng.counters()["ack_requests"] == 1 and nic.counters()["ack_repeats"] == 1
+
+
+# -- SETH's M field: the skip hint (reading A) or the ECN echo (reading B) ---------------
+
+
+def _fifth(side: str, data: bytes, tos: int) -> bool:
+    """Every fifth write packet by PSN (BTH byte 11: its low byte), ECT or not: emu-ref
+    sends Not-ECT, which no switch marks — this tests how its requester *reads* an echo,
+    not a network."""
+    return data[11] % 5 == 0
+
+
+@pytest.fixture
+def emu_m_field():
+    """emu's side of a cross-test in reading ``"ecn"`` or ``"skip"`` (restored after)."""
+    from emu.wire import mrc_defs
+    saved = mrc_defs.settings()
+    yield lambda v: mrc_defs.configure(m_field=v)
+    mrc_defs.configure(**saved)
+
+
+def _sacks(w: Wire, side: str) -> list[Any]:
+    return [decode_packet(d).header(EM.SETH) for s, d, _ in w.sent
+            if s == side and d[0] == MW.RELIABILITY_SACK]
+
+
+@pytest.mark.parametrize("emu_reading,ref_reading", [
+    ("ecn", "ecn"), ("skip", "skip"), ("ecn", "skip"), ("skip", "ecn")])
+def test_emu_writes_into_emuref_with_either_m_field_reading(emu_reading: str, ref_reading: str,
+                                                            emu_m_field) -> None:
+    """emu requester → emu-ref responder over a wire that CE-marks emu's ECT data. Same
+    reading: the echo reaches emu's EV set and NSCC (reading B: M = 1, cc_flags 0).
+    Mismatched: the data still lands byte-exact, but the echo is lost — emu in B ignores
+    emu-ref's cc_flags, emu in A reads emu-ref's M = 1 as SKIP_ONCE and skips the EV."""
+    emu_m_field(emu_reading)
+    nic, qa, eng, qb, mem = _cross(11, m_field=ref_reading)
+    src = register(mem, 1 << 19)
+    data = random.Random(11).randbytes(1 << 19)
+    src.view[:] = data
+    region = bytearray(1 << 19)
+    nic.memory.register(0x99, 0x40000, region)
+    eng.post_send(qb, SendWR.write(1, [Sge(src.va, 1 << 19, src.lkey)], 0x40000, 0x99))
+    events: list = []
+    poll = _collect(eng, events)
+    w = Wire({"a": ref_end(nic), "b": emu_end(eng, B, A)}, {"a": A, "b": B}, 11,
+             mark=lambda s, d, tos: s == "b" and tos & 3 in (1, 2) and d[11] % 5 == 0)
+    w.run(lambda: poll() and len(_emu_wcs(events)) == 1)
+    assert region == data and w.marked > 50
+    seths = _sacks(w, "a")
+    ce_m = sum(s.m == 1 for s in seths)
+    ce_flags = sum(s.cc_flags & 1 for s in seths)
+    if ref_reading == "ecn":  # emu-ref's echo in M, nothing in cc_flags
+        assert ce_m == w.marked and ce_flags == 0
+    else:
+        assert ce_flags == w.marked and ce_m == 0
+    ini = eng._qps[qb].ini
+    ecn_seen = sum(e.counts["ecn"] for e in ini.evs.slots + ini.evs.retired)
+    skips = [e for e in ini.evs.events()[0] if "SACK M=" in e.cause]
+    if emu_reading == ref_reading:
+        assert ecn_seen == w.marked and skips == []
+    elif emu_reading == "ecn":
+        assert ecn_seen == 0 and skips == []     # cc_flags unread: no echo at all
+    else:
+        assert ecn_seen == 0 and len(skips) > 0  # M = 1 read as SKIP_ONCE
+
+
+@pytest.mark.parametrize("emu_reading,ref_reading", [("ecn", "ecn"), ("skip", "ecn"),
+                                                     ("ecn", "skip")])
+def test_emuref_writes_into_emu_with_either_m_field_reading(emu_reading: str, ref_reading: str,
+                                                            emu_m_field) -> None:
+    """emu-ref requester → emu responder, every fifth write CE-marked (Not-ECT included:
+    this is about reading the echo). emu writes the echo where its reading says; emu-ref
+    takes it (a window cut per echo it reads) only when the readings agree — emu-ref in B
+    reading emu's A SACK sees M = 0; emu-ref in A reading emu's M = 1 skips the EV."""
+    emu_m_field(emu_reading)
+    nic, qa, eng, qb, mem = _cross(12, m_field=ref_reading)
+    dst = register(mem, 1 << 19)
+    data = random.Random(12).randbytes(1 << 19)
+    qa.post_write(1, data, dst.va, dst.rkey)
+    events: list = []
+    poll = _collect(eng, events)
+    w = Wire({"a": ref_end(nic), "b": emu_end(eng, B, A)}, {"a": A, "b": B}, 12,
+             mark=lambda s, d, tos: s == "a" and _fifth(s, d, tos))
+    w.run(lambda: poll() and len(nic.completions) == 1)
+    assert bytes(dst.view) == data and w.marked > 50
+    seths = _sacks(w, "b")
+    if emu_reading == "ecn":
+        assert sum(s.m == 1 for s in seths) == w.marked and not any(s.cc_flags for s in seths)
+    else:
+        assert sum(s.cc_flags & 1 for s in seths) == w.marked and not any(s.m for s in seths)
+    echoes = nic.counters()["rx_ce_echo"]
+    assert echoes == (w.marked if emu_reading == ref_reading else 0)
+
+
+# -- the STEV split, emu-ref's own (emuref.mrc_stev) -------------------------------------
+
+
+def test_emuref_cuts_stev_evs_both_ways_and_refuses_bad_splits() -> None:
+    from emuref import mrc_stev
+
+    a, b = mrc_stev.parse("stev", "16+16"), mrc_stev.parse("stev", "12+20@0xd000")
+    assert a.fields(0xC4000001) == (0xC400, 1) and a.ev(0xC400, 1) == 0xC4000001
+    assert b.fields(0x40000001) == (0xD400, 1) and b.ev(0xD400, 1) == 0x40000001
+    # the other cut reads the same fields as another EV: what the matrix catches
+    assert b.ev(*a.fields(0xC4000001)) != 0xC4000001
+    assert mrc_stev.parse("udp").ev(0xC400, 77) == 0xC400
+    for fmt, split in (("stev", "12-20"), ("stev", "17+16"), ("stev", "12+20@0xd001"),
+                       ("srv6", ""), ("udp", "16+16")):
+        with pytest.raises(ValueError):
+            mrc_stev.parse(fmt, split)
+
+
+def test_emuref_sends_a_leased_flow_label_and_reads_it_back() -> None:
+    """What its STEV sockets do, on the loopback: lease a label toward the peer, name it
+    in sendto's flowinfo, read it from the receiver's control message."""
+    import socket
+
+    from emuref import mrc_stev
+
+    try:
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        rx.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    with rx, tx:
+        tx.bind(("::1", 0))
+        mrc_stev.want_labels(rx)
+        mrc_stev.lease(tx, "::1", 0x4D2F3)
+        tx.sendto(b"x", ("::1", rx.getsockname()[1], 0x4D2F3, 0))
+        _, anc, _, _ = rx.recvmsg(16, 64)
+        assert [mrc_stev.label_of(*m) for m in anc] == [0x4D2F3]

@@ -53,6 +53,147 @@ def test_shipped_file_lists_emu_and_variants():
     assert variants and all(i.daemon == "own" for i in variants)
     assert known["emu-mrc4791"].transports == ["mrc"] and known["emu-mrc4791"].daemon == "own"
     assert "mrc" in known["emu"].transports and "mrc" in known["emu-ref"].transports
+    # the MRC settings where the reconstructions disagree (specs/mrc.md): SETH's M field
+    # as the ECN echo, in emu (its own daemon) and in emu-ref (its environment) …
+    mecn, ref_mecn = known["emu-mrc-mecn"], known["emu-ref-mrc-mecn"]
+    assert "--mrc-setting m_field=ecn" in mecn.command and mecn.daemon == "own"
+    assert ref_mecn.env["EMUREF_MRC_M_FIELD"] == "ecn" and ref_mecn.daemon == "own"
+    assert mecn.transports == ref_mecn.transports == ["mrc"]
+    # … and trimmed packets marked DSCP 9: the daemon takes it, the runner's switch writes it
+    dscp9 = known["emu-mrc-dscp9"]
+    assert "--trimmed-dscp 9" in dscp9.command and dscp9.trimmed_dscp == 9
+    assert known["emu"].trimmed_dscp is None
+    # … and the STEV split: emu and emu-ref each cut 16+16 and 12+20 (IPv6 only)
+    for name, split in (("emu-mrc-stev", "16+16"), ("emu-mrc-stev20", "12+20@0xd000"),
+                        ("emu-ref-stev", "16+16"), ("emu-ref-stev20", "12+20@0xd000")):
+        assert known[name].mrc_ev == f"stev:{split}" and known[name].transports == ["mrc"]
+    assert "mrc.ev_split=12+20@0xd000" in known["emu-mrc-stev20"].command
+    assert known["emu-ref-stev20"].env["EMUREF_MRC_STEV_SPLIT"] == "12+20@0xd000"
+    assert known["emu"].mrc_ev == "udp"
+
+
+def _mrc(no: int, src: str, dst: str, sport: int, label: int | None, kind: str,
+         **fields: int) -> Record:
+    return Record(no, float(no), "h1-h2", src, dst, sport, 4971, "MRC", kind, dict(fields),
+                  [], "ok", flow_label=label, raw=no.to_bytes(4, "big"))
+
+
+def test_wirecheck_holds_each_ev_echo_against_the_ev_its_packet_was_sent_on(tmp_path):
+    """A SACK or NACK must echo the EV the answered write carried as its sender placed it
+    (udp: the source port; stev: port and flow label, the sender's split): a receiver
+    cutting the EV another way fails the case, naming the packet."""
+    c, s = "fd00::11", "fd00::12"
+    ev = 0xD0000005  # 16+16: port 0xd000, label 5
+    data = _mrc(1, c, s, 0xD000, 5, "MRC_WRITE_ONLY", psn=7, len=4096)
+    good = _mrc(2, s, c, 0xD001, 0, "MRC_RELIABILITY_SACK", ack_psn=7, ev_echo=ev)
+    # a 12+20 receiver rebuilds 0x5 from the same fields
+    bad = _mrc(3, s, c, 0xD001, 0, "MRC_RELIABILITY_NACK", nack_psn=7, ev_echo=0x5)
+    stray = _mrc(4, s, c, 0xD001, 0, "MRC_RELIABILITY_SACK", ack_psn=99, ev_echo=1)
+    stev = {c: wirecheck.EvSpec.parse("stev:16+16")}
+    for recs, wrong in (((data, good), 0), ((data, good, bad, stray), 1)):
+        w, flows = wirecheck.Wire(ev_formats=stev), wirecheck._Flows()
+        for r in recs:
+            wirecheck.add(w, r, flows)
+        assert (w.ev_echoes, w.ev_echo_wrong) == (len(recs) - 1 - (stray in recs), wrong)
+    assert "psn=0x7 echoes EV 0x5, the packet was sent on 0xd0000005 (stev 16+16" in \
+        w.ev_echo_first[0]
+    assert "EV placement disagrees" in _why(w)
+    # the UDP format (no mrc_ev): the EV is the source port, the flow label is not read
+    w, flows = wirecheck.Wire(), wirecheck._Flows()
+    for r in (data, _mrc(2, s, c, 1, 0, "MRC_RELIABILITY_SACK", ack_psn=7, ev_echo=0xD000)):
+        wirecheck.add(w, r, flows)
+    assert (w.ev_echoes, w.ev_echo_wrong) == (1, 0)
+    with pytest.raises(I.ImplError, match="mrc_ev"):
+        I.load(_toml(tmp_path, "[x]\ncommand='a'\ntransports=['mrc']\nmrc_ev='stev:9+9@1'\n"))
+
+
+def _why(w: wirecheck.Wire) -> str:
+    """What a case's whole check says of a capture that moved its bytes."""
+    case = BY_NAME["handshake"]("s", "c")
+    case.check_outputs = lambda: None  # type: ignore[method-assign]
+    w.payload_bytes = 1 << 30
+    return case.check(w) or ""
+
+
+def test_an_implementations_trimmed_dscp_is_checked_and_reaches_the_trimming_switch(tmp_path):
+    import emu.switch.topology  # noqa: F401  (the [switch] section's checker)
+    from emu.interop import networks
+    from emu.topology import load
+
+    with pytest.raises(I.ImplError, match="trimmed_dscp must be a DSCP"):
+        I.load(_toml(tmp_path, "[x]\ncommand='a'\ntransports=['mrc']\ntrimmed_dscp=64\n"))
+    assert I.load(_toml(tmp_path, "[x]\ncommand='a'\ntransports=['mrc']\n"
+                        "trimmed_dscp=9\n"))["x"].trimmed_dscp == 9
+    path = networks.TRIMMING.topology_file(str(tmp_path), "xt", None, 9)
+    sw = load(path, name="xt").switch
+    assert (sw["trimmed_dscp"], sw["trimmed_lasthop"]) == (9, 9), sw
+    # the other networks do not trim: the DSCP is left alone there
+    assert "trimmed_dscp" not in open(networks.REORDERING.topology_file(
+        str(tmp_path), "xr", None, 9)).read()
+    assert "trimmed_dscp" not in open(networks.TRIMMING.topology_file(str(tmp_path), "xu")).read()
+
+
+def test_wirecheck_counts_the_trimmed_dscp_it_is_told():
+    from emu.interop.testcases import Trimming
+
+    w = wirecheck.Wire()
+    for no, dscp in enumerate((9, 30, 9)):
+        wirecheck.add(w, _rec(no, no, dscp=dscp), wirecheck._Flows())
+    assert w.trimmed == 1
+    w9 = wirecheck.Wire(trimmed_dscps=(9,))
+    for no, dscp in enumerate((9, 30, 9)):
+        wirecheck.add(w9, _rec(no, no, dscp=dscp), wirecheck._Flows())
+    assert w9.trimmed == 2
+    assert "DSCP 9" in Trimming("s", "c").check_wire(wirecheck.Wire(trimmed_dscps=(9,)))
+
+
+def test_own_nicd_passes_mrc_settings_and_trimmed_dscps_to_its_daemon(monkeypatch, tmp_path):
+    """``--mrc-setting m_field=ecn`` configures emu.wire.mrc_defs in the daemon's process
+    (MRC's engine then added beside RoCEv2 and UET), ``--trimmed-dscp`` reaches its
+    command line; without either the daemon is what an ``emu@REF`` tree can run."""
+    import subprocess
+
+    from emu.interop import own_nicd
+
+    seen: list[list[str]] = []
+
+    class Fake:
+        def __init__(self, argv, **kw):
+            seen.append(argv)
+            self.stdout = __import__("io").BytesIO(b"ready\n")
+            self.returncode = 0
+
+        def poll(self):
+            return 0
+
+        def wait(self, *a):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Fake)
+    monkeypatch.setattr(subprocess, "call", lambda cmd: 0)
+    monkeypatch.setenv("EMU_CLUSTER", "c")
+    monkeypatch.setenv("EMU_HOST", "h")
+    monkeypatch.setenv("LOGDIR", str(tmp_path))
+    assert own_nicd.main(["--mrc-setting", "m_field=ecn", "--trimmed-dscp", "9",
+                          "--uet-setting", "use_rsv_pdc_bit=12", "--", "true"]) == 0
+    argv = seen[-1]
+    assert json.loads(argv[3]) == {"uet": {"use_rsv_pdc_bit": 12}, "mrc": {"m_field": "ecn"}}
+    assert argv[argv.index("--trimmed-dscp") + 1] == "9"
+    assert ["-t", "mrc"] == argv[argv.index("mrc") - 1:argv.index("mrc") + 1]
+    assert own_nicd.main(["--uet-setting", "use_rsv_pdc_bit=12", "--", "true"]) == 0
+    assert "mrc" not in seen[-1] and "--trimmed-dscp" not in seen[-1]
+    # the daemon's prelude applies them (this process: restored after)
+    from emu.wire import mrc_defs, uet_defs
+
+    saved, saved_u = mrc_defs.settings(), {"use_rsv_pdc_bit": uet_defs.USE_RSV_PDC_BIT}
+    prelude = own_nicd._DAEMON.split("from emu.nic import udp")[0]
+    try:
+        monkeypatch.setattr("sys.argv", ["-c", argv[3]])
+        exec(prelude, {"__name__": "d"})
+        assert mrc_defs.M_FIELD == "ecn" and uet_defs.USE_RSV_PDC_BIT == 12
+    finally:
+        mrc_defs.configure(**saved)
+        uet_defs.configure(**saved_u)
 
 
 def test_files_copied_into_an_emu_at_ref_tree_import_only_what_that_commit_has():
@@ -441,3 +582,57 @@ def test_mrcs_port_is_a_setting_emu_on_4791_against_emu_ref_on_4971(tmp_path):
     # WRITEs to the emu server on 4791, its SACKs and ACKs to emu-ref's 4971
     assert ports[("10.0.1.12", 4791)] >= 256 and ports[("10.0.1.11", 4971)] >= 256, ports
     assert _clusters_left(prefix) == []
+
+
+@root
+def test_mrcs_m_field_as_ecn_echo_emu_against_emu_ref_and_dscp9_trimming(tmp_path):
+    """specs/mrc.md's other readings as variants: SETH M = the ECN echo in emu
+    (``emu-mrc-mecn``, its own daemon) and in emu-ref (``emu-ref-mrc-mecn``) pass the
+    trimming case both ways (a switch that trims and CE-marks; emu's data is ECT), and
+    ``emu-mrc-dscp9``, receiving from emu-ref, gets its trimmed packets marked DSCP 9 by
+    the runner's switch and NACKs them."""
+    from emu.wire.dissect import dissect_file
+
+    known = I.load()
+    log = str(tmp_path / "logs")
+    prefix = random_cluster("i9")
+    mecn = [known["emu-mrc-mecn"], known["emu-ref-mrc-mecn"]]
+    res = runner.run(mecn, mecn[::-1], ["mrc"], select("trimming"), log, timeout=90,
+                     prefix=prefix, progress=lambda s: None)
+    res9 = runner.run([known["emu-mrc-dscp9"]], [known["emu-ref"]], ["mrc"],
+                      select("trimming"), log, timeout=90, prefix=prefix + "d",
+                      progress=lambda s: None)
+    by = {(r.server, r.client): r for r in res.results + res9.results}
+    for pair in (("emu-mrc-mecn", "emu-ref-mrc-mecn"), ("emu-ref-mrc-mecn", "emu-mrc-mecn"),
+                 ("emu-mrc-dscp9", "emu-ref")):
+        assert by[pair].result == "succeeded", (pair, by[pair].reason)
+    pcap = os.path.join(log, "emu-mrc-dscp9_emu-ref", "mrc", "trimming", "capture.pcapng")
+    dscps = Counter(r.dscp for r in dissect_file(pcap) if r.protocol == "MRC"
+                    and "WRITE" in r.type)
+    assert dscps[9] > 0 and dscps[30] == dscps[31] == 0, dscps
+    assert _clusters_left(prefix) == [] and _clusters_left(prefix + "d") == []
+
+
+@root
+def test_the_stev_split_is_a_setting_pairs_that_cut_alike_pass_and_others_fail(tmp_path):
+    """specs/mrc.md's two STEV splits, over IPv6: emu and emu-ref both cutting 12+20 agree
+    on the wire (every EV echo names the EV its packet was sent on), emu at 16+16 against
+    emu-ref at 12+20 moves the data but fails on its echoes; over IPv4 STEV is "?"."""
+    known = I.load()
+    log = str(tmp_path / "logs")
+    prefix = random_cluster("i6")
+    res = runner.run([known["emu-mrc-stev20"], known["emu-ref-stev20"]],
+                     [known["emu-ref-stev20"], known["emu-mrc-stev"]], ["mrc"],
+                     select("transfer-1m"), log, timeout=90, prefix=prefix, family=6,
+                     progress=lambda s: None)
+    by = {(r.server, r.client): r for r in res.results}
+    assert by[("emu-mrc-stev20", "emu-ref-stev20")].result == "succeeded", \
+        by[("emu-mrc-stev20", "emu-ref-stev20")].reason
+    assert by[("emu-ref-stev20", "emu-mrc-stev")].result == "failed"
+    assert "EV placement disagrees" in by[("emu-ref-stev20", "emu-mrc-stev")].reason
+    assert "(stev 16+16 at " in by[("emu-ref-stev20", "emu-mrc-stev")].reason
+    res4 = runner.run([known["emu-ref-stev20"]], [known["emu-mrc-stev20"]], ["mrc"],
+                      select("handshake"), log, timeout=60, prefix=prefix + "v",
+                      progress=lambda s: None)
+    assert res4.results[0].result == "unsupported", res4.results[0].reason
+    assert _clusters_left(prefix) == [] and _clusters_left(prefix + "v") == []

@@ -312,6 +312,30 @@ def roce_pair(seed: int = 1, *, pmtu: int = 1024, line_rate: float = 10e9,
     return RocePair(link, ea, eb, ma, mb, qa, qb)
 
 
+def mrc_pair(seed: int = 1, size: int = 1 << 20, *, pmtu: int = 1024,
+             engine_kw: dict | None = None, **link_kw: Any) -> tuple:
+    """Two MRC engines over a :class:`LossyLink` (source ports as EVs), one QP each,
+    connected, and ``size`` bytes of seeded data registered at A with a region for it
+    at B: ``(link, ea, eb, qa, qb, src, dst, data)``."""
+    from emu.transports.mrc import MrcEngine
+
+    ma, mb = MemoryTable(random.Random(seed)), MemoryTable(random.Random(seed + 1))
+    kw = {"line_rate": 10e9, "base_rtt": 20e-6, "pmtu": pmtu, "timeout": 8,
+          **(engine_kw or {})}
+    ea = MrcEngine(ma, random.Random(seed + 2), **kw)
+    eb = MrcEngine(mb, random.Random(seed + 3), **kw)
+    link = LossyLink(ea, eb, seed=seed, src_ports=True, **link_kw)
+    qa = ea.create_qp(send_cq="a.s", recv_cq="a.r")
+    qb = eb.create_qp(send_cq="b.s", recv_cq="b.r")
+    ia, ib = ea.query_qp(qa), eb.query_qp(qb)
+    ea.connect(qa, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
+    eb.connect(qb, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
+    src, dst = register(ma, size), register(mb, size)
+    data = random.Random(seed).randbytes(size)
+    src.view[:size] = data
+    return link, ea, eb, qa, qb, src, dst, data
+
+
 def drop_first(pred, n: int = 1):
     """A LossyLink ``drop`` hook losing the first ``n`` datagrams matching ``pred``."""
     seen: list[bytes] = []

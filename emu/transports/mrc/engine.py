@@ -41,7 +41,7 @@ from emu.transports.mrc.evwire import EVWire, PathTable, ranks
 from emu.transports.mrc.initiator import InitiatorQP, timeout_of
 from emu.transports.mrc.profiles import ProfileError, Profiles
 from emu.transports.mrc.target import TargetQP, trimmed_reason
-from emu.wire.codec.ev import EVMode
+from emu.wire.codec.ev import DEFAULT_SPLIT, EVMode, EVSplit, parse_split
 from emu.wire.codec.mrc import (
     EETH,
     EETH_OK,
@@ -88,6 +88,20 @@ DEFAULT_PROFILE_FL = {
     fmt: EVProfile(fmt=fmt, mode=EVGenMode.GEN,
                    fields=(GenField(16, init=0xD000, lo=0xD000), GenField(16, init=1, lo=1)))
     for fmt in (EVMode.STEV, EVMode.SRV6)}
+
+
+def default_profile(fmt: EVMode, split: EVSplit = DEFAULT_SPLIT) -> EVProfile:
+    """The built-in EV profile of a format and (STEV, SRv6) a split: under another split
+    than 16+16 the source-port field starts at 0 above the split's base (e.g. 12+20@0xd000:
+    ports from 53248 as in the default) and the label field, from 1, fills the rest."""
+    if fmt is EVMode.UDP:
+        return DEFAULT_PROFILE
+    if split == DEFAULT_SPLIT:
+        return DEFAULT_PROFILE_FL[fmt]
+    hi = 0 if split.sport_base else 0xD000 & ((1 << split.sport_bits) - 1)
+    return EVProfile(fmt=fmt, mode=EVGenMode.GEN, split=split,
+                     fields=(GenField(split.sport_bits, init=hi, lo=hi),
+                             GenField(split.flow_label_bits, init=1, lo=1)))
 #: a PORT_STATUS_UPDATE not answered within this many base round trips is sent again (with
 #: the ports' state then), at most UPDATE_TRIES times in all: the peer must hear that a
 #: plane came back, or its QPs never use it again (a lone update sent while the fabric
@@ -133,7 +147,7 @@ class MrcEngine(Engine):
                  timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
                  loss_threshold: int = 16, profile: EVProfile | None = None,
                  ev_min_active: int = 1, trace: Trace = NULL_TRACE, ev_format: str = "udp",
-                 srv6_paths: PathTable | None = None) -> None:
+                 ev_split: str = "16+16", srv6_paths: PathTable | None = None) -> None:
         if cc not in ("nscc", None):
             raise ValueError(f"MRC congestion control is nscc or none, not {cc!r}")
         try:
@@ -141,8 +155,8 @@ class MrcEngine(Engine):
         except ValueError:
             raise ValueError(f"MRC ev_format is one of {', '.join(m.value for m in EVMode)}, "
                              f"not {ev_format!r}") from None
-        if profile is None:
-            profile = DEFAULT_PROFILE if fmt is EVMode.UDP else DEFAULT_PROFILE_FL[fmt]
+        if profile is None:  # ev_split: where STEV/SRv6 put the EV (specs/mrc.md disagree)
+            profile = default_profile(fmt, parse_split(ev_split))
         timeout_of(timeout)
         self.memory = memory
         self.rng = rng

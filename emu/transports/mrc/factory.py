@@ -11,7 +11,8 @@ from emu.transports.mrc.engine import UDP_PORT, MrcEngine
 
 #: MrcEngine keyword arguments a daemon may pass through ``--engine-opt mrc.K=V``
 ENGINE_OPTIONS = ("line_rate", "base_rtt", "cc", "pmtu", "ev_set", "planes", "mpr", "timeout",
-                  "retry_linear", "retry_exp", "loss_threshold", "ev_min_active", "ev_format")
+                  "retry_linear", "retry_exp", "loss_threshold", "ev_min_active", "ev_format",
+                  "ev_split")
 #: SRv6's outer IPv6 header: what the srv6 EV format adds to every packet
 SRV6_OVERHEAD = 40
 #: IP + UDP + BTH + METH + RETH + ImmDt + ICRC around a PMTU-sized payload (IPv6)

@@ -51,7 +51,7 @@ from emu.core.reliable.scoreboard import Scoreboard
 from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import SendWR, WrOpcode
 from emu.transports.mrc.evset import EVSet, SackHint
-from emu.transports.mrc.target import CC_FLAG_CE
+from emu.wire import mrc_defs
 from emu.wire.codec.mrc import (
     METH,
     MPR_UNIT,
@@ -197,7 +197,8 @@ class InitiatorQP:
             "tx_packets", "tx_bytes", "tx_retransmits", "retx_sack", "retx_trim", "retx_rto",
             "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
             "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
-            "probe_lost", "ack_requests", "mpr_changes", "evs_port_down"), 0)
+            "probe_lost", "ack_requests", "mpr_changes", "evs_port_down",
+            "rx_echo_unknown_ev"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -407,14 +408,19 @@ class InitiatorQP:
             if delivered.get(p.ev, -1) < p.seq:
                 delivered[p.ev] = p.seq
         self.in_flight -= nbytes
-        ce = bool(seth.cc_flags & CC_FLAG_CE)
-        hint = SackHint(seth.m) if seth.m in (0, 1, 2) else SackHint.NONE
+        # the CE echo and the skip hint, where the M-field setting puts them (mrc_defs)
+        ce, m = mrc_defs.seth_read(seth.m, seth.cc_flags)
+        hint = SackHint(m)
         if self.dynamic_mpr and seth.mpr and seth.mpr * MPR_UNIT != self.mpr:
             self.mpr = seth.mpr * MPR_UNIT
             self.stats["mpr_changes"] += 1
         if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
             self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
                                     ce=ce, hint=hint.name, released=len(released))
+        if seth.ev not in self.evs.by_ev:
+            # an echo naming no EV of ours: the peer rebuilt the EV from the wire another
+            # way (specs/mrc.md: the STEV split), so no feedback reaches a path
+            self.stats["rx_echo_unknown_ev"] += 1
         self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce)
         if self.next_probe is None and hint is SackHint.ALWAYS_SKIP:
             self._arm_probes(now)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
-from emu.wire.codec.ev import EVMode
+from emu.wire.codec.ev import DEFAULT_SPLIT, EVMode, parse_split
 
 KINDS = ("ev", "cc")
 STATES = ("INIT", "OFFLINE", "ONLINE")
@@ -55,8 +55,9 @@ class Profile:
 
 def ev_profile(spec: dict[str, Any]) -> EVProfile:
     """An :class:`EVProfile` from a spec: ``format`` (udp, stev, srv6), ``mode`` (auto,
-    exp, gen), ``evs`` (exp) and ``fields`` (gen: each ``width``, ``init``, ``min``,
-    ``max``, ``mask``)."""
+    exp, gen), ``split`` (stev, srv6: ``S+F[@BASE]``, :func:`emu.wire.codec.ev.parse_split`),
+    ``evs`` (exp) and ``fields`` (gen: each ``width``, ``init``, ``min``, ``max``,
+    ``mask``)."""
     try:
         fmt = EVMode(str(spec.get("format", "udp")).lower())
         mode = EVGenMode(str(spec.get("mode", "gen")).lower())
@@ -70,7 +71,11 @@ def ev_profile(spec: dict[str, Any]) -> EVProfile:
             raise ValueError(f"EVs are listed for mode exp, not {mode.value}")
         if fields and mode is not EVGenMode.GEN:
             raise ValueError(f"fields are for mode gen, not {mode.value}")
-        return EVProfile(fmt=fmt, mode=mode, explicit=evs, fields=fields)
+        split = parse_split(str(spec.get("split") or DEFAULT_SPLIT))
+        if fmt is EVMode.UDP and split != DEFAULT_SPLIT:
+            raise ValueError("a split is for the stev and srv6 formats (udp: the source "
+                             "port alone)")
+        return EVProfile(fmt=fmt, mode=mode, split=split, explicit=evs, fields=fields)
     except (KeyError, TypeError, ValueError) as e:
         raise ProfileError(f"bad EV profile: {e}") from None
 

@@ -12,7 +12,8 @@ What MRC's receiver does (``specs/mrc.md``, Behaviour):
   duplicate) it is SACKed again and not placed twice.
 * **Reliability and semantics apart.** Each packet that arrives whole is
   SACKed (SETH: cumulative ACK + 64-bit bitmap, the packet's EV echoed, the
-  CE mark echoed per EV in ``cc_flags``; CC_STATE: the sender's timestamp
+  CE mark echoed per EV in ``cc_flags`` — or in the M field, under the wire setting
+  ``m_field = "ecn"``, :mod:`emu.wire.mrc_defs`; CC_STATE: the sender's timestamp
   reflected, out-of-order count, bytes received). A packet the remote access
   checks refuse (R_Key, bounds, rights) is still SACKed — it arrived — and
   answered with a transport NAK (AETH REMOTE_ACCESS_ERROR, 0xD1) that names
@@ -43,6 +44,7 @@ from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24
 from emu.core.reliable.window import RecvWindow, Rx
 from emu.core.verbs import RecvWR
+from emu.wire import mrc_defs
 from emu.wire.codec.mrc import (
     CC_STATE,
     METH,
@@ -74,8 +76,8 @@ from emu.wire.codec.roce import (
 
 #: AETH NAK value for a request the memory checks refuse (IBTA: remote access error)
 NAK_REMOTE_ACCESS = 2
-#: ``cc_flags`` bit that echoes a CE mark on the SACKed packet's EV
-CC_FLAG_CE = 0x1
+#: ``cc_flags`` bit that echoes a CE mark on the SACKed packet's EV (the wire setting's)
+CC_FLAG_CE = mrc_defs.CC_FLAG_CE
 #: the cc_type of a SACK's congestion fields: NSCC
 CC_TYPE_NSCC = 1
 _M16 = 0xFFFF
@@ -270,9 +272,10 @@ class TargetQP:
     def _sack(self, psn: int, ev: int, ce: bool, tseth: Any, *, probe: bool = False,
               ts: int | None = None) -> None:
         cack, base, bitmap = self.window.sack(psn)
-        seth = SETH(pr=int(probe), ack_psn_offset=_s16(psn - cack), ev=ev, spdcid=self.qpn & _M16,
-                    dpdcid=self.peer & _M16, cack_psn=cack & PSN24.mask,
-                    cc_type=CC_TYPE_NSCC, cc_flags=CC_FLAG_CE if ce else 0,
+        m, cc_flags = mrc_defs.seth_feedback(ce)  # the CE echo where the M-field setting says
+        seth = SETH(m=m, pr=int(probe), ack_psn_offset=_s16(psn - cack), ev=ev,
+                    spdcid=self.qpn & _M16, dpdcid=self.peer & _M16, cack_psn=cack & PSN24.mask,
+                    cc_type=CC_TYPE_NSCC, cc_flags=cc_flags,
                     mpr=self.mpr // MPR_UNIT, sack_offset=_s16(base - cack), sack_bitmap=bitmap)
         if ts is None:
             ts = tseth.tx_timestamp if isinstance(tseth, TSETH) else 0

@@ -88,8 +88,30 @@ class EVSplit:
         """How many EV bits this split carries."""
         return self.sport_bits + self.flow_label_bits
 
+    def __str__(self) -> str:
+        """``S+F`` or ``S+F@BASE``: the form :func:`parse_split` reads."""
+        base = f"@{self.sport_base:#06x}" if self.sport_base else ""
+        return f"{self.sport_bits}+{self.flow_label_bits}{base}"
+
 
 DEFAULT_SPLIT = EVSplit()
+#: the other reading (``specs/mrc.md``, "STEV split"): a 20-bit flow label, the EV's 12
+#: bits above it in the source port above a fixed 0xD000 (emu's EV ports, 53248-57343)
+SPLIT_FL20 = EVSplit(sport_bits=12, flow_label_bits=20, sport_base=0xD000)
+
+
+def parse_split(text: str) -> EVSplit:
+    """An :class:`EVSplit` from ``S+F`` or ``S+F@BASE`` (``16+16``, ``12+20@0xd000``):
+    S EV bits in the source port (above BASE), F in the flow label. ValueError, with the
+    form, for anything else."""
+    try:
+        bits, _, base = str(text).strip().partition("@")
+        s, _, f = bits.partition("+")
+        return EVSplit(sport_bits=int(s), flow_label_bits=int(f),
+                       sport_base=int(base, 0) if base else 0)
+    except ValueError as e:
+        raise ValueError(f"STEV split {text!r}: expected S+F or S+F@BASE (source-port and "
+                         f"flow-label bits, e.g. 16+16 or 12+20@0xd000): {e}") from None
 
 
 def _mode(mode: EVMode | str) -> EVMode:

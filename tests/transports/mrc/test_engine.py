@@ -6,17 +6,14 @@ from the transport ACK; a dead peer fails the QP with RETRY_EXC_ERR."""
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 
 import pytest
-from lossy_link import LossyLink, register, trim_roce
+from lossy_link import mrc_pair, register, trim_roce
 
 from emu.core.cq import WcOpcode, WcStatus
-from emu.core.memory import MemoryTable
 from emu.core.verbs import RecvWR, SendWR, Sge
 from emu.transports.base import VerbsError
-from emu.transports.mrc import MrcEngine
 from emu.wire.codec.mrc import MRC_TRANSPORT_ACK, WRITE_OPCODES
 from emu.wire.codec.roce import BTH
 
@@ -24,21 +21,7 @@ PMTU = 1024
 
 
 def _pair(seed: int = 1, size: int = 1 << 20, engine_kw: dict | None = None, **link_kw):
-    ma, mb = MemoryTable(random.Random(seed)), MemoryTable(random.Random(seed + 1))
-    kw = {"line_rate": 10e9, "base_rtt": 20e-6, "pmtu": PMTU, "timeout": 8,
-          **(engine_kw or {})}
-    ea, eb = MrcEngine(ma, random.Random(seed + 2), **kw), MrcEngine(mb, random.Random(seed + 3),
-                                                                     **kw)
-    link = LossyLink(ea, eb, seed=seed, src_ports=True, **link_kw)
-    qa = ea.create_qp(send_cq="a.s", recv_cq="a.r")
-    qb = eb.create_qp(send_cq="b.s", recv_cq="b.r")
-    ia, ib = ea.query_qp(qa), eb.query_qp(qb)
-    ea.connect(qa, {**ib, "address": link.addr_b[0], "port": link.addr_b[1]})
-    eb.connect(qb, {**ia, "address": link.addr_a[0], "port": link.addr_a[1]})
-    src, dst = register(ma, size), register(mb, size)
-    data = random.Random(seed).randbytes(size)
-    src.view[:size] = data
-    return link, ea, eb, qa, qb, src, dst, data
+    return mrc_pair(seed, size, pmtu=PMTU, engine_kw=engine_kw, **link_kw)
 
 
 def _write(eng, qp, src, dst, n: int, wr_id: int, *, off: int = 0, imm: int | None = None):

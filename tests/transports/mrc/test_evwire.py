@@ -29,12 +29,13 @@ PATHS = {a: [ipaddress.IPv6Address(f"fc00:0:{s}:5:800{i}::").packed for s in (1,
          for i, a in ((1, A[0]), (2, B[0]))}
 
 
-def _pair(fmt: str, seed: int = 1, size: int = 64 * PMTU, paths=PATHS.get, **link_kw):
+def _pair(fmt: str, seed: int = 1, size: int = 64 * PMTU, paths=PATHS.get,
+          splits: tuple[str, str] = ("16+16", "16+16"), **link_kw):
     ma, mb = MemoryTable(random.Random(seed)), MemoryTable(random.Random(seed + 1))
     kw = {"line_rate": 10e9, "base_rtt": 20e-6, "pmtu": PMTU, "timeout": 8,
           "ev_format": fmt, "srv6_paths": paths}
-    ea = MrcEngine(ma, random.Random(seed + 2), local_addr=A, **kw)
-    eb = MrcEngine(mb, random.Random(seed + 3), local_addr=B, **kw)
+    ea = MrcEngine(ma, random.Random(seed + 2), local_addr=A, ev_split=splits[0], **kw)
+    eb = MrcEngine(mb, random.Random(seed + 3), local_addr=B, ev_split=splits[1], **kw)
     link = LossyLink(ea, eb, seed=seed, src_ports=True, addr_a=A, addr_b=B, **link_kw)
     link.wire = []
     qa, qb = ea.create_qp(send_cq="a.s"), eb.create_qp(send_cq="b.s")
@@ -62,7 +63,7 @@ def test_the_ev_rides_in_port_and_flow_label_and_comes_back_in_the_sacks(fmt):
     # the receiver rebuilt each EV and echoed it: the sender's scoreboard knew them all
     assert eb.counters()["rx_drop_bad_ev"] == 0 and ea.counters()["rx_drop_bad_ev"] == 0
     c = ea.counters()
-    assert c["tx_retransmits"] > 0 and c.get("rx_sack_unknown_ev", 0) == 0
+    assert c["tx_retransmits"] > 0 and c["rx_echo_unknown_ev"] == 0
 
 
 def test_srv6_sends_each_ev_on_one_path_and_shares_the_paths_evenly():
@@ -103,3 +104,28 @@ def test_a_foreign_ev_takes_a_path_by_its_value_and_ranks_count_per_plane():
     assert w.ev_of(("fd00::9", 0xD000, 0x42, 0)) == 0xD000_0042
     with pytest.raises(ValueError):
         w.ev_of(("fd00::9", 0xD000))  # no flow label: not an STEV/SRv6 packet
+
+
+def test_the_stev_split_is_an_engine_option_both_ends_must_share():
+    """specs/mrc.md reads the STEV split two ways (16+16; a 20-bit flow label): the
+    ``ev_split`` option. Cut alike, every echo names an EV of the set; cut apart, the data
+    still lands byte-exact but every echo names an EV the sender never had (counted:
+    ``rx_echo_unknown_ev``) and no EV gets a SACK's credit."""
+    link, ea, eb, qa, dst, data = _pair("stev", splits=("12+20@0xd000", "12+20@0xd000"))
+    link.run()
+    assert bytes(dst.view) == data
+    for _, side, d, _, meta in link.wire:
+        if side == "a" and BTH.decode(d).opcode in WRITE_OPCODES:
+            assert 0xD000 <= meta.entropy <= 0xDFFF and meta.label is not None
+    ini = ea._qps[qa].ini
+    assert ea.counters()["rx_echo_unknown_ev"] == 0
+    assert sum(e.counts["sacked"] for e in ini.evs.slots) > 0
+    link, ea, eb, qa, dst, data = _pair("stev", seed=2, splits=("16+16", "12+20@0xd000"))
+    link.run()
+    assert bytes(dst.view) == data
+    ini = ea._qps[qa].ini
+    assert ea.counters()["rx_echo_unknown_ev"] == ea.counters()["rx_sacks"] > 0
+    assert sum(e.counts["sacked"] for e in ini.evs.slots) == 0
+    with pytest.raises(ValueError, match="S\\+F"):
+        MrcEngine(MemoryTable(random.Random(1)), random.Random(1), local_addr=A,
+                  ev_format="stev", ev_split="12-20")
