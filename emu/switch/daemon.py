@@ -37,7 +37,7 @@ per port per period: ``t`` and the port counters; capped at 64 MiB),
 per line, one JSON reply per line: ``{"cmd":"set","port":P,"settings":{…}}``
 (P = a port's ifname or a shell wildcard over them, ``"*"`` for every port; a P that
 names no port is refused with the switch's ports listed — nothing is stored under it),
-``{"cmd":"counters"}``,
+``{"cmd":"counters"[, "qdisc": true]}``,
 ``{"cmd":"config"}``, ``{"cmd":"stop"}``.
 
 Fabric time (``--time-scale N --time-epoch E``, from the cluster's plan; DESIGN.md,
@@ -309,8 +309,8 @@ class SwitchDaemon:
 
     def handle(self, req: dict[str, Any], now: float) -> dict[str, Any]:
         cmd = req.get("cmd")
-        if cmd == "counters":
-            return {"ok": True, **self.counters(now)}
+        if cmd == "counters":  # "qdisc": also the kernel path's qdisc stats (a tc run)
+            return {"ok": True, **self.counters(now, bool(req.get("qdisc")))}
         if cmd == "config":
             return {"ok": True, "config": self.cfg.to_dict()}
         if cmd == "stop":

@@ -13,13 +13,24 @@ every result not credible. Here the per-packet work runs in the kernel:
   drop beyond ``depth``, RED CE marking (``kmin``/``kmax``/``pmax`` of the
   packet's class) on the backlog the packet finds.
 
+* **trimming** (a class's ``trim``, at its ``trim_threshold`` or where the packet
+  would be tail-dropped): the program cuts the packet after its transport headers
+  (or at ``trim_size``), rewrites its DSCP, lengths and checksums and recomputes a
+  RoCEv2/MRC ICRC, as :mod:`emu.switch.trim` does (the tests compare the two byte
+  for byte); how long the headers are it looks up in tables built from emu's codecs
+  (:mod:`emu.switch.trim_tables`). A port that trims gets an htb qdisc under tbf
+  with two classes in strict priority, and trimmed packets go to the first: ahead of
+  data, within ``trim_depth``.
+
 What it does not do — and :func:`reasons` therefore sends such a
-configuration to the user-space datapath, which stays the reference: trimming,
-lossless classes (PFC), ``delay``/``jitter``, a ``match`` beyond four UDP
-ports and two IP protocols, and a port that already has a root qdisc. One
-difference is documented rather than hidden: classes share one FIFO per port
-(no DRR), so RED reads the port's backlog, not the class's — the same thing
-when one class carries the traffic.
+configuration to the user-space datapath, which stays the reference:
+lossless classes (PFC), ``delay``/``jitter``, a ``trim_size`` above
+:data:`TRIM_MAX`, a ``match`` beyond four UDP ports and two IP protocols, and a
+port that already has a root qdisc. Differences are documented rather than
+hidden: classes share one FIFO per port (no DRR), so RED and the trim threshold
+read the port's data backlog, not the class's — the same thing when one class
+carries the traffic; GSO super-packets, tunnelled packets (SRv6's outer IPv6
+header) and IPv6 extension headers are not trimmed (they are queued as data).
 
 Fabric time: the daemon's configuration is in fabric units; tbf and the program's
 virtual queue run on ``CLOCK_MONOTONIC`` (tbf's timers, ``bpf_ktime_get_ns``), so
@@ -54,16 +65,31 @@ from emu.switch.queue import NCLASS
 SOURCE = Path(__file__).with_name("bpf") / "port.bpf.c"
 #: the port's tbf: a root qdisc emu's link control knows as the switch's
 ROOT_HANDLE = f"{SWITCH_QDISC_MAJOR:x}:"
+#: a trimming port's strict priority under tbf: an htb qdisc (``prio`` is not on every
+#: kernel we run on, htb is) with class 1 for trimmed packets (htb prio 0) and class 2,
+#: its default, for the rest (prio 1), each with a byte FIFO. The classes' own rate is
+#: far above the port's, so tbf alone shapes and htb only orders
+PRIO_MAJOR = SWITCH_QDISC_MAJOR + 1
+_PRIO, _BAND_TRIM, _BAND_DATA = (f"{m:x}:" for m in (PRIO_MAJOR, PRIO_MAJOR + 1, PRIO_MAJOR + 2))
+_HTB_RATE = "400gbit"
 CACHE = bpfobj.CACHE
 
 #: struct port_cfg (port.bpf.c): ps_per_byte, depth, loss, udp_port[4], ip_proto[2],
-#: dscp_class[64], then NCLASS x struct klass {ecn, kmin, kmax, pmax}; padded to 8
+#: dscp_class[64], then NCLASS x struct klass {ecn, kmin, kmax, pmax, trim,
+#: trim_threshold}, 4 bytes of padding, the trimming fields (_CFG_TRIM) and the header
+#: tables (:mod:`emu.switch.trim_tables`); padded to 8
 _CFG_HEAD = struct.Struct("<QQI4I2I64s")
-_KLASS = struct.Struct("<4I")
-CFG_SIZE = (_CFG_HEAD.size + NCLASS * _KLASS.size + 7) // 8 * 8
+_KLASS = struct.Struct("<6I")
+_CFG_TRIM = struct.Struct("<4xQQII2IIII512s64s32s16s64s256s3s")
+CFG_SIZE = (_CFG_HEAD.size + NCLASS * _KLASS.size + _CFG_TRIM.size + 7) // 8 * 8
+#: bytes of the IP packet a kernel trim keeps at most (port.bpf.c's TRIM_MAX)
+TRIM_MAX = 256
+#: a class's trim_threshold "unset": trim where the packet would be tail-dropped
+_NO_THRESHOLD = (1 << 32) - 1
 #: struct port_state: bpf_spin_lock (+4 pad), then these u64 fields in order
 STATE_FIELDS = ("t_free", "seen", "enqueued", "bytes", "other", "marked", "dropped_tail",
-                "dropped_random", "max_depth", "not_ip")
+                "dropped_random", "max_depth", "not_ip", "t_prio_free", "trimmed",
+                "dropped_trim", "trim_failed", "t_last")
 _STATE = struct.Struct("<II" + "Q" * len(STATE_FIELDS))
 
 _U32_MAX = (1 << 32) - 1
@@ -100,8 +126,10 @@ def reasons(cfg: SwitchConfig, ports: dict[str, PortConfig]) -> list[str]:
         out.append(f"match {cfg.match} (the kernel path takes ≤ 4 udp:N and ≤ 2 proto:N)")
     for name, p in sorted(ports.items()):
         kinds = [p.default_class, *p.classes.values()]
-        if any(k.trim for k in kinds):
-            out.append(f"port {name}: trimming")
+        if any(k.trim for k in kinds) and cfg.trim_size is not None and \
+                cfg.trim_size > TRIM_MAX:
+            out.append(f"port {name}: trimming at trim_size {cfg.trim_size} "
+                       f"(the kernel path keeps ≤ {TRIM_MAX} bytes)")
         if any(k.lossless for k in kinds):
             out.append(f"port {name}: lossless class (PFC)")
         if p.delay or p.jitter:
@@ -133,9 +161,11 @@ def wall_rate(p: PortConfig, scale: float = 1.0) -> int | None:
     return max(1, round(p.rate / scale)) if p.rate else None
 
 
-def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0) -> bytes:
+def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0,
+                prio_major: int = 0) -> bytes:
     """The port's ``struct port_cfg`` as the program reads it (at the wall rate: the
-    program's clock is ``bpf_ktime_get_ns``)."""
+    program's clock is ``bpf_ktime_get_ns``); ``prio_major``: the handle of the port's
+    prio qdisc (0: none, trimmed packets then queue with data)."""
     rate = wall_rate(p, scale)
     udp = [int(m[4:]) for m in cfg.match if m.startswith("udp:")][:4]
     proto = [int(m[6:]) for m in cfg.match if m.startswith("proto:")][:2]
@@ -144,8 +174,34 @@ def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0) -> bytes:
                           *(udp + [0] * (4 - len(udp))), *(proto + [0] * (2 - len(proto))),
                           dmap)
     kl = b"".join(_KLASS.pack(int(k.ecn), min(k.kmin, _U32_MAX), min(k.kmax, _U32_MAX),
-                              _prob32(k.pmax)) for k in (p.klass(c) for c in range(NCLASS)))
-    return (head + kl).ljust(CFG_SIZE, b"\0")
+                              _prob32(k.pmax), int(k.trim),
+                              _NO_THRESHOLD if k.trim_threshold is None
+                              else min(k.trim_threshold, _NO_THRESHOLD - 1))
+                  for k in (p.klass(c) for c in range(NCLASS)))
+    return (head + kl + _trim_fields(cfg, p, prio_major)).ljust(CFG_SIZE, b"\0")
+
+
+def trims(p: PortConfig) -> bool:
+    """Whether any class of the port trims (it then gets the prio qdisc)."""
+    return any(k.trim for k in (p.default_class, *p.classes.values()))
+
+
+def _trim_fields(cfg: SwitchConfig, p: PortConfig, prio_major: int) -> bytes:
+    from emu.switch import trim_tables as TT
+    from emu.switch.trim import MRC_PORT, ROCE_PORT, UET_PORT, UET_PROTO
+
+    dscps = (1 << 64) - 1 if cfg.trim_dscps is None else \
+        sum(1 << d for d in cfg.trim_dscps if 0 <= d < 64)
+    matched = {m for m in cfg.match}
+    roce = [pt for pt in (ROCE_PORT, MRC_PORT) if f"udp:{pt}" in matched] + [0, 0]
+    ses, req = TT.uet_ses()
+    ext_op, cas, ext_sizes = TT.uet_ext()
+    return _CFG_TRIM.pack(
+        p.trim_depth, dscps, cfg.trim_size or 0,
+        cfg.trimmed_lasthop if p.host_facing else cfg.trimmed_dscp, *roce[:2],
+        UET_PORT if f"udp:{UET_PORT}" in matched else 0,
+        UET_PROTO if f"proto:{UET_PROTO}" in matched else 0, prio_major << 16,
+        TT.roce_ext(), TT.uet_pds(), ses, req, ext_op, cas, ext_sizes)
 
 
 def build_object(cache: Path = CACHE) -> Path:
@@ -212,6 +268,7 @@ class KernelPort:
         self.obj = obj
         self.scale = scale  # the cluster's time scale: tbf and the program run at rate/scale
         self.rate: int | None = None  # the fabric rate in force (None: no tbf)
+        self.prio = False  # the prio qdisc for trimmed packets is under tbf
         self.maps: dict[str, BpfMap] = {}
         self.made_clsact = False
 
@@ -239,18 +296,41 @@ class KernelPort:
 
     def configure(self, cfg: SwitchConfig, p: PortConfig) -> None:
         """Write the port's configuration (``p`` in fabric units); a changed rate changes
-        tbf too, at the wall rate."""
-        if p.rate != self.rate:
+        tbf too, at the wall rate; a port that trims gets the prio qdisc under tbf (tbf
+        keeps its own byte FIFO otherwise)."""
+        burst = tbf_burst(self.mtu)
+        limit = p.depth + burst + (64 << 10)
+        want_prio = bool(p.rate) and trims(p)
+        if p.rate != self.rate or want_prio != self.prio:
             if p.rate:
-                burst = tbf_burst(self.mtu)
-                limit = p.depth + burst + (64 << 10)
-                _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE, "tbf",
+                if self.prio and not want_prio:  # tbf without a child drops everything
+                    _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
+                # (a tbf change with a limit gives tbf a new byte FIFO as its child). The
+                # size table: the qdiscs charge a packet's length as it is when enqueued —
+                # without one they keep the length taken before the program ran, and a
+                # trimmed packet would take a whole packet's time on the wire
+                _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE,
+                    "stab", "mtu", "2048", "tsize", "2048", "overhead", "0", "linklayer",
+                    "ethernet", "tbf",
                     "rate", f"{wall_rate(p, self.scale)}bit", "burst", str(burst),
                     "limit", str(limit))
+                if want_prio:
+                    _tc("qdisc", "replace", "dev", self.ifname, "parent", f"{ROOT_HANDLE}1",
+                        "handle", _PRIO, "htb", "default", "2")
+                    for minor in ("1", "2"):
+                        _tc("class", "replace", "dev", self.ifname, "parent", _PRIO,
+                            "classid", f"{_PRIO}{minor}", "htb", "rate", _HTB_RATE, "ceil",
+                            _HTB_RATE, "prio", str(int(minor) - 1), "quantum", "9000")
             elif self.rate:
                 _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
-            self.rate = p.rate
-        self.maps["emu_port_cfg"].write(pack_config(cfg, p, self.scale))
+            self.rate, self.prio = p.rate, want_prio
+        if want_prio:  # the bands' room (the program decides drops; this only holds them)
+            for parent, handle, room in ((f"{_PRIO}1", _BAND_TRIM, p.trim_depth + (64 << 10)),
+                                         (f"{_PRIO}2", _BAND_DATA, limit)):
+                _tc("qdisc", "replace", "dev", self.ifname, "parent", parent, "handle", handle,
+                    "bfifo", "limit", str(room))
+        self.maps["emu_port_cfg"].write(pack_config(cfg, p, self.scale,
+                                                    PRIO_MAJOR if want_prio else 0))
 
     def state(self) -> dict[str, int]:
         v = _STATE.unpack(self.maps["emu_port_state"].read(lock=True))
@@ -268,8 +348,9 @@ class KernelPort:
         depth = (s["t_free"] - now) * rate // int(8e9) if rate and s["t_free"] > now else 0
         out: dict[str, Any] = {
             "enqueued": s["enqueued"], "bytes": s["bytes"], "released": s["enqueued"],
-            "marked": s["marked"], "trimmed": 0, "dropped_tail": s["dropped_tail"],
-            "dropped_random": s["dropped_random"], "dropped_trim": 0, "xoff": 0, "xon": 0,
+            "marked": s["marked"], "trimmed": s["trimmed"], "dropped_tail": s["dropped_tail"],
+            "dropped_random": s["dropped_random"], "dropped_trim": s["dropped_trim"],
+            "trim_failed": s["trim_failed"], "xoff": 0, "xon": 0,
             "paused_time": 0.0, "depth": int(depth), "max_depth": s["max_depth"],
             "late": 0, "late_s": 0.0, "other": s["other"], "seen": s["seen"],
             "not_ip": s["not_ip"]}
@@ -288,6 +369,7 @@ class KernelPort:
             "bpf", check=False)
         if self.rate:
             _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
+        self.prio = False
         if self.made_clsact:
             _tc("qdisc", "del", "dev", self.ifname, "clsact", check=False)
         self.rate = None

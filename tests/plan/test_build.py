@@ -215,7 +215,10 @@ def test_the_plan_says_why_each_switch_takes_its_datapath():
     assert all("configured" in s.why for s in user.switches.values())
     trim = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
                                                  "switch.port.trim=true"]), COSTS)
-    assert all(s.datapath == "user" and "trimming" in s.why for s in trim.switches.values())
+    assert all(s.datapath == "kernel" for s in trim.switches.values())  # BPF trims
+    pfc = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
+                                                "switch.port.lossless=true"]), COSTS)
+    assert all(s.datapath == "user" and "PFC" in s.why for s in pfc.switches.values())
     assert P.build(load(NS / "pair.toml"), COSTS).switches == {}
 
 

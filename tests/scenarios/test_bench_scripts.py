@@ -294,16 +294,18 @@ def test_bench_credible_quick_invariance_runs_each_case_at_its_scale_and_twice_i
 
 @needs_root
 def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
-    """``scripts/bench-switch --quick``: kernel-only forwarding, the kernel datapath and the
-    user-space datapath each carried packets through the switch namespace, and each
+    """``scripts/bench-switch --quick``: kernel-only forwarding, the kernel datapath (plain
+    and with trimming on) and the user-space datapath each carried packets through the
+    switch namespace, and each
     daemon's own counters show its datapath took them (not bypassed)."""
     out = _run([str(ROOT / "scripts/bench-switch"), "--quick"]).stdout
-    for row in ("packets/s through one switch", "kernel-only", "kernel path", "user path",
-                "gso", "plain"):
+    for row in ("packets/s through one switch", "kernel-only", "kernel path", "+ trimming",
+                "user path", "gso", "plain"):
         assert row in out, out
     res = json.loads(_run([sys.executable, "-m", "emu.switch.bench", "--quick",
                            "--json"]).stdout)
-    paths = ["forward", "user"] + ([] if res["kernel_unavailable"] else ["kernel"])
+    paths = ["forward", "user"] + ([] if res["kernel_unavailable"] else
+                                   ["kernel", "kernel-trim"])
     for mode in ("gso", "plain"):
         assert all(res["median"][mode][p] > 0 for p in paths), res["median"]
         assert set(res["ratio"][mode]) == set(paths) - {"forward"}

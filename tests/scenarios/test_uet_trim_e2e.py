@@ -15,16 +15,16 @@ packet) within each burst: trims are certain whatever the machine's speed.
 The small threshold also bounds the queueing delay (< 1 ms) and the small
 transfer the CPU load.
 
-Whether every NACK beats the 5 ms RTO depends on this machine, not the
-protocol: the user-space pipeline that trims is past its credible rate here
-(``emu doctor``: ~50 Mb/s) and releases frames 1-5 ms behind its schedule,
-the NIC daemons wait for a CPU too, and the NACK loop then took 6-12 ms in
-about 3 runs of 10. So every run asserts what holds whatever the timing: each
-NACK's resend is its own effect in the first send after it (no new data and
-no timer's resend in between), no packet goes twice in one step, and NACKs
-drove more resends than the timer. Only a run in which the emulator counted
-no overload during the incast must also show every NACK beating the RTO (the
-emulated round trip is under 2 ms): a timeout that beat a NACK otherwise is
+Whether every NACK beats the 5 ms RTO depends on this machine, not the protocol:
+the NIC daemons wait for a CPU, and the user-space pipeline (which trimmed until
+the kernel datapath learnt to) ran past its credible rate here (``emu doctor``:
+~50 Mb/s), releasing frames 1-5 ms behind its schedule — the NACK loop then took
+6-12 ms in about 3 runs of 10. So every run asserts what holds whatever the
+timing: each NACK's resend is its own effect in the first send after it (no new
+data and no timer's resend in between), no packet goes twice in one step, and
+NACKs drove more resends than the timer. Only a run in which the emulator
+counted no overload during the incast must also show every NACK beating the RTO
+(the emulated round trip is under 2 ms): a timeout that beat a NACK otherwise is
 emu's lateness, shown as overload, never judged as protocol behaviour.
 
 No wall-clock thresholds: the retransmission delay is compared with the

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The switch pipeline's kernel datapath (``emu.switch.kernel``: tc BPF + tbf).
 
+Trimming: every kind of packet the program trims is held against the user-space
+reference (:func:`emu.switch.trim.trim`) byte for byte.
+
 Unit: which configurations it serves, and the configuration layout it writes
 (checked against the compiled object's BTF-free sizes through a real load in the
 root test). Root: 4 senders → 1 receiver over leaf1's port towards h3 at
@@ -32,8 +35,15 @@ from emu.fabric.capture import Target, capture
 from emu.fabric.linkctl import run_in_ns
 from emu.proc import stop as stop_child
 from emu.switch import kernel as K
+from emu.switch import trim as T
+from emu.switch import trim_tables as TT
 from emu.switch.config import ClassConfig, PortConfig, SwitchConfig
+from emu.wire import icrc as ICRC
+from emu.wire.codec import mrc as MC
 from emu.wire.codec import roce as RC
+from emu.wire.codec import uet as UC
+from emu.wire.codec.uet_pds import PdsRequest
+from emu.wire.codec.uet_ses import SesStandardRequest
 from emu.wire.pcapio import read_frames
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,11 +66,14 @@ def test_reasons_name_what_only_user_space_does() -> None:
     pfc = PortConfig(classes={3: ClassConfig(lossless=True)})
     delay = PortConfig(delay=0.001)
     why = K.reasons(cfg, {"a": trim, "b": pfc, "c": delay})
-    assert why == ["port a: trimming", "port b: lossless class (PFC)", "port c: delay/jitter"]
+    assert why == ["port b: lossless class (PFC)", "port c: delay/jitter"]  # trimming: kernel
+    big = SwitchConfig(trim_size=K.TRIM_MAX + 4, copy_range=1024)
+    assert K.reasons(big, {"a": trim}) == [
+        f"port a: trimming at trim_size {K.TRIM_MAX + 4} (the kernel path keeps ≤ 256 bytes)"]
     many = SwitchConfig(match=[f"udp:{p}" for p in range(1000, 1005)])
     assert "match" in K.reasons(many, {})[0]
     assert K.predict(SwitchConfig(datapath="user")) == "user"
-    assert K.predict(SwitchConfig(ports={"x": trim})) == "user"
+    assert K.predict(SwitchConfig(ports={"x": pfc})) == "user"
 
 
 def test_config_layout() -> None:
@@ -76,10 +89,20 @@ def test_config_layout() -> None:
     assert rest == [4791, 0, 0, 0, 253, 0]
     dmap = raw[44:108]
     assert dmap[26] == 5 and dmap[8] == 1 and dmap[63] == 7
-    k5 = struct.unpack_from("<4I", raw, 108 + 5 * 16)
-    k0 = struct.unpack_from("<4I", raw, 108)
-    assert k5 == (0, 1, 2, (1 << 32) - 1)
+    k5 = struct.unpack_from("<6I", raw, 108 + 5 * 24)
+    k0 = struct.unpack_from("<6I", raw, 108)
+    assert k5 == (0, 1, 2, (1 << 32) - 1, 0, (1 << 32) - 1)   # no trim, threshold unset
     assert k0[:3] == (1, 20_000, 200_000)
+    # the trimming fields: the DSCP a host-facing port writes, the ports, the prio handle
+    t = PortConfig(rate=10**9, host_facing=True, trim_depth=5000,
+                   default_class=ClassConfig(trim=True, trim_threshold=7000))
+    raw = K.pack_config(SwitchConfig(trim_dscps=[0, 10]), t, prio_major=K.PRIO_MAJOR)
+    assert struct.unpack_from("<6I", raw, 108)[4:] == (1, 7000)
+    off = 108 + 64 * 24 + 4
+    depth, dscps, size, dscp, r0, r1, uet, proto, prio = struct.unpack_from("<QQII2IIII", raw, off)
+    assert (depth, dscps, size, dscp) == (5000, 1 | 1 << 10, 0, 31)
+    assert (r0, r1, uet, proto, prio) == (4791, 4971, 4793, 253, K.PRIO_MAJOR << 16)
+    assert raw[off + 44:off + 44 + 512] == TT.roce_ext()
 
 
 # ------------------------------------------------------------------ root
@@ -146,10 +169,10 @@ def test_kernel_datapath(cluster: Fabric, tmp_path: Path) -> None:
         assert line == "ready datapath=kernel", (line, proc.stderr.read())
         assert ready.wait(10)
         # the kernel path refuses what it cannot do, and changes nothing then
-        rep = _request(sw, {"cmd": "set", "port": rx, "settings": {"trim": "true"}})
-        assert not rep["ok"] and "kernel datapath" in rep["error"] and "trimming" in rep["error"]
-        assert _request(sw, {"cmd": "config"})["config"]["ports"][rx]["default_class"]["trim"] \
-            is False
+        rep = _request(sw, {"cmd": "set", "port": rx, "settings": {"lossless": "true"}})
+        assert not rep["ok"] and "kernel datapath" in rep["error"] and "PFC" in rep["error"]
+        assert _request(sw, {"cmd": "config"})["config"]["ports"][rx]["default_class"][
+            "lossless"] is False
         rep = _request(sw, {"cmd": "set", "port": rx, "settings": {"pmax": "1"}})
         assert rep["ok"]
 
@@ -309,3 +332,164 @@ def test_a_busy_port_sends_back_to_back_at_its_rate(cluster: Fabric, tmp_path: P
     assert len(times) == n
     measured = (n - 1) * FRAME * 8 / (times[-1] - times[0])
     assert 0.95 * rate < measured < 1.02 * rate, measured / rate
+
+
+# ------------------------------------------------------------------ trimming
+
+T_DEPTH, T_THRESHOLD, LASTHOP = 400_000, 10_000, 31
+
+
+def test_the_tables_are_the_codecs_sizes() -> None:
+    ext = TT.roce_ext()
+    w = RC.BTH(opcode=0x0A)
+    assert ext[0x0A] == sum(h.SIZE for h in RC.chain_for(w)) == RC.RETH.SIZE
+    mrc = RC.BTH(opcode=MC.MRC_WRITE_ONLY, ts=1)
+    assert ext[256 + MC.MRC_WRITE_ONLY] == sum(h.SIZE for h in RC.chain_for(mrc))
+    assert ext[256 + MC.MRC_WRITE_ONLY] == ext[MC.MRC_WRITE_ONLY] + MC.TSETH.SIZE
+    assert ext[0x15] == 0xFF                          # an opcode nobody defines
+    pds = TT.uet_pds()
+    assert pds[2 * 2] == PdsRequest.SIZE and pds[7 * 2] == 0   # ROD request; ACK: not
+    ses, req = TT.uet_ses()
+    assert ses[3 * 2] == SesStandardRequest.SIZE and req[3] == 2
+
+
+def _roce(psn: int, opcode: int = 0x0A, ts: int = 0) -> bytes:
+    if opcode in MC.WRITE_OPCODES:
+        hdrs = [MC.METH(msn=psn), MC.TSETH(tx_timestamp=psn), RC.RETH(va=psn, rkey=7,
+                                                                    dmalen=PAYLOAD)]
+    else:
+        hdrs = [RC.RETH(va=0x1000 * psn, rkey=7, dmalen=PAYLOAD)]
+    return bytes(RC.encode_packet(RC.BTH(opcode=opcode, dqpn=0x42, psn=psn, ts=ts), hdrs,
+                                  bytes(PAYLOAD)))
+
+
+def _uet(psn: int) -> bytes:
+    return bytes(UC.encode_packet(PdsRequest(type=2, next_hdr=3, psn=psn),
+                                  SesStandardRequest(opcode=1), payload=bytes(PAYLOAD)))
+
+
+def _raw_v4(src: str, dst: str, psn: int) -> bytes:
+    """A whole IPv4 RoCEv2 WRITE with a full UDP checksum and its ICRC (what a raw
+    socket sends: the kernel leaves the checksum as it is)."""
+    body = bytearray(_roce(psn))
+    udp_len = 8 + len(body)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, 17, 0,
+                               socket.inet_aton(src), socket.inet_aton(dst)))
+    udp = bytearray(struct.pack("!HHHH", 49999, 4791, udp_len, 0))
+    pkt = ip + udp + body
+    ICRC.seal(pkt)
+    c = T.checksum(pkt[20:], sum(struct.unpack("!4H", pkt[12:20])) + 17 + udp_len)
+    struct.pack_into("!H", pkt, 26, c or 0xFFFF)
+    return bytes(pkt)
+
+
+def _restore(trimmed: bytes, original: bytes) -> bytes:
+    """The packet the switch trimmed, rebuilt from its trimmed form (the IP header as it
+    reached the port: TTL, ID, addresses) and the UDP payload the sender sent."""
+    v4 = trimmed[0] >> 4 == 4
+    hl = (trimmed[0] & 15) * 4 if v4 else 40
+    udp = bytearray(trimmed[hl:hl + 8])
+    udp[4:6] = struct.pack("!H", 8 + len(original))
+    udp[6:8] = b"\x00\x01"                 # not zero: the reference recomputes it
+    ip = bytearray(trimmed[:hl])
+    if v4:
+        ip[1] &= 3                          # the original DSCP (0), the ECN bits as they were
+        ip[2:4] = struct.pack("!H", hl + 8 + len(original))
+    else:
+        ip[0] &= 0xF0
+        ip[1] &= 0x3F
+        ip[4:6] = struct.pack("!H", 8 + len(original))
+    return bytes(ip + udp + original)
+
+
+@needs_root
+def test_kernel_trimming_is_the_reference_trim_byte_for_byte(cluster: Fabric,
+                                                             tmp_path: Path) -> None:
+    """Every kind of packet the kernel trimmer knows, trimmed by the program, equals what
+    :func:`emu.switch.trim.trim` (the user-space reference) makes of its original: a
+    pending checksum (UDP sockets) and a full one (a raw socket), IPv4 and IPv6, RoCEv2,
+    MRC with TSETH, UET; every trimmed packet is counted and in the capture."""
+    f, t = cluster, cluster.topology
+    rx = "h3"
+    cfg = {"ports": {rx: {"rate": RATE, "depth": T_DEPTH, "host_facing": True,
+                          "trim_depth": 200_000,
+                          "default_class": {"trim": True, "trim_threshold": T_THRESHOLD}}},
+           "datapath": "kernel"}
+    proc = _start(f, tmp_path, cfg)
+    stop, ready = threading.Event(), threading.Event()
+    pcap = tmp_path / "rx.pcapng"
+    cap = threading.Thread(target=capture, args=([Target(f.ns(rx), "eth0", "rx")], str(pcap)),
+                           kwargs={"stop": stop, "on_ready": ready.set, "handle_signals": False})
+    cap.start()
+    dst4, dst6 = host_addr(t, rx, 4), host_addr(t, rx, 6)
+    socks = {h: _sock(f, h, socket.AF_INET, 2) for h in ("h1", "h2", "h4")}
+    s6 = _sock(f, "h5", socket.AF_INET6, 2)
+    with inside(f, "h1"):
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    src_raw = host_addr(t, "h1", 4)
+    sent: dict[tuple[str, int, int], bytes] = {}   # (kind, sport or 0, psn) -> UDP payload
+    try:
+        line = proc.stdout.readline().strip()
+        assert line == "ready datapath=kernel", (line, proc.stderr.read())
+        assert ready.wait(10)
+        for psn in range(60):
+            for h, s in socks.items():
+                p = _roce(psn) if h != "h4" else _uet(psn)
+                s.sendto(p, (dst4, 4791 if h != "h4" else 4793))
+                sent[(h, 0, psn)] = p
+            p = _roce(psn, MC.MRC_WRITE_ONLY, ts=1)
+            s6.sendto(p, (dst6, 4971))
+            sent[("h5", 0, psn)] = p
+            pkt = _raw_v4(src_raw, dst4, psn)
+            raw.sendto(pkt, (dst4, 0))
+            sent[("raw", 0, psn)] = pkt[28:]
+        deadline = time.monotonic() + 30
+        while True:  # until the real queue (tbf's) is empty too
+            port = _request(tmp_path / "sw", {"cmd": "counters", "qdisc": True})["ports"][rx]
+            if port["depth"] == 0 and port["released"] == port["enqueued"] or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        cap.join(20)
+        for s in (*socks.values(), s6, raw):
+            s.close()
+        assert stop_child(proc, 30) == 0
+    src_of = {host_addr(t, h, 6 if h == "h5" else 4): h for h in ("h1", "h2", "h4", "h5")}
+    trimmed, whole = [], 0
+    for fr in read_frames(str(pcap)):
+        raw_fr = bytes(fr.data)
+        if raw_fr[12:14] == b"\x08\x00":
+            ip = raw_fr[14:14 + int.from_bytes(raw_fr[16:18], "big")]
+            src, dscp, hl = socket.inet_ntoa(ip[12:16]), ip[1] >> 2, (ip[0] & 15) * 4
+        elif raw_fr[12:14] == b"\x86\xdd":
+            ip = raw_fr[14:14 + 40 + int.from_bytes(raw_fr[18:20], "big")]
+            src = socket.inet_ntop(socket.AF_INET6, ip[8:24])
+            dscp, hl = ((ip[0] & 15) << 2) | (ip[1] >> 6), 40
+        else:
+            continue
+        if len(ip) < hl + 8 or ip[9 if hl != 40 else 6] != 17:
+            continue
+        sport = int.from_bytes(ip[hl:hl + 2], "big")
+        kind = "raw" if sport == 49999 else src_of.get(src)
+        if kind is None:
+            continue
+        body = ip[hl + 8:]
+        psn = int.from_bytes(body[9:12], "big") if kind != "h4" else \
+            UC.decode_packet(body).pds.psn
+        if dscp == LASTHOP:
+            trimmed.append((kind, psn, ip))
+        else:
+            whole += 1
+    assert port["trimmed"] == len(trimmed) > 0 and port["trim_failed"] == 0, port
+    assert port["enqueued"] == len(trimmed) + whole and port["dropped_trim"] == 0
+    kinds = {k for k, _, _ in trimmed}
+    assert kinds == {"h1", "h2", "h4", "h5", "raw"}, kinds   # every kind was trimmed
+    for kind, psn, ip in trimmed:
+        want = T.trim(_restore(ip, sent[(kind, 0, psn)]), LASTHOP)
+        assert want is not None and bytes(want) == ip, (kind, psn, bytes(want).hex(), ip.hex())
+        if kind != "h4":   # RoCEv2 and MRC: the ICRC holds (Wireshark and the NICs check it)
+            assert ICRC.verify_icrc(ip)
+
