@@ -120,6 +120,31 @@ def _request(d: Path, req: dict) -> dict:
     return control_request(d / "control.sock", req)
 
 
+def _capturing(f: Fabric, host: str, tmp: Path
+               ) -> tuple[threading.Event, threading.Event, threading.Thread, Path]:
+    """A capture of ``host``'s cable, started: (stop, ready, the thread, the pcapng)."""
+    stop, ready = threading.Event(), threading.Event()
+    pcap = tmp / "rx.pcapng"
+    cap = threading.Thread(target=capture, args=([Target(f.ns(host), "eth0", "rx")], str(pcap)),
+                           kwargs={"stop": stop, "on_ready": ready.set, "handle_signals": False})
+    cap.start()
+    return stop, ready, cap, pcap
+
+
+def _drained(sw: Path, port: str, wait: float = 30.0) -> dict:
+    """The daemon's counters once ``port``'s queue is empty, the model's and tbf's (a
+    deadline only to fail fast), and a moment later for the last frame to land."""
+    deadline = time.monotonic() + wait
+    while True:
+        c = _request(sw, {"cmd": "counters", "qdisc": True})
+        p = c["ports"][port]
+        if p["depth"] == 0 and p["released"] == p["enqueued"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return c
+
+
 def _sock(f: Fabric, host: str, family: int, tos: int) -> socket.socket:
     with inside(f, host):
         s = socket.socket(family, socket.SOCK_DGRAM)
@@ -158,11 +183,7 @@ def test_kernel_datapath(cluster: Fabric, tmp_path: Path) -> None:
                              "--state-dir", str(sw), "--config", str(tmp_path / "cfg.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    stop, ready = threading.Event(), threading.Event()
-    pcap = tmp_path / "rx.pcapng"
-    cap = threading.Thread(target=capture, args=([Target(f.ns(rx), "eth0", "rx")], str(pcap)),
-                           kwargs={"stop": stop, "on_ready": ready.set, "handle_signals": False})
-    cap.start()
+    stop, ready, cap, pcap = _capturing(f, rx, tmp_path)
     socks: list[socket.socket] = []
     try:
         line = proc.stdout.readline().strip()
@@ -186,15 +207,8 @@ def test_kernel_datapath(cluster: Fabric, tmp_path: Path) -> None:
             if psn % 10 == 0:
                 s6.sendto(_write(psn), (dst6, 4791))
                 other.sendto(b"not transport" * 50, (dst4, OTHER_PORT))
-        deadline = time.monotonic() + 20
-        while True:
-            c = _request(sw, {"cmd": "counters"})
-            port = c["ports"][rx]
-            if port["depth"] == 0 and port["released"] == port["enqueued"] or \
-                    time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        time.sleep(0.3)
+        c = _drained(sw, rx)
+        port = c["ports"][rx]
     finally:
         stop.set()
         cap.join(20)
@@ -303,11 +317,7 @@ def test_a_busy_port_sends_back_to_back_at_its_rate(cluster: Fabric, tmp_path: P
     cfg = {"ports": {rx: {"rate": rate, "depth": 8 << 20, "host_facing": True}},
            "datapath": "kernel"}
     proc = _start(f, tmp_path, cfg)
-    stop, ready = threading.Event(), threading.Event()
-    pcap = tmp_path / "rx.pcapng"
-    cap = threading.Thread(target=capture, args=([Target(f.ns(rx), "eth0", "rx")], str(pcap)),
-                           kwargs={"stop": stop, "on_ready": ready.set, "handle_signals": False})
-    cap.start()
+    stop, ready, cap, pcap = _capturing(f, rx, tmp_path)
     s = _sock(f, "h1", socket.AF_INET, 0)
     try:
         line = proc.stdout.readline().strip()
@@ -416,11 +426,7 @@ def test_kernel_trimming_is_the_reference_trim_byte_for_byte(cluster: Fabric,
                           "default_class": {"trim": True, "trim_threshold": T_THRESHOLD}}},
            "datapath": "kernel"}
     proc = _start(f, tmp_path, cfg)
-    stop, ready = threading.Event(), threading.Event()
-    pcap = tmp_path / "rx.pcapng"
-    cap = threading.Thread(target=capture, args=([Target(f.ns(rx), "eth0", "rx")], str(pcap)),
-                           kwargs={"stop": stop, "on_ready": ready.set, "handle_signals": False})
-    cap.start()
+    stop, ready, cap, pcap = _capturing(f, rx, tmp_path)
     dst4, dst6 = host_addr(t, rx, 4), host_addr(t, rx, 6)
     socks = {h: _sock(f, h, socket.AF_INET, 2) for h in ("h1", "h2", "h4")}
     s6 = _sock(f, "h5", socket.AF_INET6, 2)
@@ -443,14 +449,7 @@ def test_kernel_trimming_is_the_reference_trim_byte_for_byte(cluster: Fabric,
             pkt = _raw_v4(src_raw, dst4, psn)
             raw.sendto(pkt, (dst4, 0))
             sent[("raw", 0, psn)] = pkt[28:]
-        deadline = time.monotonic() + 30
-        while True:  # until the real queue (tbf's) is empty too
-            port = _request(tmp_path / "sw", {"cmd": "counters", "qdisc": True})["ports"][rx]
-            if port["depth"] == 0 and port["released"] == port["enqueued"] or \
-                    time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        time.sleep(0.3)
+        port = _drained(tmp_path / "sw", rx)["ports"][rx]
     finally:
         stop.set()
         cap.join(20)
