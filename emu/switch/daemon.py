@@ -88,6 +88,7 @@ from emu.switch.config import (
     select_ports,
 )
 from emu.switch.counterfiles import CounterFiles, write_atomic
+from emu.switch.kernel_pfc import POLL_WALL, KernelPfc
 from emu.switch.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
@@ -190,6 +191,9 @@ class SwitchDaemon:
         self.datapath_note = ""  # why the user-space path serves (or the kernel's error)
         self.nfq: NfQueue | None = None
         self.pfc: PfcSender | None = None
+        #: the kernel datapath's PFC agent (lossless classes on kernel ports)
+        self.kpfc: KernelPfc | None = None
+        self.next_poll = 0.0
         self.files = CounterFiles(state_dir)  # counters.json, series.jsonl
         self.sched = "default"  # the scheduling policy in force (emu.cpu.policy_in_force)
         #: the ports a `set` may name (emu.switch.config.select_ports): the configured ones
@@ -272,6 +276,11 @@ class SwitchDaemon:
         if self.kports:
             ports = {n: kp.counters(self.cfg.port(n), qdisc) for n, kp in self.kports.items()}
             self.g["received"] = sum(p["seen"] for p in ports.values())
+            if self.kpfc is not None:
+                for n, c in ports.items():
+                    c.update(self.kpfc.counters(n, now))
+                self.g["pfc_frames"] = self.kpfc.frames
+                self.g["pfc_send_errors"] = self.kpfc.send_errors
             kq = {"queue_dropped": 0, "user_dropped": 0}
         else:
             ports = self.pipe.counters(now)
@@ -334,6 +343,7 @@ class SwitchDaemon:
                     for p in targets:
                         if p in self.kports:
                             self.kports[p].configure(self.cfg, self.cfg.port(p))
+                    self._kernel_pfc()
             except (ConfigError, K.KernelPathError, OSError) as e:
                 self.cfg.ports = before
                 for n, kp in self.kports.items():
@@ -416,6 +426,18 @@ class SwitchDaemon:
             return {}
         return out
 
+    def _kernel_pfc(self) -> None:
+        """The PFC agent for the kernel ports with lossless classes (made when the first
+        one appears; a live ``set`` may add or remove them)."""
+        if self.kpfc is None:
+            if not any(k.lossless for n in self.kports for k in
+                       (self.cfg.port(n).default_class, *self.cfg.port(n).classes.values())):
+                return
+            self.pfc = self.pfc or PfcSender()
+            self.kpfc = KernelPfc(self.cfg, self.kports, self.clock, self.pfc.send)
+        else:
+            self.kpfc.reconfigure(self.kports)
+
     def step(self) -> float:
         """One round of the packet loop, at the fabric time it reads: take what the kernel
         queued, release what is due, send the verdicts and PFC frames, post the counters
@@ -426,10 +448,15 @@ class SwitchDaemon:
             now = self.clock.now()
             self.release_due(now)
             self.nfq.flush()
+        if self.kpfc is not None and self.kpfc.active and now >= self.next_poll:
+            self.kpfc.poll(now)
+            self.next_poll = now + POLL_WALL / self.clock.scale
         if now >= self.next_write:
             self.write_counters(now, wait=False)
             self.next_write = now + self.cfg.series_interval
         t = self.pipe.next_timer() if self.nfq is not None else None
+        if self.kpfc is not None and self.kpfc.active:
+            t = self.next_poll if t is None else min(t, self.next_poll)
         return self.next_write if t is None else min(self.next_write, t)
 
     def wall_wait(self, deadline: float) -> float:
@@ -466,6 +493,7 @@ class SwitchDaemon:
             self.kports = self._kernel_ports()
             if self.kports:
                 self.datapath = "kernel"
+                self._kernel_pfc()
             else:
                 flags = NFQA_CFG_F_GSO | (NFQA_CFG_F_FAIL_OPEN if cfg.fail_open else 0)
                 self.nfq = NfQueue(cfg.queue_num, cfg.copy_range, cfg.queue_maxlen, flags)

@@ -22,9 +22,13 @@ every result not credible. Here the per-packet work runs in the kernel:
   with two classes in strict priority, and trimmed packets go to the first: ahead of
   data, within ``trim_depth``.
 
+* **PFC**: for lossless classes the program notes which ingress port each packet came
+  from and when it departs; the daemon's agent (:mod:`emu.switch.kernel_pfc`) polls
+  that and the backlog and sends the pause frames by the reference's rule.
+
 What it does not do — and :func:`reasons` therefore sends such a
 configuration to the user-space datapath, which stays the reference:
-lossless classes (PFC), ``delay``/``jitter``, a ``trim_size`` above
+``delay``/``jitter``, a ``trim_size`` above
 :data:`TRIM_MAX`, a ``match`` beyond four UDP ports and two IP protocols, and a
 port that already has a root qdisc. Differences are documented rather than
 hidden: classes share one FIFO per port (no DRR), so RED and the trim threshold
@@ -76,10 +80,10 @@ CACHE = bpfobj.CACHE
 
 #: struct port_cfg (port.bpf.c): ps_per_byte, depth, loss, udp_port[4], ip_proto[2],
 #: dscp_class[64], then NCLASS x struct klass {ecn, kmin, kmax, pmax, trim,
-#: trim_threshold}, 4 bytes of padding, the trimming fields (_CFG_TRIM) and the header
+#: trim_threshold, lossless}, 4 bytes of padding, the trimming fields (_CFG_TRIM) and the header
 #: tables (:mod:`emu.switch.trim_tables`); padded to 8
 _CFG_HEAD = struct.Struct("<QQI4I2I64s")
-_KLASS = struct.Struct("<6I")
+_KLASS = struct.Struct("<7I")
 _CFG_TRIM = struct.Struct("<4xQQII2IIII512s64s32s16s64s256s3s")
 CFG_SIZE = (_CFG_HEAD.size + NCLASS * _KLASS.size + _CFG_TRIM.size + 7) // 8 * 8
 #: bytes of the IP packet a kernel trim keeps at most (port.bpf.c's TRIM_MAX)
@@ -91,6 +95,9 @@ STATE_FIELDS = ("t_free", "seen", "enqueued", "bytes", "other", "marked", "dropp
                 "dropped_random", "max_depth", "not_ip", "t_prio_free", "trimmed",
                 "dropped_trim", "trim_failed", "t_last")
 _STATE = struct.Struct("<II" + "Q" * len(STATE_FIELDS))
+#: struct ingress_tab (PFC): ifindex[64], then t_last[64][8] (ns, bpf_ktime_get_ns)
+INGRESS_SLOTS, PFC_PRIOS = 64, 8
+_INGRESS = struct.Struct(f"<{INGRESS_SLOTS}I{INGRESS_SLOTS * PFC_PRIOS}Q")
 
 _U32_MAX = (1 << 32) - 1
 #: the tc filter's priority and handle on each port's egress hook (ours alone)
@@ -105,6 +112,11 @@ TC_PRIO, TC_HANDLE = "49151", "0xe1"
 #: a late fire catch up (a lateness up to one frame time); the real queue then runs at
 #: most one frame ahead of the BPF model's backlog after an idle period.
 TBF_BURST_FRAMES = 2
+
+
+def ktime_ns() -> int:
+    """Now on the programs' clock (``bpf_ktime_get_ns``: CLOCK_MONOTONIC, the wall)."""
+    return int(wall() * 1e9)
 
 
 def tbf_burst(mtu: int) -> int:
@@ -130,8 +142,6 @@ def reasons(cfg: SwitchConfig, ports: dict[str, PortConfig]) -> list[str]:
                 cfg.trim_size > TRIM_MAX:
             out.append(f"port {name}: trimming at trim_size {cfg.trim_size} "
                        f"(the kernel path keeps ≤ {TRIM_MAX} bytes)")
-        if any(k.lossless for k in kinds):
-            out.append(f"port {name}: lossless class (PFC)")
         if p.delay or p.jitter:
             out.append(f"port {name}: delay/jitter")
     return out
@@ -176,7 +186,7 @@ def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0,
     kl = b"".join(_KLASS.pack(int(k.ecn), min(k.kmin, _U32_MAX), min(k.kmax, _U32_MAX),
                               _prob32(k.pmax), int(k.trim),
                               _NO_THRESHOLD if k.trim_threshold is None
-                              else min(k.trim_threshold, _NO_THRESHOLD - 1))
+                              else min(k.trim_threshold, _NO_THRESHOLD - 1), int(k.lossless))
                   for k in (p.klass(c) for c in range(NCLASS)))
     return (head + kl + _trim_fields(cfg, p, prio_major)).ljust(CFG_SIZE, b"\0")
 
@@ -287,7 +297,8 @@ class KernelPort:
         if prog is None:
             raise KernelPathError(f"port {self.ifname}: no BPF program after tc filter add")
         self.maps = maps_of_prog(int(prog))
-        for name, size in (("emu_port_cfg", CFG_SIZE), ("emu_port_state", _STATE.size)):
+        for name, size in (("emu_port_cfg", CFG_SIZE), ("emu_port_state", _STATE.size),
+                           ("emu_port_pfc", _INGRESS.size)):
             m = self.maps.get(name)
             if m is None or m.value_size != size:
                 raise KernelPathError(f"map {name}: {m.value_size if m else 'missing'} bytes, "
@@ -335,6 +346,27 @@ class KernelPort:
     def state(self) -> dict[str, int]:
         v = _STATE.unpack(self.maps["emu_port_state"].read(lock=True))
         return dict(zip(STATE_FIELDS, v[2:], strict=True))
+
+    def backlog(self, p: PortConfig, s: dict[str, int] | None = None,
+                now_ns: int | None = None) -> int:
+        """Data bytes the program's virtual queue holds now (trimmed packets queue apart),
+        from its clock (``bpf_ktime_get_ns``: CLOCK_MONOTONIC, wall) and the wall rate."""
+        s = self.state() if s is None else s
+        now = ktime_ns() if now_ns is None else now_ns
+        rate = wall_rate(p, self.scale)
+        if not rate:
+            return 0
+        total = max(0, s["t_free"] - now) * rate // int(8e9)
+        prio = max(0, s["t_prio_free"] - now) * rate // int(8e9)
+        return int(max(0, total - prio))
+
+    def ingress(self) -> dict[int, list[int]]:
+        """PFC: ingress ifindex -> per priority (0..7) when the latest lossless packet it
+        sent into this queue departs (ns, the program's clock; 0: none yet)."""
+        v = _INGRESS.unpack(self.maps["emu_port_pfc"].read())
+        idx, t = v[:INGRESS_SLOTS], v[INGRESS_SLOTS:]
+        return {i: list(t[k * PFC_PRIOS:(k + 1) * PFC_PRIOS])
+                for k, i in enumerate(idx) if i}
 
     def counters(self, p: PortConfig, qdisc: bool = False) -> dict[str, Any]:
         """The port's counters under the user-space pipeline's names (those the kernel

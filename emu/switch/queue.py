@@ -50,6 +50,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.switch.config import PortConfig, SwitchConfig
+from emu.switch.pausebook import PauseBook, PauseEvent
+
+__all__ = ["PauseEvent", "Pipeline", "Pkt", "PortState"]
 
 DRR_QUANTUM = 9000
 NCLASS = 64
@@ -83,15 +86,6 @@ class Pkt:
         return f"Pkt({self.handle!r}, {self.length}B, c{self.cls}{' ' + flags if flags else ''})"
 
 
-@dataclass(frozen=True)
-class PauseEvent:
-    """Tell ingress ``indev`` to pause (``pause``) or resume class ``cls``."""
-
-    indev: Any
-    cls: int
-    pause: bool
-
-
 COUNTER_NAMES = ("enqueued", "bytes", "released", "marked", "trimmed", "dropped_tail",
                  "dropped_random", "dropped_trim", "xoff", "xon", "paused_time", "depth",
                  "max_depth", "late", "late_s")
@@ -116,9 +110,6 @@ class PortState:
     busy: Pkt | None = None
     busy_until: float = 0.0
     delayed: list[tuple[float, int, Pkt]] = field(default_factory=list)
-    #: lossless classes in XOFF: class -> {indev}; when it went XOFF
-    paused: dict[int, set[Any]] = field(default_factory=dict)
-    paused_since: float | None = None
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTER_NAMES, 0))
 
     @property
@@ -135,10 +126,8 @@ class Pipeline:
         self.ports: dict[str, PortState] = {}
         self._busy: set[str] = set()        # ports serializing or with delayed packets
         self._seq = 0
-        #: (indev, cls) -> egress ports holding it paused
-        self._holds: dict[tuple[Any, int], set[str]] = {}
-        self._refresh_at: float | None = None
-        self.pause_events: list[PauseEvent] = []
+        #: lossless classes' pauses (the rule both datapaths share)
+        self.pauses = PauseBook(cfg.pfc_refresh)
 
     # ------------------------------------------------------------------ ports
 
@@ -284,7 +273,7 @@ class Pipeline:
                 else:
                     st.class_bytes[pkt.cls] -= pkt.length
                     st.data_bytes -= pkt.length
-                    if pkt.cls in st.paused:
+                    if self.pauses.is_paused(st.name, pkt.cls):
                         self._check_pause(t, st, pkt.cls, None)
                 st.counters["depth"] = st.depth
                 if self._departed(t, st, pkt) == RELEASE:
@@ -299,13 +288,12 @@ class Pipeline:
                 out.append(pkt)
             if st.busy is None and not st.delayed:
                 self._busy.discard(name)
-        if self._refresh_at is not None and now >= self._refresh_at:
-            self._refresh(now)
+        self.pauses.tick(now)
         return out
 
     def next_timer(self) -> float | None:
         """When :meth:`advance` next has something to do (None: nothing pending)."""
-        t = self._refresh_at
+        t = self.pauses.refresh_at
         for name in self._busy:
             st = self.ports[name]
             if st.busy is not None and (t is None or st.busy_until < t):
@@ -339,59 +327,22 @@ class Pipeline:
 
     def _check_pause(self, now: float, st: PortState, cls: int, indev: Any) -> None:
         kc = st.cfg.klass(cls)
-        q = st.class_bytes[cls]
-        holders = st.paused.get(cls)
-        if holders is None:
-            if q > kc.xoff:
-                devs = {p.indev for p in st.data[cls] if p.indev is not None}
-                if st.busy is not None and st.busy.cls == cls and st.busy.indev is not None:
-                    devs.add(st.busy.indev)
-                st.paused[cls] = set()
-                st.counters["xoff"] += 1
-                if st.paused_since is None:
-                    st.paused_since = now
-                for d in devs:
-                    self._hold(now, st, cls, d)
-        elif q <= kc.xon:
-            del st.paused[cls]
-            st.counters["xon"] += 1
-            for d in holders:
-                self._release(st, cls, d)
-            if not st.paused and st.paused_since is not None:
-                st.counters["paused_time"] += now - st.paused_since
-                st.paused_since = None
-        elif indev is not None and indev not in holders:
-            self._hold(now, st, cls, indev)
 
-    def _hold(self, now: float, st: PortState, cls: int, indev: Any) -> None:
-        st.paused[cls].add(indev)
-        h = self._holds.setdefault((indev, cls), set())
-        if not h:
-            self.pause_events.append(PauseEvent(indev, cls, True))
-        h.add(st.name)
-        if self._refresh_at is None:
-            self._refresh_at = now + self.cfg.pfc_refresh
+        def holders() -> set[Any]:  # the ingress ports with packets of the class queued
+            devs = {p.indev for p in st.data[cls]}
+            if st.busy is not None and st.busy.cls == cls:
+                devs.add(st.busy.indev)
+            return devs
 
-    def _release(self, st: PortState, cls: int, indev: Any) -> None:
-        h = self._holds.get((indev, cls))
-        if h is None:
-            return
-        h.discard(st.name)
-        if not h:
-            del self._holds[(indev, cls)]
-            self.pause_events.append(PauseEvent(indev, cls, False))
-        if not self._holds:
-            self._refresh_at = None
+        self.pauses.check(now, st.name, cls, st.class_bytes[cls], kc.xoff, kc.xon, holders,
+                          indev)
 
-    def _refresh(self, now: float) -> None:
-        """Re-send XOFF for every held (indev, class) before the upstream's pause expires."""
-        for indev, cls in self._holds:
-            self.pause_events.append(PauseEvent(indev, cls, True))
-        self._refresh_at = now + self.cfg.pfc_refresh if self._holds else None
+    @property
+    def pause_events(self) -> list[PauseEvent]:
+        return self.pauses.events
 
     def take_pause_events(self) -> list[PauseEvent]:
-        ev, self.pause_events = self.pause_events, []
-        return ev
+        return self.pauses.take_events()
 
     # ------------------------------------------------------------------ counters
 
@@ -400,7 +351,6 @@ class Pipeline:
         out = {}
         for name, st in self.ports.items():
             c = dict(st.counters)
-            if now is not None and st.paused_since is not None:
-                c["paused_time"] += now - st.paused_since
+            c.update(self.pauses.port_counts(name, now))
             out[name] = c
         return out

@@ -216,9 +216,9 @@ def test_the_plan_says_why_each_switch_takes_its_datapath():
     trim = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
                                                  "switch.port.trim=true"]), COSTS)
     assert all(s.datapath == "kernel" for s in trim.switches.values())  # BPF trims
-    pfc = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
-                                                "switch.port.lossless=true"]), COSTS)
-    assert all(s.datapath == "user" and "PFC" in s.why for s in pfc.switches.values())
+    delay = P.build(load(NS / "leaf-spine.toml", ["switch.pipeline=true",
+                                                  "switch.port.delay=1us"]), COSTS)
+    assert all(s.datapath == "user" and "delay" in s.why for s in delay.switches.values())
     assert P.build(load(NS / "pair.toml"), COSTS).switches == {}
 
 

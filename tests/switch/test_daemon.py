@@ -95,7 +95,8 @@ def udp_socket(f: Fabric, host: str, tos: int, sport: int) -> socket.socket:
 
 
 @needs_root
-def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
+@pytest.mark.parametrize("datapath", ["user", "kernel"])
+def test_switch_daemon(cluster: Fabric, tmp_path: Path, datapath: str) -> None:
     f, t = cluster, cluster.topology
     rx_host, senders = "h3", ["h1", "h2", "h4", "h5"]
     dst = host_addr(t, rx_host, 4)
@@ -104,9 +105,10 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path) -> None:
         "default_class": {"kmin": KMIN, "kmax": KMAX, "pmax": 0.2, "trim": True,
                           "trim_threshold": "150KB"},
         "classes": {"3": {"ecn": False, "lossless": True, "xoff": "30KB", "xon": "10KB"}}}},
-        "trimmed_lasthop": TRIMMED_LASTHOP, "seed": 5}
+        "trimmed_lasthop": TRIMMED_LASTHOP, "seed": 5, "datapath": datapath}
     d = Daemon(f, "leaf1", cfg, tmp_path)
-    assert d.ready == "ready datapath=user"   # trimming and PFC: the user-space path
+    # both datapaths mark, trim and pause (the kernel one's PFC by its agent's polls)
+    assert d.ready == f"ready datapath={datapath}"
     from emu.cpu import rt_throttled
 
     c0 = d.request({"cmd": "counters"})

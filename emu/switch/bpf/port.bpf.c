@@ -57,6 +57,7 @@ struct klass {
 	__u32 pmax;       /* marking probability just below kmax, x 2^32 - 1 */
 	__u32 trim;       /* 1: trim this class's transport packets */
 	__u32 trim_threshold;  /* backlog bytes above which to trim; NO_THRESHOLD: at tail drop */
+	__u32 lossless;   /* 1: PFC: note which ingress port each packet came from */
 };
 
 struct port_cfg {
@@ -103,6 +104,27 @@ struct port_state {
 	__u64 t_last;           /* the latest `now` the queue was updated at */
 };
 
+/*
+ * PFC: for each ingress port (slot = ifindex mod 64) and priority (class mod 8), the
+ * departure time of the latest lossless packet it sent into this queue: it still has
+ * packets queued while that time is ahead. The switch daemon's agent reads this with
+ * the backlog, decides XOFF/XON by the reference's rule (emu/switch/pausebook.py) and
+ * sends the pause frames (emu/switch/kernel_pfc.py).
+ */
+#define INGRESS_SLOTS 64
+
+struct ingress_tab {
+	__u32 ifindex[INGRESS_SLOTS];
+	__u64 t_last[INGRESS_SLOTS][8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ingress_tab);
+} emu_port_pfc SEC(".maps");
+
 /* the kept bytes of a packet being trimmed (per CPU: the program runs on one at a time);
  * twice the room it needs, so that an index the compiler has proven below TRIM_MAX,
  * in a form the verifier cannot follow, still falls inside */
@@ -115,7 +137,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct scratch);
-} emu_port_scratch SEC(".maps");
+} emu_port_scr SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -359,7 +381,7 @@ static __always_inline int do_trim(struct __sk_buff *skb, const struct port_cfg 
 				   __u32 l3, int v4, __u32 iphl, __u8 proto, __u64 cut, int roce)
 {
 	__u32 key = 0;
-	struct scratch *sc = bpf_map_lookup_elem(&emu_port_scratch, &key);
+	struct scratch *sc = bpf_map_lookup_elem(&emu_port_scr, &key);
 	/* the compiler knows trim_cut's bounds and would drop these checks; the verifier
 	 * does not know them and needs them (the sizes of the loads and the store) */
 	asm volatile("" : "+r"(cut));
@@ -507,6 +529,7 @@ int emu_port(struct __sk_buff *skb)
 	__u32 rnd = bpf_get_prandom_u32();
 	__u32 rnd2 = bpf_get_prandom_u32();
 	int verdict = TC_ACT_OK, mark = 0, trim = 0, roce = 0;
+	__u64 departs = 0;   /* a queued lossless packet: when it leaves */
 	const struct klass *k = &c->cls[c->dscp_class[dscp & 63] & (NCLASS - 1)];
 	/* where a trim would cut (0: not trimmable): looked at before the lock, used if
 	 * the queue says so; GSO super-packets are many packets, never trimmed */
@@ -585,6 +608,8 @@ int emu_port(struct __sk_buff *skb)
 		}
 		__u64 start = s->t_free > now ? s->t_free : now;
 		s->t_free = start + len * c->ps_per_byte / 1000;
+		if (transport && k->lossless)
+			departs = s->t_free;
 		depth += len;
 		if (depth > s->max_depth)
 			s->max_depth = depth;
@@ -601,6 +626,15 @@ out:
 		bpf_spin_lock(&s->lock);
 		s->trim_failed++;     /* sent whole: counted, never silent */
 		bpf_spin_unlock(&s->lock);
+	}
+	if (departs) {
+		struct ingress_tab *in = bpf_map_lookup_elem(&emu_port_pfc, &key);
+		if (in) {
+			__u32 slot = skb->ingress_ifindex & (INGRESS_SLOTS - 1);
+			__u32 prio = c->dscp_class[dscp & 63] & 7;
+			in->ifindex[slot] = skb->ingress_ifindex;
+			in->t_last[slot][prio] = departs;
+		}
 	}
 	if (mark)
 		set_ce(skb, v4, l3);

@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Priority flow control on the switch's kernel datapath: the agent beside the tc BPF
+program that decides XOFF/XON and sends the 802.1Qbb frames.
+
+Division of work: the program (``bpf/port.bpf.c``) cannot hold a packet or send a frame,
+but it sees every packet; per egress port it keeps the backlog (its virtual queue) and,
+for lossless classes, which ingress port each packet came from and when the latest one
+of each leaves (``emu_port_pfc``). The agent polls both every :data:`POLL_WALL`
+seconds of wall time, applies the reference pipeline's rule (:class:`PauseBook`, shared
+with :mod:`emu.switch.queue`: a class above ``xoff`` pauses every ingress port with
+packets of it queued, at or below ``xon`` releases them, refreshes while held) and sends
+the frames out of those ingress ports, as the user-space datapath does; NIC daemons honour
+them (``emu.nic.pause``).
+
+Fabric time makes polling cheap: at time scale N a poll every 0.5 wall ms is every 0.5/N
+fabric ms (0.14 µs at 3500), so a pause follows its crossing within a fraction of a
+fabric round trip. What differs from the user-space datapath, said rather than hidden:
+the class queue is the port's data backlog (one FIFO, as for RED); a crossing is seen at
+the next poll, not at the packet (the backlog may pass ``xoff`` by what arrives in one
+poll interval — the headroom above ``xoff`` must cover it, as a real switch's covers the
+cable's round trip); the ingress table has 64 slots (ifindex mod 64).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from emu.fabricclock import FabricClock
+from emu.switch.config import PortConfig, SwitchConfig
+from emu.switch.kernel import PFC_PRIOS, KernelPort, ktime_ns
+from emu.switch.pausebook import PauseBook
+from emu.switch.pfc import MAX_QUANTA
+from emu.switch.queue import NCLASS
+
+#: wall seconds between polls of the programs' state
+POLL_WALL = 0.0005
+#: a gap between polls longer than this (wall) is the agent behind its schedule: a pause
+#: it would have sent in time may have come late, and drops on a lossless class then are
+#: emu's overload, not the fabric's headroom (counted as the port's ``late``, as the
+#: user-space datapath counts a late release)
+LATE_WALL = 0.005
+
+
+class KernelPfc:
+    """The PFC agent of one switch's kernel ports (module docstring)."""
+
+    def __init__(self, cfg: SwitchConfig, ports: dict[str, KernelPort], clock: FabricClock,
+                 send: Callable[[str, dict[int, int]], None],
+                 ifname: Callable[[int], str] = socket.if_indextoname) -> None:
+        self.cfg, self.clock, self.send, self.ifname = cfg, clock, send, ifname
+        self.book = PauseBook(cfg.pfc_refresh)
+        self.ports: dict[str, tuple[KernelPort, PortConfig, list[int]]] = {}
+        self.frames = self.send_errors = 0
+        self.late, self.late_s = 0, 0.0    # polls behind schedule; their delay (fabric s)
+        self.last_poll: float | None = None
+        self.reconfigure(ports)
+
+    def reconfigure(self, ports: dict[str, KernelPort]) -> None:
+        """Which ports have lossless classes (after a live ``set`` too)."""
+        self.ports = {}
+        for name, kp in ports.items():
+            p = self.cfg.port(name)
+            lossless = [c for c in range(NCLASS) if p.klass(c).lossless]
+            if lossless:
+                self.ports[name] = (kp, p, lossless)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.ports)
+
+    def poll(self, now: float | None = None) -> None:
+        """Read every lossless port's backlog and ingress table, update the pauses, send
+        the frames they call for."""
+        now = self.clock.now() if now is None else now
+        if self.last_poll is not None and now - self.last_poll > LATE_WALL / self.clock.scale:
+            self.late += 1
+            self.late_s += now - self.last_poll
+        self.last_poll = now
+        now_ns = ktime_ns()
+        for name, (kp, p, classes) in self.ports.items():
+            queued = kp.backlog(p, now_ns=now_ns)
+            table = kp.ingress()
+
+            def holders(prio: int, table: dict[int, list[int]] = table) -> set[Any]:
+                return {i for i, t in table.items() if t[prio] > now_ns}
+
+            for c in classes:
+                kc = p.klass(c)
+                prio = c % PFC_PRIOS
+                self.book.check(now, name, c, queued, kc.xoff, kc.xon,
+                                lambda prio=prio: holders(prio))
+                if self.book.is_paused(name, c):  # who sends more while it is paused
+                    for i in holders(prio):
+                        self.book.check(now, name, c, queued, kc.xoff, kc.xon, set, i)
+        self.book.tick(now)
+        quanta = min(MAX_QUANTA, int(2 * self.cfg.pfc_refresh / self.cfg.pfc_quantum) + 1)
+        for ev in self.book.take_events():
+            try:
+                self.send(self.ifname(ev.indev), {ev.cls % PFC_PRIOS: quanta if ev.pause else 0})
+                self.frames += 1
+            except OSError:  # the kernel refused the frame (or the port is gone)
+                self.send_errors += 1
+
+    def counters(self, name: str, now: float) -> dict[str, float]:
+        """``xoff``, ``xon`` and ``paused_time`` of one port; on a port with lossless
+        classes also the agent's ``late`` polls and their ``late_s`` (overload)."""
+        c = self.book.port_counts(name, now)
+        if name in self.ports:
+            c.update(late=self.late, late_s=round(self.late_s, 6))
+        return c
