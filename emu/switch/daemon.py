@@ -88,7 +88,7 @@ from emu.switch.config import (
     select_ports,
 )
 from emu.switch.counterfiles import CounterFiles, write_atomic
-from emu.switch.kernel_pfc import POLL_WALL, KernelPfc
+from emu.switch.kernel_pfc import KernelPfc
 from emu.switch.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
@@ -450,7 +450,7 @@ class SwitchDaemon:
             self.nfq.flush()
         if self.kpfc is not None and self.kpfc.active and now >= self.next_poll:
             self.kpfc.poll(now)
-            self.next_poll = now + POLL_WALL / self.clock.scale
+            self.next_poll = now + self.kpfc.interval / self.clock.scale
         if now >= self.next_write:
             self.write_counters(now, wait=False)
             self.next_write = now + self.cfg.series_interval

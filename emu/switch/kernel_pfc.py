@@ -5,20 +5,21 @@ program that decides XOFF/XON and sends the 802.1Qbb frames.
 Division of work: the program (``bpf/port.bpf.c``) cannot hold a packet or send a frame,
 but it sees every packet; per egress port it keeps the backlog (its virtual queue) and,
 for lossless classes, which ingress port each packet came from and when the latest one
-of each leaves (``emu_port_pfc``). The agent polls both every :data:`POLL_WALL`
-seconds of wall time, applies the reference pipeline's rule (:class:`PauseBook`, shared
-with :mod:`emu.switch.queue`: a class above ``xoff`` pauses every ingress port with
-packets of it queued, at or below ``xon`` releases them, refreshes while held) and sends
-the frames out of those ingress ports, as the user-space datapath does; NIC daemons honour
-them (``emu.nic.pause``).
+of each leaves (``emu_port_pfc``). The agent polls both several times in the time the
+headroom above ``xoff`` takes to fill (:data:`POLLS_PER_FILL`), applies the reference
+pipeline's rule (:class:`PauseBook`, shared with :mod:`emu.switch.queue`: a class above
+``xoff`` pauses every ingress port with packets of it queued, at or below ``xon``
+releases them, refreshes while held) and sends the frames out of those ingress ports, as
+the user-space datapath does; NIC daemons honour them (``emu.nic.pause``).
 
-Fabric time makes polling cheap: at time scale N a poll every 0.5 wall ms is every 0.5/N
-fabric ms (0.14 µs at 3500), so a pause follows its crossing within a fraction of a
-fabric round trip. What differs from the user-space datapath, said rather than hidden:
-the class queue is the port's data backlog (one FIFO, as for RED); a crossing is seen at
-the next poll, not at the packet (the backlog may pass ``xoff`` by what arrives in one
-poll interval — the headroom above ``xoff`` must cover it, as a real switch's covers the
-cable's round trip); the ingress table has 64 slots (ifindex mod 64).
+Fabric time makes polling cheap: at time scale N the headroom fills N times slower in
+wall time (1 MB above ``xoff`` at 400 Gb/s: 20 fabric µs, 70 wall ms at 3500), so a poll
+every few wall ms pauses well within it. What differs from the user-space datapath, said
+rather than hidden: the class queue is the port's data backlog (one FIFO, as for RED); a
+crossing is seen at the next poll, not at the packet (the backlog may pass ``xoff`` by
+what arrives in one poll interval — the headroom above ``xoff`` must cover it, as a real
+switch's covers the cable's round trip); the ingress table has 64 slots (ifindex mod
+64).
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from emu.switch.pausebook import PauseBook
 from emu.switch.pfc import MAX_QUANTA
 from emu.switch.queue import NCLASS
 
-#: wall seconds between polls of the programs' state
-POLL_WALL = 0.0005
-#: a gap between polls longer than this (wall) is the agent behind its schedule: a pause
-#: it would have sent in time may have come late, and drops on a lossless class then are
-#: emu's overload, not the fabric's headroom (counted as the port's ``late``, as the
-#: user-space datapath counts a late release)
-LATE_WALL = 0.005
+#: polls per headroom fill: the agent polls this many times in the time the fastest
+#: lossless port's buffer above ``xoff`` takes to fill at its line rate (in wall time at
+#: the cluster's scale), within :data:`POLL_MIN` .. :data:`POLL_MAX` wall seconds. Why so:
+#: a pause must come before the headroom is gone, and a poll costs CPU the NIC daemons
+#: need (a fixed 0.5 ms was a fifth of a CPU per switch)
+POLLS_PER_FILL = 8
+POLL_MIN, POLL_MAX = 0.0002, 0.02
 
 
 class KernelPfc:
@@ -55,16 +56,25 @@ class KernelPfc:
         self.frames = self.send_errors = 0
         self.late, self.late_s = 0, 0.0    # polls behind schedule; their delay (fabric s)
         self.last_poll: float | None = None
+        self.interval = POLL_MAX           # wall seconds between polls
+        self.late_after = 4 * POLL_MAX     # a gap (wall) beyond which a poll is late
         self.reconfigure(ports)
 
     def reconfigure(self, ports: dict[str, KernelPort]) -> None:
         """Which ports have lossless classes (after a live ``set`` too)."""
         self.ports = {}
+        fill = POLL_MAX * POLLS_PER_FILL   # wall seconds: the soonest a headroom fills
         for name, kp in ports.items():
             p = self.cfg.port(name)
             lossless = [c for c in range(NCLASS) if p.klass(c).lossless]
             if lossless:
                 self.ports[name] = (kp, p, lossless)
+                if p.rate:
+                    room = max(1, p.depth - max(p.klass(c).xoff for c in lossless))
+                    fill = min(fill, room * 8 / p.rate * self.clock.scale)
+        self.interval = min(POLL_MAX, max(POLL_MIN, fill / POLLS_PER_FILL))
+        # late: half the fill time gone unpolled (a pause may have come too late)
+        self.late_after = max(2 * self.interval, fill / 2)
 
     @property
     def active(self) -> bool:
@@ -74,7 +84,8 @@ class KernelPfc:
         """Read every lossless port's backlog and ingress table, update the pauses, send
         the frames they call for."""
         now = self.clock.now() if now is None else now
-        if self.last_poll is not None and now - self.last_poll > LATE_WALL / self.clock.scale:
+        if self.last_poll is not None and \
+                now - self.last_poll > self.late_after / self.clock.scale:
             self.late += 1
             self.late_s += now - self.last_poll
         self.last_poll = now

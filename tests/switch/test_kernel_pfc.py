@@ -103,3 +103,14 @@ def test_a_late_poll_is_counted_as_overload_on_the_lossless_ports() -> None:
     c = agent.counters("h3", 0.31)
     assert c["late"] == 1 and abs(c["late_s"] - 0.3) < 1e-9
     assert "late" not in agent.counters("h4", 0.31)
+
+
+def test_the_poll_interval_follows_the_headroom_and_the_scale() -> None:
+    """Eight polls while the fastest lossless port's headroom fills at its rate, in wall
+    time: 970 KB at 1 Gb/s is 7.8 ms at real time (a poll each ~1 ms), 2000 times slower
+    at scale 2000 (capped at 20 ms)."""
+    agent, _, _ = _agent()
+    assert abs(agent.interval - (1_000_000 - 30_000) * 8 / 1e9 / 8) < 1e-9
+    slow = KernelPfc(agent.cfg, {}, FabricClock(scale=2000), lambda *a: None)
+    slow.reconfigure({"h3": FakePort()})  # type: ignore[dict-item]
+    assert slow.interval == 0.02 and slow.late_after > slow.interval
