@@ -97,7 +97,7 @@ from emu.switch.nfqueue import (
     NfQueue,
     QPacket,
 )
-from emu.switch.pfc import MAX_QUANTA, PfcSender
+from emu.switch.pfc import MAX_QUANTA, PauseListener, PfcSender
 from emu.switch.queue import RELEASE, Pipeline, Pkt
 from emu.wire.errors import DecodeError
 
@@ -193,6 +193,8 @@ class SwitchDaemon:
         self.pfc: PfcSender | None = None
         #: the kernel datapath's PFC agent (lossless classes on kernel ports)
         self.kpfc: KernelPfc | None = None
+        #: PFC frames the downstream neighbours send to the kernel ports (they hold them)
+        self.kpause: dict[str, PauseListener] = {}
         self.next_poll = 0.0
         self.files = CounterFiles(state_dir)  # counters.json, series.jsonl
         self.sched = "default"  # the scheduling policy in force (emu.cpu.policy_in_force)
@@ -281,6 +283,8 @@ class SwitchDaemon:
                     c.update(self.kpfc.counters(n, now))
                 self.g["pfc_frames"] = self.kpfc.frames
                 self.g["pfc_send_errors"] = self.kpfc.send_errors
+            # the pause frames the ports received (their neighbours held them)
+            self.g["pfc_rx_frames"] = sum(ls.frames for ls in self.kpause.values())
             kq = {"queue_dropped": 0, "user_dropped": 0}
         else:
             ports = self.pipe.counters(now)
@@ -448,6 +452,7 @@ class SwitchDaemon:
             now = self.clock.now()
             self.release_due(now)
             self.nfq.flush()
+        held_until = self._honour_pauses(now) if self.kpause else None
         if self.kpfc is not None and self.kpfc.active and now >= self.next_poll:
             self.kpfc.poll(now)
             self.next_poll = now + self.kpfc.interval / self.clock.scale
@@ -457,7 +462,22 @@ class SwitchDaemon:
         t = self.pipe.next_timer() if self.nfq is not None else None
         if self.kpfc is not None and self.kpfc.active:
             t = self.next_poll if t is None else min(t, self.next_poll)
+        if held_until is not None:
+            t = held_until if t is None else min(t, held_until)
         return self.next_write if t is None else min(self.next_write, t)
+
+    def _honour_pauses(self, now: float) -> float | None:
+        """Read the PFC frames the kernel ports received; hold a port while its neighbour
+        pauses any priority, let it go when the last pause ends (an XON or its quanta run
+        out). Returns when the earliest running pause ends (None: none)."""
+        end: float | None = None
+        for name, ls in self.kpause.items():
+            ls.poll(now)
+            until = [u for u in ls.state.until if u > now]
+            self.kports[name].hold(bool(until))
+            if until:
+                end = min(until) if end is None else min(end, min(until))
+        return end
 
     def wall_wait(self, deadline: float) -> float:
         """How long to sleep (wall seconds) until fabric time ``deadline``: the one place
@@ -494,6 +514,7 @@ class SwitchDaemon:
             if self.kports:
                 self.datapath = "kernel"
                 self._kernel_pfc()
+                self.kpause = {n: PauseListener(n, clock=self.clock) for n in self.kports}
             else:
                 flags = NFQA_CFG_F_GSO | (NFQA_CFG_F_FAIL_OPEN if cfg.fail_open else 0)
                 self.nfq = NfQueue(cfg.queue_num, cfg.copy_range, cfg.queue_maxlen, flags)
@@ -505,7 +526,7 @@ class SwitchDaemon:
             while not self.stopping:
                 wait = self.wall_wait(self.step())
                 if wait > 0:
-                    socks = [ctl, wake_r, *self.clients]
+                    socks = [ctl, wake_r, *self.clients, *self.kpause.values()]
                     if self.nfq is not None:
                         socks.append(self.nfq.sock)
                     r, _, _ = select.select(socks, [], [], wait)
@@ -519,6 +540,7 @@ class SwitchDaemon:
                                 pass
                         elif s in self.clients:
                             self._client_io(s, self.clock.now())
+                        # (a pause listener: read by the next step)
             return 0
         finally:
             self._shutdown(ctl, ctl_path)
@@ -557,6 +579,8 @@ class SwitchDaemon:
             self.nfq.flush()
         self.files.close()
         self.write_counters(self.clock.now(), qdisc=True)
+        for ls in self.kpause.values():
+            ls.close()
         for kp in self.kports.values():
             kp.detach()
         if self.nfq is not None:

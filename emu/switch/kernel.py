@@ -85,7 +85,10 @@ CACHE = bpfobj.CACHE
 _CFG_HEAD = struct.Struct("<QQI4I2I64s")
 _KLASS = struct.Struct("<7I")
 _CFG_TRIM = struct.Struct("<4xQQII2IIII512s64s32s16s64s256s3s")
-CFG_SIZE = (_CFG_HEAD.size + NCLASS * _KLASS.size + _CFG_TRIM.size + 7) // 8 * 8
+#: hold_start, held_ns (a downstream PFC pause), after one byte of padding
+_CFG_HOLD = struct.Struct("<xQQ")
+CFG_SIZE = (_CFG_HEAD.size + NCLASS * _KLASS.size + _CFG_TRIM.size + _CFG_HOLD.size
+            + 7) // 8 * 8
 #: bytes of the IP packet a kernel trim keeps at most (port.bpf.c's TRIM_MAX)
 TRIM_MAX = 256
 #: a class's trim_threshold "unset": trim where the packet would be tail-dropped
@@ -119,9 +122,9 @@ def ktime_ns() -> int:
     return int(wall() * 1e9)
 
 
-def tbf_burst(mtu: int) -> int:
+def tbf_burst(mtu: int, frames: int = TBF_BURST_FRAMES) -> int:
     """tbf's bucket in bytes for a port of ``mtu`` (:data:`TBF_BURST_FRAMES` frames)."""
-    return TBF_BURST_FRAMES * (mtu + 14 + 64)
+    return frames * (mtu + 14 + 64)
 
 
 class KernelPathError(BpfError):
@@ -172,7 +175,7 @@ def wall_rate(p: PortConfig, scale: float = 1.0) -> int | None:
 
 
 def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0,
-                prio_major: int = 0) -> bytes:
+                prio_major: int = 0, hold: tuple[int, int] = (0, 0)) -> bytes:
     """The port's ``struct port_cfg`` as the program reads it (at the wall rate: the
     program's clock is ``bpf_ktime_get_ns``); ``prio_major``: the handle of the port's
     prio qdisc (0: none, trimmed packets then queue with data)."""
@@ -188,7 +191,8 @@ def pack_config(cfg: SwitchConfig, p: PortConfig, scale: float = 1.0,
                               _NO_THRESHOLD if k.trim_threshold is None
                               else min(k.trim_threshold, _NO_THRESHOLD - 1), int(k.lossless))
                   for k in (p.klass(c) for c in range(NCLASS)))
-    return (head + kl + _trim_fields(cfg, p, prio_major)).ljust(CFG_SIZE, b"\0")
+    return (head + kl + _trim_fields(cfg, p, prio_major) + _CFG_HOLD.pack(*hold)
+            ).ljust(CFG_SIZE, b"\0")
 
 
 def trims(p: PortConfig) -> bool:
@@ -279,6 +283,10 @@ class KernelPort:
         self.scale = scale  # the cluster's time scale: tbf and the program run at rate/scale
         self.rate: int | None = None  # the fabric rate in force (None: no tbf)
         self.prio = False  # the prio qdisc for trimmed packets is under tbf
+        #: a downstream PFC pause holding the port: when it began (ns, the programs'
+        #: clock; 0: not held) and how long earlier holds lasted
+        self.hold_start = self.held_ns = 0
+        self._last: tuple[SwitchConfig, PortConfig] | None = None
         self.maps: dict[str, BpfMap] = {}
         self.made_clsact = False
 
@@ -316,15 +324,10 @@ class KernelPort:
             if p.rate:
                 if self.prio and not want_prio:  # tbf without a child drops everything
                     _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
-                # (a tbf change with a limit gives tbf a new byte FIFO as its child). The
-                # size table: the qdiscs charge a packet's length as it is when enqueued —
-                # without one they keep the length taken before the program ran, and a
-                # trimmed packet would take a whole packet's time on the wire
-                _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE,
-                    "stab", "mtu", "2048", "tsize", "2048", "overhead", "0", "linklayer",
-                    "ethernet", "tbf",
-                    "rate", f"{wall_rate(p, self.scale)}bit", "burst", str(burst),
-                    "limit", str(limit))
+                if self.hold_start:
+                    self._tbf(p, 8, frames=1)
+                else:
+                    self._tbf(p, wall_rate(p, self.scale) or 8)
                 if want_prio:
                     _tc("qdisc", "replace", "dev", self.ifname, "parent", f"{ROOT_HANDLE}1",
                         "handle", _PRIO, "htb", "default", "2")
@@ -340,8 +343,59 @@ class KernelPort:
                                          (f"{_PRIO}2", _BAND_DATA, limit)):
                 _tc("qdisc", "replace", "dev", self.ifname, "parent", parent, "handle", handle,
                     "bfifo", "limit", str(room))
+        self._last = (cfg, p)
+        self._write_config()
+
+    def _write_config(self) -> None:
+        assert self._last is not None
+        cfg, p = self._last
         self.maps["emu_port_cfg"].write(pack_config(cfg, p, self.scale,
-                                                    PRIO_MAJOR if want_prio else 0))
+                                                    PRIO_MAJOR if self.prio else 0,
+                                                    (self.hold_start, self.held_ns)))
+
+    def _tbf(self, p: PortConfig, rate: int, frames: int = TBF_BURST_FRAMES) -> None:
+        """tbf at ``rate`` bits/s (wall). A tbf change with a limit gives tbf a new byte
+        FIFO as its child (a trimming port's htb is grafted again by the caller); with
+        another child it only sets the rate. The size table: the qdiscs charge a packet's
+        length as it is when enqueued — without one they keep the length taken before the
+        program ran, and a trimmed packet would take a whole packet's time on the wire."""
+        burst = tbf_burst(self.mtu, frames)
+        _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE,
+            "stab", "mtu", "2048", "tsize", "2048", "overhead", "0", "linklayer", "ethernet",
+            "tbf", "rate", f"{rate}bit", "burst", str(burst),
+            "limit", str(p.depth + tbf_burst(self.mtu) + (64 << 10)))
+
+    def vnow(self, now_ns: int) -> int:
+        """The port's own clock (what the program's model runs on): the programs' clock
+        less the time downstream pauses held the port."""
+        held = self.held_ns
+        if self.hold_start and now_ns > self.hold_start:
+            held += now_ns - self.hold_start
+        return max(0, now_ns - held)
+
+    def hold(self, on: bool) -> bool:
+        """A downstream PFC pause holds the port (``on``) or lets it go: tbf at a crawl
+        (what is queued stays; a tbf change fills tbf's bucket, so a bucket of one frame:
+        at most one MTU of bytes still leaves, as a real port finishes the frame on the
+        wire) and the model's clock stopped; back at its rate. Returns whether anything
+        changed. The whole port is held — its classes share one FIFO here — where 802.1Qbb
+        holds only the paused priority."""
+        if on == bool(self.hold_start) or self._last is None:
+            return False
+        now = ktime_ns()
+        if on:
+            self.hold_start = now
+        else:
+            self.held_ns += max(0, now - self.hold_start)
+            self.hold_start = 0
+        p = self._last[1]
+        if self.rate:
+            if on:
+                self._tbf(p, 8, frames=1)
+            else:
+                self._tbf(p, wall_rate(p, self.scale) or 8)
+        self._write_config()
+        return True
 
     def state(self) -> dict[str, int]:
         v = _STATE.unpack(self.maps["emu_port_state"].read(lock=True))
@@ -352,7 +406,7 @@ class KernelPort:
         """Data bytes the program's virtual queue holds now (trimmed packets queue apart),
         from its clock (``bpf_ktime_get_ns``: CLOCK_MONOTONIC, wall) and the wall rate."""
         s = self.state() if s is None else s
-        now = ktime_ns() if now_ns is None else now_ns
+        now = self.vnow(ktime_ns() if now_ns is None else now_ns)
         rate = wall_rate(p, self.scale)
         if not rate:
             return 0
@@ -374,15 +428,19 @@ class KernelPort:
         ``tc -s`` call — on request, not every series period)."""
         s = self.state()
         # the backlog in bytes from the program's own clock (bpf_ktime_get_ns is
-        # CLOCK_MONOTONIC: wall) and the rate it drains at (wall)
-        now = int(wall() * 1e9)
+        # CLOCK_MONOTONIC: wall; less the time downstream pauses held the port) and the
+        # rate it drains at (wall)
+        real = ktime_ns()
+        now = self.vnow(real)
         rate = wall_rate(p, self.scale)
         depth = (s["t_free"] - now) * rate // int(8e9) if rate and s["t_free"] > now else 0
         out: dict[str, Any] = {
             "enqueued": s["enqueued"], "bytes": s["bytes"], "released": s["enqueued"],
             "marked": s["marked"], "trimmed": s["trimmed"], "dropped_tail": s["dropped_tail"],
             "dropped_random": s["dropped_random"], "dropped_trim": s["dropped_trim"],
-            "trim_failed": s["trim_failed"], "xoff": 0, "xon": 0,
+            "trim_failed": s["trim_failed"],
+            # fabric seconds a downstream PFC pause held the port (802.1Qbb received)
+            "held_time": round((real - now) / 1e9 / self.scale, 9), "xoff": 0, "xon": 0,
             "paused_time": 0.0, "depth": int(depth), "max_depth": s["max_depth"],
             "late": 0, "late_s": 0.0, "other": s["other"], "seen": s["seen"],
             "not_ip": s["not_ip"]}

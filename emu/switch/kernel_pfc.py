@@ -93,9 +93,11 @@ class KernelPfc:
         for name, (kp, p, classes) in self.ports.items():
             queued = kp.backlog(p, now_ns=now_ns)
             table = kp.ingress()
+            vnow = kp.vnow(now_ns)  # the port's own clock: departures are on it
 
-            def holders(prio: int, table: dict[int, list[int]] = table) -> set[Any]:
-                return {i for i, t in table.items() if t[prio] > now_ns}
+            def holders(prio: int, table: dict[int, list[int]] = table,
+                        vnow: int = vnow) -> set[Any]:
+                return {i for i, t in table.items() if t[prio] > vnow}
 
             for c in classes:
                 kc = p.klass(c)

@@ -499,3 +499,71 @@ def test_kernel_trimming_is_the_reference_trim_byte_for_byte(cluster: Fabric,
         if kind != "h4":   # RoCEv2 and MRC: the ICRC holds (Wireshark and the NICs check it)
             assert ICRC.verify_icrc(ip)
 
+
+
+# ------------------------------------------------------------------ PFC received
+
+
+@needs_root
+def test_a_pause_from_downstream_holds_the_port_and_its_queue(cluster: Fabric,
+                                                              tmp_path: Path) -> None:
+    """h3's end of the cable sends 802.1Qbb XOFF to leaf1's port h3 (refreshed) and then
+    XON: meanwhile the kernel port sends nothing of what h1 sends it (tbf holds it, the
+    program's model counts it queued), afterwards all of it arrives, in order; the held
+    time is counted. Then a lone XOFF whose quanta run out releases the port by itself."""
+    from emu.switch.pfc import DEFAULT_QUANTUM, MAX_QUANTA, PfcSender
+
+    f, t = cluster, cluster.topology
+    rx, n = "h3", 40
+    cfg = {"ports": {rx: {"rate": RATE, "depth": 8 << 20, "host_facing": True}},
+           "datapath": "kernel"}
+    proc = _start(f, tmp_path, cfg)
+    stop, ready, cap, pcap = _capturing(f, rx, tmp_path)
+    with inside(f, rx):
+        tx = PfcSender()
+    s = _sock(f, "h1", socket.AF_INET, 0)
+    dst = host_addr(t, rx, 4)
+    sw = tmp_path / "sw"
+    try:
+        assert proc.stdout.readline().strip() == "ready datapath=kernel"
+        assert ready.wait(10)
+        with inside(f, rx):
+            tx.send("eth0", {0: MAX_QUANTA})            # XOFF priority 0, ~33 ms
+        deadline = time.monotonic() + 10
+        while _request(sw, {"cmd": "counters"})["switch"].get("pfc_rx_frames", 0) < 1:
+            assert time.monotonic() < deadline, "the switch did not see the XOFF"
+            time.sleep(0.005)
+        for psn in range(n):
+            s.sendto(_write(psn), (dst, 4791))
+        for _ in range(20):                              # held ~200 ms: refresh the XOFF
+            time.sleep(0.01)
+            with inside(f, rx):
+                tx.send("eth0", {0: MAX_QUANTA})
+        held = _request(sw, {"cmd": "counters", "qdisc": True})["ports"][rx]
+        with inside(f, rx):
+            tx.send("eth0", {0: 0})                      # XON
+        after = _drained(sw, rx)["ports"][rx]
+        # a lone XOFF: the port waits out its quanta, then sends again by itself
+        with inside(f, rx):
+            tx.send("eth0", {0: MAX_QUANTA})
+        time.sleep(0.005)
+        s.sendto(_write(n), (dst, 4791))
+        last = _drained(sw, rx)["ports"][rx]
+    finally:
+        stop.set()
+        cap.join(20)
+        s.close()
+        assert stop_child(proc, 30) == 0
+    size = len(_write(0)) + 28 + 14
+    # while held: all n queued, nothing left but what one frame's bucket lets go (a tbf
+    # change fills its bucket: the frame a real port finishes on the wire, at most an MTU)
+    leak = K.tbf_burst(9000, 1) // size
+    assert held["enqueued"] == n and held["released"] <= leak, (held, leak)
+    assert held["depth"] >= (n - leak) * size                  # the model did not drain
+    assert held["held_time"] > 0.15
+    assert after["released"] == after["enqueued"] == n and after["dropped_tail"] == 0
+    assert last["held_time"] >= after["held_time"] + 0.5 * MAX_QUANTA * DEFAULT_QUANTUM
+    psns = [int.from_bytes(bytes(fr.data)[14 + 28 + 9:14 + 28 + 12], "big")
+            for fr in read_frames(str(pcap)) if len(fr.data) == size
+            and bytes(fr.data)[12:14] == b"\x08\x00"]
+    assert psns == list(range(n + 1))                    # all of it, in order

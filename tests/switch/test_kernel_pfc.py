@@ -28,6 +28,9 @@ class FakePort:
     def ingress(self) -> dict[int, list[int]]:
         return self.table
 
+    def vnow(self, now_ns: int) -> int:
+        return now_ns
+
 
 def _agent():
     cfg = SwitchConfig.from_dict({"ports": {"h3": {"rate": "1gbit", "classes": {

@@ -83,6 +83,9 @@ struct port_cfg {
 	__u8 uet_ext_op[64];    /* by SES opcode: 1 atomic, 2 rendezvous */
 	__u8 uet_amo_cas[256];  /* by AMO opcode: 1 the compare-and-swap header */
 	__u8 uet_ext_size[3];   /* atomic, compare-and-swap, rendezvous header bytes */
+	/* PFC received: the downstream neighbour paused this port (the daemon holds tbf) */
+	__u64 hold_start;       /* ns (bpf_ktime_get_ns) the hold began; 0: not held */
+	__u64 held_ns;          /* how long earlier holds lasted, in all */
 };
 
 struct port_state {
@@ -547,6 +550,12 @@ int emu_port(struct __sk_buff *skb)
 		now = s->t_last;
 	else
 		s->t_last = now;
+	/* the queue does not drain while a downstream pause holds the port: the model runs
+	 * on the port's own clock, which stands still while held */
+	__u64 held = c->held_ns;
+	if (c->hold_start && now > c->hold_start)
+		held += now - c->hold_start;
+	now = now > held ? now - held : 0;
 	s->seen++;
 	if (!ip)
 		s->not_ip++;
