@@ -54,7 +54,11 @@ class KernelPfc:
         self.book = PauseBook(cfg.pfc_refresh)
         self.ports: dict[str, tuple[KernelPort, PortConfig, list[int]]] = {}
         self.frames = self.send_errors = 0
-        self.late, self.late_s = 0, 0.0    # polls behind schedule; their delay (fabric s)
+        #: per port: late polls that found it above ``xoff`` or paused, and their delay
+        #: (fabric s) — where a pause may have come late; a late poll of an idle port is
+        #: harmless and not counted
+        self.late: dict[str, int] = {}
+        self.late_s: dict[str, float] = {}
         self.last_poll: float | None = None
         self.interval = POLL_MAX           # wall seconds between polls
         self.late_after = 4 * POLL_MAX     # a gap (wall) beyond which a poll is late
@@ -84,10 +88,8 @@ class KernelPfc:
         """Read every lossless port's backlog and ingress table, update the pauses, send
         the frames they call for."""
         now = self.clock.now() if now is None else now
-        if self.last_poll is not None and \
-                now - self.last_poll > self.late_after / self.clock.scale:
-            self.late += 1
-            self.late_s += now - self.last_poll
+        gap = 0.0 if self.last_poll is None else now - self.last_poll
+        late = gap > self.late_after / self.clock.scale
         self.last_poll = now
         now_ns = ktime_ns()
         for name, (kp, p, classes) in self.ports.items():
@@ -99,6 +101,10 @@ class KernelPfc:
                         vnow: int = vnow) -> set[Any]:
                 return {i for i, t in table.items() if t[prio] > vnow}
 
+            if late and (queued > min(p.klass(c).xoff for c in classes)
+                         or any(self.book.is_paused(name, c) for c in classes)):
+                self.late[name] = self.late.get(name, 0) + 1
+                self.late_s[name] = self.late_s.get(name, 0.0) + gap
             for c in classes:
                 kc = p.klass(c)
                 prio = c % PFC_PRIOS
@@ -118,8 +124,9 @@ class KernelPfc:
 
     def counters(self, name: str, now: float) -> dict[str, float]:
         """``xoff``, ``xon`` and ``paused_time`` of one port; on a port with lossless
-        classes also the agent's ``late`` polls and their ``late_s`` (overload)."""
+        classes also the agent's ``late`` polls that found it above ``xoff`` or paused,
+        and their ``late_s`` (overload)."""
         c = self.book.port_counts(name, now)
         if name in self.ports:
-            c.update(late=self.late, late_s=round(self.late_s, 6))
+            c.update(late=self.late.get(name, 0), late_s=round(self.late_s.get(name, 0.0), 6))
         return c

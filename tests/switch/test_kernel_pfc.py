@@ -100,12 +100,15 @@ def test_a_late_poll_is_counted_as_overload_on_the_lossless_ports() -> None:
     paused too late: its lateness shows on the lossless ports (overload), not on others."""
     agent, port, _ = _agent()
     agent.poll(0.0)
-    agent.poll(0.0004)                                   # on schedule
-    assert agent.counters("h3", 0.0)["late"] == 0
-    agent.poll(0.3004)                                   # 300 ms behind
-    c = agent.counters("h3", 0.31)
+    agent.poll(0.3)                                      # 300 ms behind, but idle: harmless
+    assert agent.counters("h3", 0.3)["late"] == 0
+    port.queued = 40_000                                 # above xoff
+    agent.poll(0.3004)                                   # on schedule
+    assert agent.counters("h3", 0.3)["late"] == 0
+    agent.poll(0.6004)                                   # 300 ms behind, above xoff
+    c = agent.counters("h3", 0.61)
     assert c["late"] == 1 and abs(c["late_s"] - 0.3) < 1e-9
-    assert "late" not in agent.counters("h4", 0.31)
+    assert "late" not in agent.counters("h4", 0.61)
 
 
 def test_the_poll_interval_follows_the_headroom_and_the_scale() -> None:
