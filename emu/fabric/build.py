@@ -32,6 +32,7 @@ Any failure rolls back everything recorded and raises :class:`FabricError`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import time
@@ -45,6 +46,8 @@ from emu.topology.model import Topology
 
 #: veth ifindexes are unique across the cluster (link j: a = BASE+2j, b = BASE+2j+1) — see nl.veth
 IFINDEX_BASE = 16
+#: wall seconds a route via a gateway the kernel does not reach yet is tried again
+ROUTE_SETTLE_S = 2.0
 
 
 class FabricError(RuntimeError):
@@ -252,7 +255,7 @@ class Fabric:
             step = "installing routes"
             t = time.perf_counter()
             for node, p in plans.items():
-                socks[node].run(self._route_msgs(node, p))
+                self._install_routes(node, p, socks[node])
                 self.progress.step("installing routes")
             self._mark("routes", t)
 
@@ -357,6 +360,25 @@ class Fabric:
         msgs += [nl.address(idx[ifn], a, what=f"{node}: address {a} on {ifn}", noprefixroute=npr)
                  for ifn, a, npr in p.addresses]
         sock.run(msgs)
+
+    def _install_routes(self, node: str, p: routes.NodePlan, sock: nl.Batch) -> None:
+        """The node's routes, SIDs and rules. A gateway the kernel calls unreachable
+        (EHOSTUNREACH) is tried again for up to :data:`ROUTE_SETTLE_S`: a route via a
+        gateway needs the link's carrier seen and the address's prefix route in place, and
+        under load the kernel's link watch passes the carrier change on late (seen once in
+        a CI run: ``h1: route ::/0: No route to host``). Retries replace the routes that
+        went in and tolerate the SIDs and rules that did."""
+        deadline = time.monotonic() + ROUTE_SETTLE_S
+        msgs, tolerate = self._route_msgs(node, p), ()
+        while True:
+            try:
+                sock.run(msgs, tolerate=tolerate)
+                return
+            except nl.NetlinkError as e:
+                if e.errno != errno.EHOSTUNREACH or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)
+            msgs, tolerate = self._route_msgs(node, p, replace=True), (errno.EEXIST,)
 
     def _route_msgs(self, node: str, p: routes.NodePlan, replace: bool = False) -> list[nl.Msg]:
         idx = self._ifindex[node]
