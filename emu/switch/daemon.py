@@ -97,7 +97,7 @@ from emu.switch.nfqueue import (
     NfQueue,
     QPacket,
 )
-from emu.switch.pfc import MAX_QUANTA, PauseListener, PfcSender
+from emu.switch.pfc import PauseListener, PfcSender, hold_quanta
 from emu.switch.queue import RELEASE, Pipeline, Pkt
 from emu.wire.errors import DecodeError
 
@@ -260,8 +260,8 @@ class SwitchDaemon:
         for pkt in self.pipe.advance(now):
             self._verdict(pkt)
         for ev in self.pipe.take_pause_events():
-            quanta = min(MAX_QUANTA, int(2 * self.cfg.pfc_refresh / self.cfg.pfc_quantum) + 1) \
-                if ev.pause else 0
+            quanta = hold_quanta(self.cfg.pfc_refresh, self.cfg.pfc_quantum) if ev.pause \
+                else 0
             try:
                 assert self.pfc is not None
                 self.pfc.send(self._ifname(ev.indev), {ev.cls % 8: quanta})
@@ -431,12 +431,9 @@ class SwitchDaemon:
         return out
 
     def _kernel_pfc(self) -> None:
-        """The PFC agent for the kernel ports with lossless classes (made when the first
-        one appears; a live ``set`` may add or remove them)."""
+        """The PFC agent of the kernel ports (it polls only while some port has a lossless
+        class; a live ``set`` may add or remove them)."""
         if self.kpfc is None:
-            if not any(k.lossless for n in self.kports for k in
-                       (self.cfg.port(n).default_class, *self.cfg.port(n).classes.values())):
-                return
             self.pfc = self.pfc or PfcSender()
             self.kpfc = KernelPfc(self.cfg, self.kports, self.clock, self.pfc.send)
         else:

@@ -140,9 +140,7 @@ def reasons(cfg: SwitchConfig, ports: dict[str, PortConfig]) -> list[str]:
     if len(udp) > 4 or len(proto) > 2 or len(udp) + len(proto) != len(cfg.match):
         out.append(f"match {cfg.match} (the kernel path takes ≤ 4 udp:N and ≤ 2 proto:N)")
     for name, p in sorted(ports.items()):
-        kinds = [p.default_class, *p.classes.values()]
-        if any(k.trim for k in kinds) and cfg.trim_size is not None and \
-                cfg.trim_size > TRIM_MAX:
+        if trims(p) and cfg.trim_size is not None and cfg.trim_size > TRIM_MAX:
             out.append(f"port {name}: trimming at trim_size {cfg.trim_size} "
                        f"(the kernel path keeps ≤ {TRIM_MAX} bytes)")
         if p.delay or p.jitter:
@@ -206,7 +204,7 @@ def _trim_fields(cfg: SwitchConfig, p: PortConfig, prio_major: int) -> bytes:
 
     dscps = (1 << 64) - 1 if cfg.trim_dscps is None else \
         sum(1 << d for d in cfg.trim_dscps if 0 <= d < 64)
-    matched = {m for m in cfg.match}
+    matched = set(cfg.match)
     roce = [pt for pt in (ROCE_PORT, MRC_PORT) if f"udp:{pt}" in matched] + [0, 0]
     ses, req = TT.uet_ses()
     ext_op, cas, ext_sizes = TT.uet_ext()
@@ -317,17 +315,12 @@ class KernelPort:
         """Write the port's configuration (``p`` in fabric units); a changed rate changes
         tbf too, at the wall rate; a port that trims gets the prio qdisc under tbf (tbf
         keeps its own byte FIFO otherwise)."""
-        burst = tbf_burst(self.mtu)
-        limit = p.depth + burst + (64 << 10)
         want_prio = bool(p.rate) and trims(p)
         if p.rate != self.rate or want_prio != self.prio:
             if p.rate:
                 if self.prio and not want_prio:  # tbf without a child drops everything
                     _tc("qdisc", "del", "dev", self.ifname, "root", check=False)
-                if self.hold_start:
-                    self._tbf(p, 8, frames=1)
-                else:
-                    self._tbf(p, wall_rate(p, self.scale) or 8)
+                self._tbf(p)
                 if want_prio:
                     _tc("qdisc", "replace", "dev", self.ifname, "parent", f"{ROOT_HANDLE}1",
                         "handle", _PRIO, "htb", "default", "2")
@@ -340,7 +333,7 @@ class KernelPort:
             self.rate, self.prio = p.rate, want_prio
         if want_prio:  # the bands' room (the program decides drops; this only holds them)
             for parent, handle, room in ((f"{_PRIO}1", _BAND_TRIM, p.trim_depth + (64 << 10)),
-                                         (f"{_PRIO}2", _BAND_DATA, limit)):
+                                         (f"{_PRIO}2", _BAND_DATA, self._limit(p))):
                 _tc("qdisc", "replace", "dev", self.ifname, "parent", parent, "handle", handle,
                     "bfifo", "limit", str(room))
         self._last = (cfg, p)
@@ -353,17 +346,25 @@ class KernelPort:
                                                     PRIO_MAJOR if self.prio else 0,
                                                     (self.hold_start, self.held_ns)))
 
-    def _tbf(self, p: PortConfig, rate: int, frames: int = TBF_BURST_FRAMES) -> None:
-        """tbf at ``rate`` bits/s (wall). A tbf change with a limit gives tbf a new byte
-        FIFO as its child (a trimming port's htb is grafted again by the caller); with
-        another child it only sets the rate. The size table: the qdiscs charge a packet's
-        length as it is when enqueued — without one they keep the length taken before the
-        program ran, and a trimmed packet would take a whole packet's time on the wire."""
-        burst = tbf_burst(self.mtu, frames)
+    def _limit(self, p: PortConfig) -> int:
+        """Bytes the real data queue may hold: the model decides drops, this only holds."""
+        return p.depth + tbf_burst(self.mtu) + (64 << 10)
+
+    def _tbf(self, p: PortConfig) -> None:
+        """tbf at the port's wall rate, or, while a downstream pause holds the port, at a
+        crawl with a one-frame bucket (a tbf change fills the bucket: at most one MTU still
+        leaves, the frame a real port finishes on the wire). A tbf change with a limit
+        gives tbf a new byte FIFO as its child (a trimming port's htb is grafted again by
+        the caller); with another child it only sets the rate. The size table: the qdiscs
+        charge a packet's length as it is when enqueued — without one they keep the length
+        taken before the program ran, and a trimmed packet would take a whole packet's
+        time on the wire."""
+        rate, frames = (8, 1) if self.hold_start else \
+            (wall_rate(p, self.scale) or 8, TBF_BURST_FRAMES)
         _tc("qdisc", "replace", "dev", self.ifname, "root", "handle", ROOT_HANDLE,
             "stab", "mtu", "2048", "tsize", "2048", "overhead", "0", "linklayer", "ethernet",
-            "tbf", "rate", f"{rate}bit", "burst", str(burst),
-            "limit", str(p.depth + tbf_burst(self.mtu) + (64 << 10)))
+            "tbf", "rate", f"{rate}bit", "burst", str(tbf_burst(self.mtu, frames)),
+            "limit", str(self._limit(p)))
 
     def vnow(self, now_ns: int) -> int:
         """The port's own clock (what the program's model runs on): the programs' clock
@@ -375,11 +376,9 @@ class KernelPort:
 
     def hold(self, on: bool) -> bool:
         """A downstream PFC pause holds the port (``on``) or lets it go: tbf at a crawl
-        (what is queued stays; a tbf change fills tbf's bucket, so a bucket of one frame:
-        at most one MTU of bytes still leaves, as a real port finishes the frame on the
-        wire) and the model's clock stopped; back at its rate. Returns whether anything
-        changed. The whole port is held — its classes share one FIFO here — where 802.1Qbb
-        holds only the paused priority."""
+        (what is queued stays, :meth:`_tbf`) and the model's clock stopped; back at its
+        rate. Returns whether anything changed. The whole port is held — its classes
+        share one FIFO here — where 802.1Qbb holds only the paused priority."""
         if on == bool(self.hold_start) or self._last is None:
             return False
         now = ktime_ns()
@@ -388,12 +387,8 @@ class KernelPort:
         else:
             self.held_ns += max(0, now - self.hold_start)
             self.hold_start = 0
-        p = self._last[1]
         if self.rate:
-            if on:
-                self._tbf(p, 8, frames=1)
-            else:
-                self._tbf(p, wall_rate(p, self.scale) or 8)
+            self._tbf(self._last[1])
         self._write_config()
         return True
 
@@ -407,12 +402,14 @@ class KernelPort:
         from its clock (``bpf_ktime_get_ns``: CLOCK_MONOTONIC, wall) and the wall rate."""
         s = self.state() if s is None else s
         now = self.vnow(ktime_ns() if now_ns is None else now_ns)
+        return max(0, self._bytes_until(p, s["t_free"], now)
+                   - self._bytes_until(p, s["t_prio_free"], now))
+
+    def _bytes_until(self, p: PortConfig, t: int, now: int) -> int:
+        """Bytes the port sends between ``now`` and ``t`` (ns, its own clock) at its wall
+        rate: what the virtual queue holds that empties at ``t``."""
         rate = wall_rate(p, self.scale)
-        if not rate:
-            return 0
-        total = max(0, s["t_free"] - now) * rate // int(8e9)
-        prio = max(0, s["t_prio_free"] - now) * rate // int(8e9)
-        return int(max(0, total - prio))
+        return int(max(0, t - now) * rate // int(8e9)) if rate else 0
 
     def ingress(self) -> dict[int, list[int]]:
         """PFC: ingress ifindex -> per priority (0..7) when the latest lossless packet it
@@ -432,8 +429,7 @@ class KernelPort:
         # rate it drains at (wall)
         real = ktime_ns()
         now = self.vnow(real)
-        rate = wall_rate(p, self.scale)
-        depth = (s["t_free"] - now) * rate // int(8e9) if rate and s["t_free"] > now else 0
+        depth = self._bytes_until(p, s["t_free"], now)
         out: dict[str, Any] = {
             "enqueued": s["enqueued"], "bytes": s["bytes"], "released": s["enqueued"],
             "marked": s["marked"], "trimmed": s["trimmed"], "dropped_tail": s["dropped_tail"],

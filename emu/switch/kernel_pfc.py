@@ -32,7 +32,7 @@ from emu.fabricclock import FabricClock
 from emu.switch.config import PortConfig, SwitchConfig
 from emu.switch.kernel import PFC_PRIOS, KernelPort, ktime_ns
 from emu.switch.pausebook import PauseBook
-from emu.switch.pfc import MAX_QUANTA
+from emu.switch.pfc import hold_quanta
 from emu.switch.queue import NCLASS
 
 #: polls per headroom fill: the agent polls this many times in the time the fastest
@@ -110,11 +110,9 @@ class KernelPfc:
                 prio = c % PFC_PRIOS
                 self.book.check(now, name, c, queued, kc.xoff, kc.xon,
                                 lambda prio=prio: holders(prio))
-                if self.book.is_paused(name, c):  # who sends more while it is paused
-                    for i in holders(prio):
-                        self.book.check(now, name, c, queued, kc.xoff, kc.xon, set, i)
+                self.book.join(now, name, c, holders(prio))  # who sends more while paused
         self.book.tick(now)
-        quanta = min(MAX_QUANTA, int(2 * self.cfg.pfc_refresh / self.cfg.pfc_quantum) + 1)
+        quanta = hold_quanta(self.cfg.pfc_refresh, self.cfg.pfc_quantum)
         for ev in self.book.take_events():
             try:
                 self.send(self.ifname(ev.indev), {ev.cls % PFC_PRIOS: quanta if ev.pause else 0})

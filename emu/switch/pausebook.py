@@ -87,6 +87,15 @@ class PauseBook:
         elif indev is not None and indev not in held:
             self._hold(now, port, cls, indev)
 
+    def join(self, now: float, port: str, cls: int, indevs: Iterable[Any]) -> None:
+        """Ingress ports found sending into a paused class: each is paused too (what
+        :meth:`check` does for one ``indev``, for a caller that sees several at once)."""
+        held = self.paused.get(port, {}).get(cls)
+        if held is not None:
+            for d in indevs:
+                if d is not None and d not in held:
+                    self._hold(now, port, cls, d)
+
     def _hold(self, now: float, port: str, cls: int, indev: Any) -> None:
         self.paused[port][cls].add(indev)
         h = self._holds.setdefault((indev, cls), set())

@@ -50,6 +50,12 @@ def mac_of(ifname: str) -> bytes:
     return res[18:24]
 
 
+def hold_quanta(refresh: float, quantum: float) -> int:
+    """The quanta an XOFF carries: two refresh periods (one refresh may be lost), as
+    many as the frame holds at most."""
+    return min(MAX_QUANTA, int(2 * refresh / quantum) + 1)
+
+
 class PfcSender:
     """Sends PFC frames out of interfaces of the current namespace (one AF_PACKET socket)."""
 

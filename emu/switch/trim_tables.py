@@ -57,12 +57,8 @@ def uet_pds() -> bytes:
             buf[0] = (t << 3) | (0x04 if t == 1 and v else 0)
             buf[1] = 0x04 if t != 1 and v else 0
             name = U.pds_layout(buf)
-            if name in _TRIMMABLE_PDS:
-                cls = PDS_CLASSES.get(name) or UC.SES_CLASSES.get(name)
-                if cls is None:  # TSS classes
-                    from emu.wire.codec import uet_pds
-                    cls = getattr(uet_pds, name)
-                out[t * 2 + v] = cls.SIZE
+            if name in _TRIMMABLE_PDS:  # (PDS_CLASSES has the TSS layouts too)
+                out[t * 2 + v] = PDS_CLASSES[name].SIZE
     return bytes(out)
 
 

@@ -80,24 +80,15 @@ DEFAULT_MPR = 16 * MPR_UNIT
 #: first packets on a fresh plane carried source port 4971, not their EV
 DEFAULT_PROFILE = EVProfile(fmt=EVMode.UDP, mode=EVGenMode.GEN,
                             fields=(GenField(16, init=0xD000, lo=0xD000),))
-#: the built-in profile of the STEV and SRv6 formats: the same source ports above a flow
-#: label from 1 (EV = sport << 16 | label, the default split); the label field is the
-#: faster one, so a set's EVs share a port and differ in the label — what a switch that
-#: hashes the flow label spreads (SRv6 needs no hash: the path is in the header)
-DEFAULT_PROFILE_FL = {
-    fmt: EVProfile(fmt=fmt, mode=EVGenMode.GEN,
-                   fields=(GenField(16, init=0xD000, lo=0xD000), GenField(16, init=1, lo=1)))
-    for fmt in (EVMode.STEV, EVMode.SRV6)}
-
-
 def default_profile(fmt: EVMode, split: EVSplit = DEFAULT_SPLIT) -> EVProfile:
-    """The built-in EV profile of a format and (STEV, SRv6) a split: under another split
-    than 16+16 the source-port field starts at 0 above the split's base (e.g. 12+20@0xd000:
-    ports from 53248 as in the default) and the label field, from 1, fills the rest."""
+    """The built-in EV profile of a format and (STEV, SRv6) a split: the same source ports
+    as UDP's above a flow label from 1 (16+16: EV = sport << 16 | label; under a split
+    with a base, e.g. 12+20@0xd000, the port field starts at 0 above it: ports from
+    53248 again). The label field is the faster one, so a set's EVs share a port and
+    differ in the label — what a switch that hashes the flow label spreads (SRv6 needs
+    no hash: the path is in the header)."""
     if fmt is EVMode.UDP:
         return DEFAULT_PROFILE
-    if split == DEFAULT_SPLIT:
-        return DEFAULT_PROFILE_FL[fmt]
     hi = 0 if split.sport_base else 0xD000 & ((1 << split.sport_bits) - 1)
     return EVProfile(fmt=fmt, mode=EVGenMode.GEN, split=split,
                      fields=(GenField(split.sport_bits, init=hi, lo=hi),

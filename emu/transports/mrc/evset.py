@@ -211,18 +211,20 @@ class EVSet:
     # -- feedback ------------------------------------------------------------------------
 
     def on_sack(self, ev: int, now: float, *, hint: SackHint = SackHint.NONE,
-                ecn: bool = False) -> None:
+                ecn: bool = False) -> bool:
         """A SACK echoed ``ev``: it carried a packet; ``hint`` is its M field, ``ecn`` the
-        per-EV CE echo (``cc_flags``)."""
+        per-EV CE echo (``cc_flags``). False: ``ev`` is none of ours (retired and
+        forgotten, or the peer rebuilt it from the wire another way)."""
         e = self.by_ev.get(ev)
         if e is None:
-            return  # not ours (an EV retired and forgotten, or a peer's mistake)
+            return False
         e.counts["sacked"] += 1
         e.counts["ecn"] += ecn
         if hint is SackHint.SKIP_ONCE:
             self._demote(e, EVState.SKIP, "SACK M=SKIP_ONCE", now)
         elif hint is SackHint.ALWAYS_SKIP:
             self._demote(e, EVState.ASSUMED_BAD, "SACK M=ALWAYS_SKIP", now)
+        return True
 
     def on_trim(self, ev: int, now: float, *, last_hop: bool) -> None:
         """A NACK TRIMMED (or TRIMMED_LASTHOP) for a packet sent on ``ev``. Congestion at

@@ -417,11 +417,10 @@ class InitiatorQP:
         if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
             self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
                                     ce=ce, hint=hint.name, released=len(released))
-        if seth.ev not in self.evs.by_ev:
+        if not self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce):
             # an echo naming no EV of ours: the peer rebuilt the EV from the wire another
             # way (specs/mrc.md: the STEV split), so no feedback reaches a path
             self.stats["rx_echo_unknown_ev"] += 1
-        self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce)
         if self.next_probe is None and hint is SackHint.ALWAYS_SKIP:
             self._arm_probes(now)
         if self.cc is not None:
