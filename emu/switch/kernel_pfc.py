@@ -54,11 +54,13 @@ class KernelPfc:
         self.book = PauseBook(cfg.pfc_refresh)
         self.ports: dict[str, tuple[KernelPort, PortConfig, list[int]]] = {}
         self.frames = self.send_errors = 0
-        #: per port: late polls that found it above ``xoff`` or paused, and their delay
-        #: (fabric s) — where a pause may have come late; a late poll of an idle port is
-        #: harmless and not counted
+        #: per port: late polls that found it above ``xoff``, paused, or with drops since
+        #: the poll before, and their delay (fabric s) — where a pause may have come late;
+        #: a late poll of a quiet port is harmless and not counted
         self.late: dict[str, int] = {}
         self.late_s: dict[str, float] = {}
+        #: per port: its drops at the last poll (a late poll that finds more: overload)
+        self.drops: dict[str, int] = {}
         self.last_poll: float | None = None
         self.interval = POLL_MAX           # wall seconds between polls
         self.late_after = 4 * POLL_MAX     # a gap (wall) beyond which a poll is late
@@ -93,7 +95,10 @@ class KernelPfc:
         self.last_poll = now
         now_ns = ktime_ns()
         for name, (kp, p, classes) in self.ports.items():
-            queued = kp.backlog(p, now_ns=now_ns)
+            s = kp.state()
+            queued = kp.backlog(p, s, now_ns=now_ns)
+            drops = s["dropped_tail"] + s["dropped_random"] + s["dropped_trim"]
+            dropped, self.drops[name] = drops > self.drops.get(name, drops), drops
             table = kp.ingress()
             vnow = kp.vnow(now_ns)  # the port's own clock: departures are on it
 
@@ -101,7 +106,9 @@ class KernelPfc:
                         vnow: int = vnow) -> set[Any]:
                 return {i for i, t in table.items() if t[prio] > vnow}
 
-            if late and (queued > min(p.klass(c).xoff for c in classes)
+            # the queue may have overflowed and drained again while nobody polled (a
+            # stopped or starved daemon): the drops since the last poll say so
+            if late and (dropped or queued > min(p.klass(c).xoff for c in classes)
                          or any(self.book.is_paused(name, c) for c in classes)):
                 self.late[name] = self.late.get(name, 0) + 1
                 self.late_s[name] = self.late_s.get(name, 0.0) + gap
@@ -122,8 +129,8 @@ class KernelPfc:
 
     def counters(self, name: str, now: float) -> dict[str, float]:
         """``xoff``, ``xon`` and ``paused_time`` of one port; on a port with lossless
-        classes also the agent's ``late`` polls that found it above ``xoff`` or paused,
-        and their ``late_s`` (overload)."""
+        classes also the agent's ``late`` polls that found it above ``xoff``, paused or
+        dropping, and their ``late_s`` (overload)."""
         c = self.book.port_counts(name, now)
         if name in self.ports:
             c.update(late=self.late.get(name, 0), late_s=round(self.late_s.get(name, 0.0), 6))

@@ -101,7 +101,7 @@ def _nic_stats(cluster: str, host: str) -> dict:
 def _lossless_run(f: Fabric, tmp_path: Path, hiccup: float = 0.0) -> tuple[dict, dict]:
     """One 4 MiB WRITE h1 → h2 through leaf1's lossless class 3; returns h1's NIC stats
     and leaf1's switch counters once the class-3 queue has drained. ``hiccup``: SIGSTOP
-    the switch daemon for that long shortly after the transfer starts."""
+    the switch daemon for that long once the transfer is under way."""
     cfg = {"ports": {"h2": {"rate": "100mbit", "host_facing": True,
                             "classes": {"3": {"ecn": False, "lossless": True, "xoff": "30KB",
                                               "xon": "10KB"}}}}, "seed": 3}
@@ -119,7 +119,14 @@ def _lossless_run(f: Fabric, tmp_path: Path, hiccup: float = 0.0) -> tuple[dict,
                                "--engine-opt", "roce.cc=null"], "ready "))
         if hiccup:
             def stop_switch() -> None:
-                time.sleep(0.15)
+                # once the write is under way (a fixed delay once fell in the QPs'
+                # connect and stopped an idle switch): 64 packets through the port
+                until = time.monotonic() + 60
+                while time.monotonic() < until:
+                    c = _switch_request(sw_dir, {"cmd": "counters"})
+                    if c["ports"]["h2"]["enqueued"] >= 64:
+                        break
+                    time.sleep(0.005)
                 procs[0].p.send_signal(signal.SIGSTOP)
                 time.sleep(hiccup)
                 procs[0].p.send_signal(signal.SIGCONT)

@@ -20,7 +20,11 @@ class FakePort:
 
     def __init__(self) -> None:
         self.queued = 0
+        self.dropped = 0
         self.table: dict[int, list[int]] = {}
+
+    def state(self) -> dict[str, int]:
+        return {"dropped_tail": self.dropped, "dropped_random": 0, "dropped_trim": 0}
 
     def backlog(self, p, s=None, now_ns=None) -> int:
         return self.queued
@@ -109,6 +113,23 @@ def test_a_late_poll_is_counted_as_overload_on_the_lossless_ports() -> None:
     c = agent.counters("h3", 0.61)
     assert c["late"] == 1 and abs(c["late_s"] - 0.3) < 1e-9
     assert "late" not in agent.counters("h4", 0.61)
+
+
+def test_a_late_poll_after_an_overflow_that_drained_is_overload() -> None:
+    """The queue overflowed and emptied again while the agent was stopped: the late poll
+    finds it idle, but the drops since the last poll mark the lateness; drops seen by an
+    on-schedule poll are not the agent's lateness."""
+    agent, port, _ = _agent()
+    agent.poll(0.0)
+    port.dropped = 5
+    agent.poll(0.0004)                                   # on schedule: not late
+    assert agent.counters("h3", 0.001)["late"] == 0
+    port.dropped = 900                                   # 300 ms unpolled, drained again
+    agent.poll(0.3004)
+    c = agent.counters("h3", 0.31)
+    assert port.queued == 0 and c["late"] == 1 and abs(c["late_s"] - 0.3) < 1e-9
+    agent.poll(0.6004)                                   # late again, no new drops: idle
+    assert agent.counters("h3", 0.61)["late"] == 1
 
 
 def test_the_poll_interval_follows_the_headroom_and_the_scale() -> None:
