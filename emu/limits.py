@@ -38,8 +38,10 @@ NAMESPACE_KIB = 400
 #: 40 to 532 nodes); a leaf-spine node has about 2 routes per switch
 BUILD_KIB_PER_NODE = 30
 BUILD_KIB_PER_ROUTE = 1
-#: daemon memory until this machine has measured its own (README: idle nicd RSS 29 MiB)
-DEFAULT_DAEMON_MIB = {"nicd": 40.0, "switchd": 45.0}
+#: daemon memory until this machine has measured its own (README: idle nicd RSS 29 MiB):
+#: a NIC daemon process with its first host, each further host a worker serves (64 hosts
+#: in 2 workers: 103 MiB each, ~2 MiB a host), a switch daemon
+DEFAULT_DAEMON_MIB = {"nicd": 40.0, "nicd_host": 4.0, "switchd": 45.0}
 #: threads a daemon runs (trio's and the interpreter's), for the process limits
 THREADS_PER_DAEMON = 4
 #: what this machine measured (the largest per-daemon PSS seen), kept until reboot
@@ -53,8 +55,14 @@ class Need:
     hosts: int
     switches: int
     links: int
-    nicd: int
+    nicd: int  # hosts with a NIC daemon
     switchd: int
+    #: processes serving those NIC daemons (``[nic] workers``); None: one per host
+    nicd_procs: int | None = None
+
+    @property
+    def nicd_processes(self) -> int:
+        return self.nicd if self.nicd_procs is None else min(self.nicd, self.nicd_procs)
 
     @property
     def namespaces(self) -> int:
@@ -62,7 +70,8 @@ class Need:
 
     @property
     def daemons(self) -> int:
-        return self.nicd + self.switchd
+        """Daemon processes."""
+        return self.nicd_processes + self.switchd
 
 
 class LimitError(Exception):
@@ -92,10 +101,15 @@ def _pss_mib(pid: int) -> float | None:
 
 
 def remember_daemon_memory(kind: str, pids: list[int]) -> None:
-    """Record the largest memory of ``pids`` (daemons of ``kind`` just started) as this
-    machine's estimate for the next :func:`check`; never fails ``emu up``."""
-    sizes = [m for m in (_pss_mib(p) for p in pids) if m]
-    if not sizes:
+    """Record the largest memory of ``pids`` (daemons of ``kind`` just started; a pid
+    listed k times serves k hosts: a NIC worker) as this machine's estimate for the next
+    :func:`check`; never fails ``emu up``. A worker's memory past one host's daemon,
+    shared by its other hosts, is what a further host costs (``<kind>_host``)."""
+    served: dict[int, int] = {}
+    for p in pids:
+        served[p] = served.get(p, 0) + 1
+    pss = {p: m for p, m in ((p, _pss_mib(p)) for p in served) if m}
+    if not pss:
         return
     with contextlib.suppress(OSError, ValueError, TypeError):
         try:
@@ -103,7 +117,13 @@ def remember_daemon_memory(kind: str, pids: list[int]) -> None:
                 known = json.load(f)
         except (OSError, ValueError):
             known = {}
-        known[kind] = round(max(sizes), 1)
+        alone = [m for p, m in pss.items() if served[p] == 1]
+        if alone:
+            known[kind] = round(max(alone), 1)
+        base = float(known.get(kind, DEFAULT_DAEMON_MIB.get(kind, 0.0)))
+        extra = [(m - base) / (served[p] - 1) for p, m in pss.items() if served[p] > 1]
+        if extra:
+            known[f"{kind}_host"] = round(max(0.5, max(extra)), 2)
         os.makedirs(os.path.dirname(MEASURED), exist_ok=True)
         tmp = f"{MEASURED}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -142,8 +162,9 @@ def memory_mib(need: Need) -> float:
     per = daemon_mib()
     routes = need.namespaces * (2 * need.switches + 8)
     build = need.namespaces * BUILD_KIB_PER_NODE + routes * BUILD_KIB_PER_ROUTE
-    return (need.namespaces * NAMESPACE_KIB + build) / 1024 \
-        + need.nicd * per["nicd"] + need.switchd * per["switchd"]
+    procs = need.nicd_processes
+    return (need.namespaces * NAMESPACE_KIB + build) / 1024 + procs * per["nicd"] \
+        + (need.nicd - procs) * per["nicd_host"] + need.switchd * per["switchd"]
 
 
 def check(need: Need) -> None:
@@ -153,8 +174,10 @@ def check(need: Need) -> None:
     mem = memory_mib(need)
     if avail is not None and mem > avail / 1024:
         raise LimitError(
-            f"memory: {need.namespaces} namespaces, {need.nicd} NIC and {need.switchd} switch "
-            f"daemons need ~{mem:,.0f} MiB ({per['nicd']:.0f} MiB per NIC daemon, "
+            f"memory: {need.namespaces} namespaces, {need.nicd} NIC daemons in "
+            f"{need.nicd_processes} process(es) and {need.switchd} switch "
+            f"daemons need ~{mem:,.0f} MiB ({per['nicd']:.0f} MiB per NIC daemon process, "
+            f"{per['nicd_host']:.1f} per further host it serves, "
             f"{per['switchd']:.0f} MiB per switch daemon, {NAMESPACE_KIB} KiB per namespace) "
             f"but {avail / 1024:,.0f} MiB are available")
     max_ns = _read_int("/proc/sys/user/max_net_namespaces")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers)
 from emu import limits
 from emu.topology import GENERATORS, load
 
@@ -50,6 +51,34 @@ def test_memory_limit_names_the_numbers():
     msg = str(e.value)
     assert msg.startswith("memory: 10052 namespaces, 10000 NIC") and "MiB are available" in msg
     limits.check(limits.Need(hosts=4, switches=4, links=8, nicd=4, switchd=0))  # fits
+
+
+def test_nic_workers_reach_the_size_check_and_shrink_the_memory_estimate(monkeypatch, tmp_path):
+    seen = []
+    load(ROOT / "namespaces/leaf-spine.toml", ["nic.workers=host"],
+         check_size=lambda size, _: seen.append(size.nic_workers))
+    load(ROOT / "namespaces/leaf-spine.toml", check_size=lambda size, _: seen.append(
+        size.nic_workers))
+    assert seen == ["host", "auto"]
+    monkeypatch.setattr(limits, "MEASURED", str(tmp_path / "none.json"))
+    per_host = limits.Need(hosts=256, switches=20, links=300, nicd=256, switchd=0)
+    workers = limits.Need(hosts=256, switches=20, links=300, nicd=256, switchd=0, nicd_procs=2)
+    assert workers.daemons == 2 and per_host.daemons == 256
+    d = limits.DEFAULT_DAEMON_MIB
+    assert limits.memory_mib(per_host) - limits.memory_mib(workers) == pytest.approx(
+        254 * (d["nicd"] - d["nicd_host"]))
+
+
+def test_a_workers_memory_past_its_first_host_is_remembered_per_further_host(monkeypatch,
+                                                                             tmp_path):
+    """pids as the state file lists them: a worker's once per host it serves."""
+    monkeypatch.setattr(limits, "MEASURED", str(tmp_path / "mem.json"))
+    monkeypatch.setattr(limits, "_pss_mib", {11: 30.0, 12: 30.0, 21: 102.0}.get)
+    limits.remember_daemon_memory("nicd", [11, 12])  # a daemon per host
+    assert limits.daemon_mib()["nicd"] == 30.0
+    limits.remember_daemon_memory("nicd", [21] * 33)  # one worker, 33 hosts
+    got = limits.daemon_mib()
+    assert got["nicd"] == 30.0 and got["nicd_host"] == pytest.approx((102 - 30) / 32, abs=0.01)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="emu up needs root")

@@ -228,8 +228,16 @@ def _size_check(a: argparse.Namespace):
     from emu import limits
 
     def check(size, has_switch: bool) -> None:
+        from emu.nic.topology import workers
+
+        try:  # (a bad value is refused when the [nic] section is checked)
+            procs = workers({"workers": size.nic_workers}, size.hosts,
+                            len(os.sched_getaffinity(0)))
+        except (TypeError, ValueError):
+            procs = size.hosts
         need = limits.Need(size.hosts, size.switches, size.links,
-                           0 if a.no_daemons else size.hosts, size.switches if has_switch else 0)
+                           0 if a.no_daemons else size.hosts, size.switches if has_switch else 0,
+                           procs)
         try:
             limits.check(need)
         except limits.LimitError as e:

@@ -87,8 +87,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         impaired = [lk for lk in topology.links
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
         clock = plan.time.clock()  # the event log's lines carry fabric time
-        for lk in impaired:
-            linkctl.apply_link(name, lk, event_log=log, clock=clock)
+        for lk in impaired:  # links just made: nothing of anyone's on them yet
+            linkctl.apply_link(name, lk, event_log=log, clock=clock, fresh=True)
         initially_down = [lk for lk in topology.links if not lk.up]
         for lk in initially_down:
             linkctl.set_link(name, lk, False, event_log=log, clock=clock)
@@ -99,34 +99,49 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
                      f"({linkctl.features().describe()})")
         state.update(name, up_done=time.time())
 
+        # the switch and NIC daemons start together (neither waits for the other), so
+        # their start-ups overlap where they wait on the kernel rather than the CPU
+        jobs: dict[str, tuple[list[str], str, str | tuple[str, ...]]] = {}
+        kinds: dict[str, str] = {}
         if n_switchd:
-            state.update(name, step="starting switch daemons")
-            n = start_switch_daemons(name, plan, progress=steps)
+            sj = switch_jobs(name, plan)
+            jobs.update(sj)
+            kinds.update(dict.fromkeys(sj, "switch daemon"))
+        nics = bool(daemons and plan.nics)
+        if nics:
+            state.update(name, credible=plan.credible)
+            progress(plan.credible["line"])
+            args = {h: n.args + srv6_path_args(name, topology, h) for h, n in plan.nics.items()}
+            nj = nic_jobs(name, args, trace=trace,
+                          workers={h: n.worker for h, n in plan.nics.items()})
+            jobs.update(nj)
+            kinds.update(dict.fromkeys(nj, "NIC daemon"))
+        ready: dict[str, float] = {}
+        if jobs:
+            state.update(name, step="starting the daemons")
+            ready = spawn_ready(name, jobs, daemon_timeout(len(plan.nics) if nics else 0),
+                                "daemon", steps, kinds)
+        if n_switchd:
+            _remember("switchd", name)
             paths = sorted({str(c.get("datapath", "?")) for c in switch_counters(name).values()})
-            progress(f"switch pipeline running on {n} switch(es), {'/'.join(paths)} datapath "
-                     f"(emu switch NODE to inspect)")
+            progress(f"switch pipeline running on {n_switchd} switch(es), {'/'.join(paths)} "
+                     f"datapath (emu switch NODE to inspect)")
         if schedule and topology.events:
             state.update(name, step="starting the scheduler")
             pid = _start_scheduler(name)
             progress(f"scheduled {len(topology.events)} event(s) (scheduler pid {pid}, "
                      f"log {log}" + ("; their times are fabric time after emu up)"
                                      if plan.time.scale != 1 else ")"))
-        if daemons and plan.nics:
-            state.update(name, credible=plan.credible, step="starting NIC daemons")
-            progress(plan.credible["line"])
-            args = {h: n.args + srv6_path_args(name, topology, h) for h, n in plan.nics.items()}
-            started = start_nic_daemons(name, args, trace=trace, progress=steps)
-            progress(f"started {len(started)} NIC daemon(s) (emu nicd; slowest ready after "
-                     f"{max(started.values()):.2f} s; sockets in /run/emu/nic/{name}/)")
+        if nics:
+            started = {k: v for k, v in ready.items() if kinds.get(k) == "NIC daemon"}
+            progress(f"started {len(plan.nics)} NIC daemon(s) in {len(started)} process(es) (emu "
+                     f"nicd; slowest ready after {max(started.values()):.2f} s; sockets in "
+                     f"/run/emu/nic/{name}/)")
             if trace:
                 progress(f"event traces: {trace_path(name, '<host>')}")
-            _start_stallwatch(name, [p["pid"] for p in (state.load(name) or {}).get("pids", [])
-                                     if p.get("what", "").startswith("nicd ")])
-            from emu import limits
-
-            limits.remember_daemon_memory(
-                "nicd", [p["pid"] for p in (state.load(name) or {}).get("pids", [])
-                         if p.get("what", "").startswith("nicd ")])
+            _start_stallwatch(name, sorted({p["pid"] for p in (state.load(name) or {}).get(
+                "pids", []) if p.get("what", "").startswith("nicd ")}))
+            _remember("nicd", name)
         state.update(name, phase="up", step=None)
     except BaseException:
         fabric.down()
@@ -164,12 +179,14 @@ def switch_dir(cluster: str, node: str | None = None) -> str:
     return os.path.join(base, node) if node else base
 
 
-def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
-                timeout: float, kind: str, progress=None) -> dict[str, float]:
+def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str | tuple[str, ...]]],
+                timeout: float, kind: str, progress=None,
+                kinds: dict[str, str] | None = None) -> dict[str, float]:
     """Start daemons at once and wait until each prints a line starting with ``ready``.
 
     ``jobs``: name -> (argv after ``python -m``, log path, what the state file calls
-    it). Each pid is recorded in the state file right after the spawn, before
+    it — or, for a process serving several, each name it serves: the pid is recorded
+    under each). Each pid is recorded in the state file right after the spawn, before
     readiness, so ``emu down`` — or the rollback of a failed ``up`` — stops it.
     Returns each one's seconds to ready; a daemon that exits or stays silent
     raises ClusterError with the end of its log.
@@ -182,21 +199,28 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
     root = os.path.dirname(os.path.dirname(os.path.abspath(emu.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     procs: dict[str, tuple[subprocess.Popen, float, str]] = {}
+    served = {name: 1 if isinstance(w, str) else len(w) for name, (_, _, w) in jobs.items()}
     sel = selectors.DefaultSelector()
     try:
-        for name, (argv, log_path, what) in jobs.items():
-            os.makedirs(os.path.dirname(log_path), exist_ok=True)
-            full = [sys.executable, "-m", *argv]
-            state.add_spawn(cluster, full, what)  # journalled before the fork
-            with open(log_path, "ab") as log:
-                t0 = time.monotonic()
-                p = subprocess.Popen(full, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=log, env=env,
-                                     start_new_session=True)
-            state.add_pid(cluster, p.pid, what)
-            procs[name] = (p, t0, log_path)
-            assert p.stdout is not None
-            sel.register(p.stdout, selectors.EVENT_READ, name)
+        argvs = {name: [sys.executable, "-m", *argv] for name, (argv, _, _) in jobs.items()}
+        names = {name: (w,) if isinstance(w, str) else w for name, (_, _, w) in jobs.items()}
+        # every one journalled before the forks, every pid recorded before readiness:
+        # one state-file write each way (emu down finds a process the journal names by
+        # its argv, should this be killed between the two)
+        state.add_spawns(cluster, [(argvs[n], names[n][0]) for n in jobs])
+        try:
+            for name, (_, log_path, _) in jobs.items():
+                os.makedirs(os.path.dirname(log_path), exist_ok=True)
+                with open(log_path, "ab") as log:
+                    t0 = time.monotonic()
+                    p = subprocess.Popen(argvs[name], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=log, env=env,
+                                         start_new_session=True)
+                procs[name] = (p, t0, log_path)
+                assert p.stdout is not None
+                sel.register(p.stdout, selectors.EVENT_READ, name)
+        finally:
+            state.add_pids(cluster, [(p.pid, names[n]) for n, (p, _, _) in procs.items()])
         ready: dict[str, float] = {}
         deadline = time.monotonic() + timeout
         while len(ready) < len(procs):
@@ -204,7 +228,9 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
             events = sel.select(left) if left > 0 else []
             if not events:
                 missing = sorted(set(procs) - set(ready))
-                raise ClusterError(f"{kind}(s) on {', '.join(missing)} not ready in {timeout:g}"
+                what = sorted({(kinds or {}).get(m, kind) for m in missing})
+                raise ClusterError(f"{'/'.join(what)}(s) on {', '.join(missing)} not ready in "
+                                   f"{timeout:g}"
                                    f" s (logs: {', '.join(procs[m][2] for m in missing)})")
             for key, _ in events:
                 name = key.data
@@ -215,10 +241,12 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
                     p.wait(5)
                     with open(log_path, "rb") as f:
                         tail = f.read()[-600:].decode(errors="replace").strip()
-                    raise ClusterError(f"{kind} on {name} failed (exit {p.returncode}): {tail}")
+                    raise ClusterError(f"{(kinds or {}).get(name, kind)} on {name} failed (exit "
+                                       f"{p.returncode}): {tail}")
                 ready[name] = time.monotonic() - t0
                 if progress is not None:
-                    progress.step(f"{kind}s ready")
+                    progress.step(f"{(kinds or {}).get(name, kind)}s ready",
+                                  served[name])  # per daemon
         return ready
     finally:
         sel.close()
@@ -227,10 +255,33 @@ def spawn_ready(cluster: str, jobs: dict[str, tuple[list[str], str, str]],
                 p.stdout.close()
 
 
+def daemon_timeout(hosts: int) -> float:
+    """Seconds ``emu up`` waits for its daemons to say ready: 30, and more for many hosts
+    (a NIC worker opens its hosts one after another, ~15 ms each here)."""
+    return 30.0 + 0.05 * hosts
+
+
+def _remember(kind: str, cluster: str) -> None:
+    """This machine's memory per daemon of ``kind``, for the next size check."""
+    from emu import limits
+
+    limits.remember_daemon_memory(kind, [p["pid"] for p in (state.load(cluster) or {}).get(
+        "pids", []) if p.get("what", "").startswith(kind + " ")])
+
+
 def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
                          progress=None) -> int:
     """Start ``emu switchd`` in every switch's namespace, each with its configuration from
     ``plan``, and wait until each is ready."""
+    ready = spawn_ready(cluster, switch_jobs(cluster, plan), timeout, "switch daemon",
+                        progress)
+    _remember("switchd", cluster)
+    return len(ready)
+
+
+def switch_jobs(cluster: str, plan: Plan) -> dict[str, tuple[list[str], str, str]]:
+    """:func:`spawn_ready`'s jobs for every switch's ``emu switchd``: each one's
+    configuration from ``plan``, written to its directory."""
     import json
 
     from emu.fabric.naming import ns_name
@@ -246,13 +297,7 @@ def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
         jobs[node] = (["emu.switch.daemon", "--netns", ns_name(cluster, node), "--state-dir", d,
                        "--config", cfg_path, *sw.args], os.path.join(d, "daemon.log"),
                       f"switchd {node}")
-    ready = spawn_ready(cluster, jobs, timeout, "switch daemon", progress)
-    from emu import limits
-
-    limits.remember_daemon_memory(
-        "switchd", [p["pid"] for p in (state.load(cluster) or {}).get("pids", [])
-                    if p.get("what", "").startswith("switchd ")])
-    return len(ready)
+    return jobs
 
 
 def switch_request(cluster: str, node: str, request: dict, timeout: float = 5.0) -> dict:
@@ -490,10 +535,25 @@ def trace_path(cluster: str, host: str) -> str:
 
 
 def start_nic_daemons(cluster: str, args: dict[str, tuple[str, ...]], timeout: float = 20.0,
-                      trace: bool = False, progress=None) -> dict[str, float]:
-    """Start ``emu nicd`` in every host of ``args`` (host → its arguments after
-    ``--cluster C --host H``: :attr:`emu.plan.NicPlan.args`); return each one's time to
-    ready (seconds).
+                      trace: bool = False, progress=None,
+                      workers: dict[str, int | None] | None = None) -> dict[str, float]:
+    """Start ``emu nicd`` in every host of ``args`` (:func:`nic_jobs`) and wait until each
+    is ready; return each process's time to ready (seconds), by host for a process of
+    its own, ``worker N (h1, h3)`` for a worker."""
+    return spawn_ready(cluster, nic_jobs(cluster, args, trace, workers), timeout,
+                       "NIC daemon", progress)
+
+
+def nic_jobs(cluster: str, args: dict[str, tuple[str, ...]], trace: bool = False,
+             workers: dict[str, int | None] | None = None
+             ) -> dict[str, tuple[list[str], str, str | tuple[str, ...]]]:
+    """:func:`spawn_ready`'s jobs for ``emu nicd`` in every host of ``args`` (host → its
+    arguments after ``--cluster C --host H``: :attr:`emu.plan.NicPlan.args`).
+
+    ``workers`` (host → :attr:`emu.plan.NicPlan.worker`): hosts with the same worker
+    share one ``emu nicd serve`` process (:mod:`emu.nic.worker`), given a hosts file in
+    the cluster's run directory; its pid is recorded once per host (``nicd h1``, ``nicd
+    h3`` …), so every tool that finds a host's daemon finds the worker.
 
     Each pid is recorded (:func:`state.add_pid`) right after the spawn, before
     readiness, so ``emu down`` — or the rollback of a failed ``up`` — stops it
@@ -501,9 +561,28 @@ def start_nic_daemons(cluster: str, args: dict[str, tuple[str, ...]], timeout: f
     says ``ready …`` on stdout once its sockets and control socket exist.
     ``trace``: each writes its event trace to :func:`trace_path`.
     """
+    import json
+
     logdir = os.path.join(state.STATE_DIR, "logs")
-    jobs = {h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *a,
-                 *(("--trace", trace_path(cluster, h)) if trace else ())],
-                os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}")
+    full = {h: [*a, *(("--trace", trace_path(cluster, h)) if trace else ())]
             for h, a in args.items()}
-    return spawn_ready(cluster, jobs, timeout, "NIC daemon", progress)
+    served: dict[int, list[str]] = {}
+    for h, w in (workers or {}).items():
+        if w is not None and h in full:
+            served.setdefault(w, []).append(h)
+    jobs: dict[str, tuple[list[str], str, str | tuple[str, ...]]] = {
+        h: (["emu.nic.daemon", "--cluster", cluster, "--host", h, *a],
+            os.path.join(logdir, f"{cluster}.nicd-{h}.log"), f"nicd {h}")
+        for h, a in full.items() if not any(h in hs for hs in served.values())}
+    if served:
+        os.makedirs(nic_dir(cluster), exist_ok=True)
+    for w, hosts in sorted(served.items()):
+        path = os.path.join(nic_dir(cluster), f"worker-{w}.json")
+        with open(path, "w") as f:
+            json.dump({"cluster": cluster, "hosts": {h: full[h] for h in hosts}}, f, indent=1)
+        who = ", ".join(hosts) if len(hosts) <= 4 else \
+            f"{hosts[0]}, {hosts[1]} … {hosts[-1]}: {len(hosts)} hosts"
+        jobs[f"worker {w} ({who})"] = (["emu.nic.worker", path],
+                                       os.path.join(logdir, f"{cluster}.nicd-w{w}.log"),
+                                       tuple(f"nicd {h}" for h in hosts))
+    return jobs

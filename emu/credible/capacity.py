@@ -129,18 +129,33 @@ def switches_on_path(topo: Topology, datapath: str = "user",
                if topo.nodes[node].kind == "switch" and (node in user) == (datapath == "user"))
 
 
-def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0, flows: int = 1) -> float:
+def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0, flows: int = 1,
+             hosts_per_daemon: int = 1) -> float:
     """The highest line rate (bits/s) at which ``flows`` flows, each over ``hops`` switch
     daemons and ``khops`` kernel-datapath switches, fit (the kernel hops' softirq work
     shared by the two end daemons). With more than one flow every NIC daemon may be
-    sending one and receiving another (all hosts busy), so each carries both costs."""
+    sending one and receiving another (all hosts busy), so each carries both costs.
+    ``hosts_per_daemon``: hosts one NIC daemon process serves (``[nic] workers``): it
+    carries up to that many hosts' work — a lone flow's both ends among them."""
     k = khops * costs.kernel_hop / 2
-    per_daemon = (max(costs.nic_tx + k, costs.nic_rx + k) if flows <= 1
-                  else costs.nic_tx + costs.nic_rx + 2 * k)
+    both = costs.nic_tx + costs.nic_rx + 2 * k
+    if hosts_per_daemon > 1:
+        per_daemon = both * max(1, min(hosts_per_daemon, flows))
+    else:
+        per_daemon = max(costs.nic_tx + k, costs.nic_rx + k) if flows <= 1 else both
     pps_daemon = DAEMON_SHARE / max(per_daemon, costs.switch if hops else 0.0)
     pps_machine = MACHINE_SHARE * costs.cores / (flows * (costs.nic_tx + costs.nic_rx
                                                           + hops * costs.switch + 2 * k))
     return min(pps_daemon, pps_machine) * frame_bytes(mtu) * 8
+
+
+def hosts_per_daemon(topo: Topology, costs: Costs) -> int:
+    """Hosts one NIC daemon process serves at most (``[nic] workers``: one per core by
+    default, :func:`emu.nic.topology.workers`)."""
+    from emu.nic.topology import workers
+
+    n = len(topo.hosts())
+    return math.ceil(n / workers(topo.nic, n, costs.cores)) if n else 1
 
 
 def nice_floor(rate: float) -> float:
@@ -162,7 +177,8 @@ def propose(topo: Topology, costs: Costs | None = None) -> float:
     """The line rate to use on every port of ``topo`` on this machine (bits/s)."""
     costs = costs or load()
     return nice_floor(max_rate(costs, switches_on_path(topo), mtu_of(topo),
-                               switches_on_path(topo, "kernel")))
+                               switches_on_path(topo, "kernel"),
+                               hosts_per_daemon=hosts_per_daemon(topo, costs)))
 
 
 def fit(topo: Topology, costs: Costs | None = None, switches: Switching | None = None,
@@ -178,7 +194,8 @@ def fit(topo: Topology, costs: Costs | None = None, switches: Switching | None =
     path = longest_path(topo) if path is None else path
     hops = switches_on_path(topo, "user", switches, path)
     mtu = mtu_of(topo)
-    limit = max_rate(costs, hops, mtu, switches_on_path(topo, "kernel", switches, path))
+    limit = max_rate(costs, hops, mtu, switches_on_path(topo, "kernel", switches, path),
+                     hosts_per_daemon=hosts_per_daemon(topo, costs))
     proposed = nice_floor(limit)
     ports = host_ports(topo, proposed, switches)
     too_fast = [p for p in ports if p.rate > limit * 1.001]

@@ -30,6 +30,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "emu" /
 SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
 _MAP_LOOKUP_ELEM, _MAP_UPDATE_ELEM = 1, 2
 _PROG_GET_FD_BY_ID, _MAP_GET_FD_BY_ID, _OBJ_GET_INFO_BY_FD = 13, 14, 15
+_OBJ_PIN = 6
 _F_LOCK = 4
 
 
@@ -133,12 +134,18 @@ def info(fd: int, size: int, preset: tuple[tuple[str, int, int], ...] = ()) -> b
 
 
 class BpfMap:
-    """One single-entry array map of a loaded program, by fd."""
+    """One entry (``key``: its index) of an array map of a loaded program, by fd;
+    ``owner``: this object closes the fd (:meth:`at` makes views of other entries that
+    do not)."""
 
-    def __init__(self, fd: int, value_size: int) -> None:
+    def __init__(self, fd: int, value_size: int, key: int = 0, owner: bool = True,
+                 max_entries: int = 1) -> None:
         self.fd = fd
         self.value_size = value_size
-        self._key = (ctypes.c_char * 4).from_buffer(bytearray(4))
+        self.key = key
+        self.owner = owner
+        self.max_entries = max_entries
+        self._key = (ctypes.c_char * 4).from_buffer(bytearray(struct.pack("<I", key)))
         self._val = bytearray(value_size)
         self._vbuf = (ctypes.c_char * value_size).from_buffer(self._val)
 
@@ -156,8 +163,38 @@ class BpfMap:
         self._val[:] = value.ljust(self.value_size, b"\0")
         bpf(_MAP_UPDATE_ELEM, self._attr(0))
 
+    def at(self, key: int, indexed: bool = True) -> BpfMap:
+        """The same map's entry ``key`` (the fd stays this object's); ``indexed``: an
+        array's index, checked against its size (a hash map's key is any u32)."""
+        if indexed and not 0 <= key < self.max_entries:
+            raise BpfError(f"map entry {key} outside 0..{self.max_entries - 1}")
+        return BpfMap(self.fd, self.value_size, key, owner=False,
+                      max_entries=self.max_entries)
+
     def close(self) -> None:
-        os.close(self.fd)
+        if self.owner:
+            os.close(self.fd)
+
+
+def pin_prog(prog_id: int, path: str) -> None:
+    """Pin the loaded program ``prog_id`` at ``path`` in a bpffs (``BPF_OBJ_PIN``), so
+    that ``tc … bpf object-pinned PATH`` attaches that very program elsewhere; the
+    caller unlinks it. BpfError where it cannot (no bpffs there)."""
+    a = bytearray(12)
+    struct.pack_into("<I", a, 0, prog_id)
+    try:
+        pfd = bpf(_PROG_GET_FD_BY_ID, a)
+    except OSError as e:
+        raise BpfError(f"program {prog_id}: {e}") from e
+    try:
+        name = ctypes.create_string_buffer(path.encode())
+        attr = bytearray(16)
+        struct.pack_into("<QI", attr, 0, ctypes.addressof(name), pfd)
+        bpf(_OBJ_PIN, attr)
+    except OSError as e:
+        raise BpfError(f"pin program {prog_id} at {path}: {e}") from e
+    finally:
+        os.close(pfd)
 
 
 def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
@@ -177,9 +214,9 @@ def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
             struct.pack_into("<I", a, 0, mid)
             mfd = bpf(_MAP_GET_FD_BY_ID, a)
             mi = info(mfd, 40)
-            vsize = struct.unpack_from("<I", mi, 12)[0]
+            vsize, entries = struct.unpack_from("<II", mi, 12)
             name = mi[24:40].split(b"\0")[0].decode()
-            out[name] = BpfMap(mfd, vsize)
+            out[name] = BpfMap(mfd, vsize, max_entries=entries)
         return out
     finally:
         os.close(pfd)

@@ -484,11 +484,14 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
                     burst: int | None = None, limit: int | None = None,
                     event_log: str | os.PathLike[str] | None = None, cluster: str = "",
                     link: str = "", direction: str = "",
-                    clock: FabricClock | None = None) -> dict:
+                    clock: FabricClock | None = None, fresh: bool = False) -> dict:
     """Make ``ifname``'s egress in ``ns`` do what ``d`` says (replacing our previous settings).
 
     Returns the settings applied (the event's ``settings``). ``mtu`` defaults to
     the interface's; ``burst``/``limit`` (bytes) override :func:`tbf_sizes`.
+    ``fresh``: the interface was just made (``emu up``): nothing of ours or anyone's is
+    on it, so no qdisc dump and no nftables listing (an ``nft`` process per direction
+    was a third of a 256-host leaf-spine's build).
     """
     _check_ifname(ifname)
     loss = _prob(d.loss, "loss")
@@ -513,7 +516,7 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
         idx = _ifindex(ipr, ns, ifname)
         if mtu is None:
             mtu = ipr.get_links(idx)[0].get_attr("IFLA_MTU")
-        q = _root_qdisc(ipr, idx)
+        q = None if fresh else _root_qdisc(ipr, idx)
         major = None if q is None else q["handle"] >> 16
         if q is not None and major != LINK_QDISC_MAJOR and q.get_attr("TCA_KIND") not in (
                 "noqueue", "pfifo_fast", "mq", "pfifo", "bfifo") and (d.rate_bps or wants_netem):
@@ -524,7 +527,8 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
                     "rate=…` — loss, marking and duplication still apply here")
             raise LinkCtlError(f"{ns}/{ifname}: root qdisc {q.get_attr('TCA_KIND')} is not emu's;"
                                " refusing to replace it")
-        _del_our_qdisc(ipr, idx)
+        if q is not None:
+            _del_our_qdisc(ipr, idx)
         if d.rate_bps:
             b_def, l_def = tbf_sizes(d.rate_bps, mtu)
             b = burst if burst is not None else b_def
@@ -541,7 +545,7 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
         key = stream_key(d.seed, link or ifname, direction)
         _nft(ns, nft_ruleset(ifname, loss, ce, feats.nft_egress, dup, key))
         settings["hook"] = "netdev egress" if feats.nft_egress else "inet postrouting"
-    else:
+    elif not fresh:
         _del_our_table(ns, ifname)
     log_event(event_log, cluster=cluster, link=link, direction=direction or f"{ns}/{ifname}",
               action="impair", settings=settings, clock=clock)
@@ -579,6 +583,8 @@ def apply_link_direction(cluster: str, link: Link, label: str, *,
     d = getattr(link, label)
     ns = ns_name(cluster, src.node)
     if d.is_default():
+        if kw.get("fresh"):  # a link just made has nothing to clear
+            return
         clock = kw.get("clock")
         clear_direction(ns, src.ifname, event_log=event_log, cluster=cluster,
                         link=link.name, direction=label,

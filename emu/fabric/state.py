@@ -130,22 +130,43 @@ _start_time = proc.start_time  # process start time (clock ticks since boot)
 
 def add_spawn(cluster: str, argv: list[str], what: str) -> None:
     """Journal a process about to be started (its exact argv), BEFORE the fork."""
+    add_spawns(cluster, [(argv, what)])
+
+
+def add_spawns(cluster: str, spawns: list[tuple[list[str], str]]) -> None:
+    """Journal processes about to be started (``(argv, what)`` each), BEFORE the forks,
+    in one write of the state file (a write per daemon was seconds of a large ``emu
+    up``: the file grows with the fabric)."""
     with locked():
         st = load(cluster)
         if st is None:
             raise KeyError(f"no cluster {cluster!r}")
-        st.setdefault("spawning", []).append({"argv": argv, "what": what, "at": time.time()})
+        now = time.time()
+        st.setdefault("spawning", []).extend({"argv": argv, "what": what, "at": now}
+                                             for argv, what in spawns)
         save(st)
 
 
-def add_pid(cluster: str, pid: int, what: str) -> None:
-    """Record a process (daemon, capture) that teardown must stop; settles its spawn entry."""
+def add_pid(cluster: str, pid: int, what: str | tuple[str, ...]) -> None:
+    """Record a process (daemon, capture) that teardown must stop; settles its spawn entry.
+    ``what``: its name, or each name it serves (a NIC worker's hosts: one entry each)."""
+    add_pids(cluster, [(pid, what)])
+
+
+def add_pids(cluster: str, procs: list[tuple[int, str | tuple[str, ...]]]) -> None:
+    """:func:`add_pid` for several processes, in one write of the state file."""
+    rows = []
+    for pid, what in procs:
+        start = _start_time(pid)
+        rows += [{"pid": pid, "start": start, "what": w}
+                 for w in ((what,) if isinstance(what, str) else what)]
+    names = {r["what"] for r in rows}
     with locked():
         st = load(cluster)
         if st is None:
             raise KeyError(f"no cluster {cluster!r}")
-        st["pids"].append({"pid": pid, "start": _start_time(pid), "what": what})
-        st["spawning"] = [s for s in st.get("spawning", []) if s["what"] != what]
+        st["pids"] += rows
+        st["spawning"] = [s for s in st.get("spawning", []) if s["what"] not in names]
         save(st)
 
 
@@ -216,7 +237,7 @@ def teardown(state: dict[str, Any], grace_s: float = 2.0) -> dict[str, int]:
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p["pid"], signal.SIGKILL)
-    removed["pids"] = len(everything)
+    removed["pids"] = len({p["pid"] for p in everything})  # a worker serves many hosts
     if state.get("root_links"):
         from emu.fabric import nl
         with nl.Batch() as b:

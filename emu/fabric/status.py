@@ -10,18 +10,22 @@ reported ``present: false`` rather than failing.
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from pyroute2 import IPRoute
+from typing import TYPE_CHECKING, Any
 
 from emu.fabric import naming, netns, srv6bpf, state
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 _STATS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped",
           "rx_errors", "tx_errors")
 
 
 def _open(ns: str) -> IPRoute:
-    """A pyroute2 socket inside ``ns`` without pyroute2's fork-per-socket netns helper."""
+    """A pyroute2 socket inside ``ns`` without pyroute2's fork-per-socket netns helper
+    (pyroute2 imported here: the package's other users — a switch daemon — need not)."""
+    from pyroute2 import IPRoute
+
     with netns.entered(ns):
         return IPRoute(groups=0)
 

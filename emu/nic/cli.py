@@ -284,6 +284,12 @@ def _run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(path: str) -> int:
+    from emu.nic.worker import serve_main
+
+    return serve_main(path)
+
+
 def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
     out: list[BaseException] = []
     for e in eg.exceptions:
@@ -364,7 +370,9 @@ def render(s: dict[str, Any]) -> str:
     lines = [f"nicd {s['cluster']}:{s['host']} pid {s['pid']} up {s['uptime_s']:.1f} s, "
              f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s, "
              + (f"scheduler {pol.replace('fifo', 'SCHED_FIFO')}" if pol.startswith("fifo")
-                else f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice"),
+                else f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice")
+             + (f" (a worker serving {', '.join(s['worker']['hosts'])}: pid, RSS and CPU are "
+                "the process's)" if s.get("worker") else ""),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
              f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B   "
              f"coalesced reads (rx_holds) {t.get('rx_holds', 0)}, rx_coalesce "
@@ -420,11 +428,16 @@ def _option(v: Any) -> str:
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
     """``emu nicd``, registered by the ``emu`` command line."""
-    p = sub.add_parser("nicd", help="the user-space NIC daemon of a host (run, stats)")
-    nsub = p.add_subparsers(dest="nicd_command", metavar="run|stats", required=True)
-    r = nsub.add_parser("run", help="run the daemon (emu up starts one per host)")
+    p = sub.add_parser("nicd", help="the user-space NIC daemon of a host (run, serve, stats)")
+    nsub = p.add_subparsers(dest="nicd_command", metavar="run|serve|stats", required=True)
+    r = nsub.add_parser("run", help="run one host's daemon in a process of its own")
     _run_args(r)
     r.set_defaults(func=_run)
+    w = nsub.add_parser("serve", help="run many hosts' daemons in one process (what emu up "
+                                      "starts, one per core: [nic] workers)")
+    w.add_argument("hosts_file", metavar="HOSTS.json",
+                   help='{"cluster": C, "hosts": {HOST: [emu nicd run ARGS after --host]}}')
+    w.set_defaults(func=lambda a: _serve(a.hosts_file))
     st = nsub.add_parser("stats", help="counters of a daemon (or of every host of a cluster)")
     st.add_argument("where", nargs="?", default="", metavar="CLUSTER[:HOST]",
                     help="as `emu status CLUSTER` and `emu exec CLUSTER:HOST` take it")

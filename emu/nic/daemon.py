@@ -48,7 +48,7 @@ from emu.nic.coalesce import RxCoalescer, describe_coalesce
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
 from emu.nic.delayline import DelayLine
-from emu.nic.frames import FrameTx
+from emu.nic.frames import RING_FRAMES, FrameTx, Ring, ring_frames
 from emu.nic.framing import framer_for
 from emu.nic.linkwatch import LinkWatch
 from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
@@ -57,13 +57,37 @@ from emu.nic.pause import PortPause
 from emu.nic.slot import SLOT_COUNTERS, EngineSlot, line_counters, take, takes, trimmed_table
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
-from emu.nic.udp import ArrivalTimes, Iface, PortSocket, arrival, family_of, gid_of, interfaces
+from emu.nic.udp import (
+    ArrivalTimes,
+    Iface,
+    PortSocket,
+    arrival,
+    family_of,
+    gid_of,
+    in_netns,
+    interfaces,
+)
 from emu.proc import process_age, rss_kib
 
 
-def _frame_ring(main: PortSocket) -> FrameTx | None:
-    """The frame ring of a NIC port (``emu.nic.frames``); None for a port with no interface."""
-    return FrameTx(main.ifname, main.address, main.mtu) if main.ifname else None
+def _frame_ring(main: PortSocket, rings: dict[str, Ring]) -> FrameTx | None:
+    """Frames from ``main``'s address through its port's ring (``emu.nic.frames``): one
+    ring a port (``rings``, by interface), shared by the port's addresses and transports,
+    sized for its pacer's FIFO; None for a port with no interface."""
+    if not main.ifname:
+        return None
+    ring = rings.get(main.ifname)
+    if ring is None:
+        p = main.pacer
+        ring = rings[main.ifname] = Ring(
+            main.ifname, main.mtu,
+            ring_frames(p.rate, p.burst_s, main.mtu) if p and p.paced else RING_FRAMES)
+    try:
+        return FrameTx(main.ifname, main.address, main.mtu, ring=ring)
+    except BaseException:
+        if ring.refs <= 0:  # closed with its only user: the next one makes a new ring
+            del rings[main.ifname]
+        raise
 
 
 #: engine timers due within this are slept on a timerfd (microseconds), later ones on trio's
@@ -120,6 +144,11 @@ class NicDaemon:
         self.pacers: dict[str, PortPacer] = {}
         self.trace: Trace = NULL_TRACE
         self._trace_file: Any = None
+        #: ``{"pid", "hosts"}`` when a worker process serves this host among others
+        #: (:mod:`emu.nic.worker`): pid, memory and CPU figures are then the process's
+        self.worker: dict[str, Any] | None = None
+        #: a worker closes its hosts' sockets itself, several at once (emu.nic.worker)
+        self.defer_close = False
 
     # -- setup ----------------------------------------------------------------------
 
@@ -139,6 +168,7 @@ class NicDaemon:
         addrs = self._addresses()
         mtu = min((i.mtu for _, i in addrs), default=1500)
         used: dict[int, str] = {}
+        rings: dict[str, Ring] = {}  # the ports' frame rings, by interface
         trimmed = trimmed_table(self.cfg.trimmed_dscps)
         rates = self._make_pacers(addrs)
         try:
@@ -194,15 +224,18 @@ class NicDaemon:
                             seal=framer.seal if framer else None,
                             seal_many=getattr(framer, "seal_many", None),
                             seal_at=getattr(framer, "seal_at", None))
-                # a spraying engine's entropy set (UET): its sockets now, not mid-burst
-                tx.preopen(getattr(engine, "entropies", ()))
                 # every transport sends from source ports of its own (UET's entropies, a
                 # RoCEv2 QP's port): through the frame ring, not a socket each
                 if self.cfg.frame_ring:
-                    n = tx.use_rings(_frame_ring)
+                    n = tx.use_rings(lambda m: _frame_ring(m, rings))
                     if n < len(socks):
                         self.warnings.append(f"{name}: {len(socks) - n} of {len(socks)} ports "
                                              "send by socket only (no frame ring)")
+                # a spraying engine's entropy set (UET): its sockets now, not mid-burst, on
+                # the ports that send by socket (a ring's port opens one only for a
+                # datagram whose next hop is not resolved yet: 128 sockets a host made a
+                # 64-host worker take ~3 s to open)
+                tx.preopen(getattr(engine, "entropies", ()))
                 ip_header = ""
                 if getattr(framer, "needs_ip_word", False):
                     ip_header, why = rxheader.stamp(port, socks)
@@ -282,7 +315,8 @@ class NicDaemon:
                     tfd.close()
         for slot in self.slots.values():  # the stamping rule of a port that reads it
             if any(ps.ip_word for ps in slot.tx.mains):
-                rxheader.remove(slot.port)
+                with in_netns(self._ns_fd):  # nft runs where the rule is: the host's
+                    rxheader.remove(slot.port)
         if self._ns_fd is not None:
             os.close(self._ns_fd)
             self._ns_fd = None
@@ -307,7 +341,7 @@ class NicDaemon:
         if current_scale() != self.clock.scale:  # engines would run on the wrong clock
             raise RuntimeError(f"time scale {self.clock.scale:g} configured, but trio's clock "
                                f"runs at {current_scale():g} (run under emu.nic.clock)")
-        if not self.slots:
+        if self._ns_fd is None:  # not opened yet (a worker opens each host in its namespace)
             self.open()
         try:
             listener = self.control.listen()
@@ -337,7 +371,8 @@ class NicDaemon:
                 n.cancel_scope.cancel()
         finally:
             self.control.close_all()
-            self.close()
+            if not self.defer_close:
+                self.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -358,7 +393,7 @@ class NicDaemon:
                     self._engine_call(slot, hook, port, up, now)
                     self.pump(slot)
 
-        self.linkwatch, why = await linkwatch.start(n, self.port_names, changed)
+        self.linkwatch, why = await linkwatch.start(n, self.port_names, changed, self._ns_fd)
         if why:
             self.warnings.append(why)
 
@@ -781,7 +816,8 @@ class NicDaemon:
                 "overload": overload(totals, ports, self.clock.scale),
                 "transports": transports, "control": self.control.counters(),
                 "pause": pause, "pause_errors": self.pause_errors,
-                "memory": {"regions": len(self.memory)}, "warnings": self.warnings}
+                "memory": {"regions": len(self.memory)}, "warnings": self.warnings,
+                "worker": self.worker}
 
     _logged: set[str] = set()
 

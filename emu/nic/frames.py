@@ -133,28 +133,46 @@ def hwaddr(sock: socket.socket, ifname: str) -> bytes:
     return fcntl.ioctl(sock, SIOCGIFHWADDR, req)[18:24]
 
 
+#: slots of an unpaced port's ring, and the most any ring gets (2 MiB at a 4 KiB MTU) …
+RING_FRAMES = 256
+#: … and the fewest a paced port's ring gets
+RING_FRAMES_MIN = 64
+
+
+def ring_frames(rate: float, burst_s: float, mtu: int) -> int:
+    """The slots a paced port's ring needs: a frame's slot stays the kernel's until the
+    frame has left through the link's tbf, so the ring holds the port's FIFO — ``burst_s``
+    of line rate (``rate``, bits/s), counted in full frames — four times over (smaller
+    frames, a kick's batch); a power of two in :data:`RING_FRAMES_MIN` ..
+    :data:`RING_FRAMES`. A full ring costs no data: the transmit path waits for a slot
+    (``ring_full``). Why not always the most: a ring is 2 MiB of locked kernel memory, and
+    a port has one per transport and address family — 12 MiB a host, 384 of a 64-host
+    worker's 477 MiB."""
+    full = rate * burst_s / 8 / (mtu + 14)
+    n = RING_FRAMES_MIN
+    while n < min(RING_FRAMES, 4 * full):
+        n <<= 1
+    return n
+
+
 #: destinations whose next hop did not resolve, remembered 10 ms each (bounded: they
 #: come from the wire, a spoofing peer could name any number)
 RETRY_TABLE_MAX = 1024
 
-class FrameTx:
-    """One NIC port's frame ring, for datagrams from ``address`` on interface ``ifname``.
+class Ring:
+    """A port's ``PACKET_TX_RING``: the socket, its mapped slots, and where the next frame
+    goes and what the kernel has taken. Open it in the port's network namespace.
 
-    Open it in the port's network namespace. :meth:`drain` places queued datagrams
-    until one must go another way or the ring is full (then :meth:`kick` and
-    retry, or wait for :attr:`sock` to be writable); :meth:`kick` hands every
-    placed frame to the kernel in one syscall.
-    """
+    Shared by every :class:`FrameTx` of the port — its address families and its
+    transports (:attr:`refs`; closed with the last) — so a port has one ring, not one per
+    address and transport. Why: each ring is locked kernel memory, and making one and
+    closing it each wait for an RCU grace period in the kernel (``synchronize_net``: 8–24 ms
+    here, with the interpreter's lock held), six of each per host made a 32-host worker
+    take 5.6 s to start and longer to stop."""
 
-    def __init__(self, ifname: str, address: str, mtu: int, *, frames: int = 256,
-                 refresh: float = 1.0, ttl: int = 64) -> None:
-        self.family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    def __init__(self, ifname: str, mtu: int, frames: int = RING_FRAMES) -> None:
         self.ifname = ifname
-        self.src = socket.inet_pton(self.family, address)
         self.mtu = mtu
-        self.refresh = refresh
-        self.ttl = ttl
-        self.iphdr = 40 if self.family == socket.AF_INET6 else 20
         need = DATA + VNET_LEN + 14 + mtu
         fs = 4096
         while fs < need:
@@ -164,7 +182,6 @@ class FrameTx:
         self.frame_size = fs
         self.frames = frames
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: receives nothing
-        self.rtnl: Rtnl | None = None
         try:
             s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
             s.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
@@ -181,17 +198,63 @@ class FrameTx:
             self.ifindex = socket.if_nametoindex(ifname)
             self.mac = hwaddr(s, ifname)
             self.ring = mmap.mmap(s.fileno(), fs * frames)
-            self.rtnl = Rtnl()
         except BaseException:
             s.close()
-            if self.rtnl is not None:
-                self.rtnl.close()
             raise
         self.sock = s
         self.mv = memoryview(self.ring)
         self.head = 0  # next slot to fill
         self.khead = 0  # where the kernel's own head should be (after the last clean kick)
         self.pending = 0  # filled, not yet kicked
+        self.refs = 0  # FrameTx using it
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def release(self) -> None:
+        """One user less; the last one closes it."""
+        self.refs -= 1
+        if self.refs > 0:
+            return
+        self.mv.release()
+        with contextlib.suppress(BufferError):
+            self.ring.close()
+        self.sock.close()
+
+
+class FrameTx:
+    """Frames from ``address`` on interface ``ifname``, through the port's :class:`Ring`.
+
+    Open it in the port's network namespace. :meth:`drain` places queued datagrams
+    until one must go another way or the ring is full (then :meth:`kick` and
+    retry, or wait for :attr:`sock` to be writable); :meth:`kick` hands every
+    placed frame to the kernel in one syscall. ``ring``: the port's ring, shared
+    (default: a ring of its own, ``frames`` slots).
+    """
+
+    def __init__(self, ifname: str, address: str, mtu: int, *, frames: int = RING_FRAMES,
+                 refresh: float = 1.0, ttl: int = 64, ring: Ring | None = None) -> None:
+        self.family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.ifname = ifname
+        self.src = socket.inet_pton(self.family, address)
+        self.mtu = mtu
+        self.refresh = refresh
+        self.ttl = ttl
+        self.iphdr = 40 if self.family == socket.AF_INET6 else 20
+        r = Ring(ifname, mtu, frames) if ring is None else ring
+        if r.ifname != ifname or mtu > r.mtu:
+            raise ValueError(f"{ifname} (MTU {mtu}) cannot share the ring of {r.ifname} "
+                             f"(MTU {r.mtu})")
+        r.refs += 1
+        try:
+            self.rtnl: Rtnl | None = Rtnl()
+        except BaseException:
+            r.release()
+            raise
+        self.r = r
+        self.sock, self.ring, self.mv = r.sock, r.ring, r.mv
+        self.frame_size, self.frames = r.frame_size, r.frames
+        self.ifindex, self.mac = r.ifindex, r.mac
         self._prefix: dict[tuple[Any, ...], bytes] = {}
         self._dests: dict[str, bool] = {}  # destination → leaves by this port
         self._neigh: dict[str, bytes] = {}
@@ -205,13 +268,16 @@ class FrameTx:
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    @property
+    def pending(self) -> int:
+        """Frames placed in the port's ring, not yet kicked (by any of its users)."""
+        return self.r.pending
+
     def close(self) -> None:
-        self.mv.release()
-        with contextlib.suppress(BufferError):
-            self.ring.close()
-        self.sock.close()
         if self.rtnl is not None:
             self.rtnl.close()
+            self.rtnl = None
+            self.r.release()
 
     # -- headers ----------------------------------------------------------------------
 
@@ -288,7 +354,8 @@ class FrameTx:
         c = self.c
         port, gso, room = main.port, main.gso, self.mtu - 8 - self.iphdr
         base = DATA
-        head = self.head
+        r = self.r
+        head = r.head
         placed = nbytes = 0
         full = False
         try:
@@ -354,8 +421,8 @@ class FrameTx:
                 placed += 1
                 nbytes += n
         finally:
-            self.head = head
-            self.pending += placed
+            r.head = head
+            r.pending += placed
             c["frames"] += placed
         return placed, nbytes, full
 
@@ -478,26 +545,27 @@ class FrameTx:
         with ENOBUFS after the kernel has consumed it, and stop there: that is a
         loss on the wire (counted as ``dropped``), and the kick goes on with
         the frames behind it rather than leave them waiting for the next one."""
-        n = self.pending
+        r = self.r
+        n = r.pending
         if not n:
             return
-        self.pending = 0
+        r.pending = 0
         self.c["kicks"] += 1
         for _ in range(n + 1):
             try:
                 self.sock.send(b"", socket.MSG_DONTWAIT)
-                last = (self.head - 1 if self.head else self.frames - 1) * self.frame_size
+                last = (r.head - 1 if r.head else self.frames - 1) * self.frame_size
                 if self.ring[last] == TP_STATUS_SEND_REQUEST:
                     # out of socket memory part-way: the kernel sent the first frames,
                     # left the rest marked to send and said nothing (tpacket_snd returns
                     # what it sent). The next kick sends them: TxPath comes back for it
-                    self.pending = n
+                    r.pending = n
                     self.c["kick_again"] += 1
                     return
-                self.khead = self.head
+                r.khead = r.head
                 return
             except BlockingIOError:
-                self.pending = n  # no socket memory now: the next flush kicks again
+                r.pending = n  # no socket memory now: the next flush kicks again
                 self.c["kick_again"] += 1
                 return
             except OSError as e:
@@ -514,15 +582,16 @@ class FrameTx:
         next kick — so emulated loss would never lose anything. Make that frame (the
         first one still marked SEND_REQUEST) malformed, ``tp_len`` 0: the next ``send()``
         skips it (``PACKET_LOSS``) and the drop stands."""
+        r = self.r
         ring, fs, nf = self.ring, self.frame_size, self.frames
-        i = self.khead
+        i = r.khead
         for _ in range(nf):
             off = i * fs
             if ring[off] == TP_STATUS_SEND_REQUEST:
                 _STATUS.pack_into(ring, off, TP_STATUS_SEND_REQUEST, 0)
-                self.khead = i + 1 if i + 1 < nf else 0
+                r.khead = i + 1 if i + 1 < nf else 0
                 return True
-            if i == self.head:
+            if i == r.head:
                 return False
             i = i + 1 if i + 1 < nf else 0
         return False

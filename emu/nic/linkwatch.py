@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 
 import trio
 
+from emu.nic.udp import in_netns
+
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 1
 RTM_NEWLINK, RTM_DELLINK = 16, 17
@@ -54,24 +56,29 @@ class LinkWatch:
 
     ``on_change(port, up)`` is called once per change; the states start as the kernel
     has them when the watch opens (``SIOCGIFFLAGS``: up and running; a port that cannot
-    be read starts up)."""
+    be read starts up). ``netns_fd``: the host's namespace, where the ports are looked
+    up and the socket is made (a worker serving several hosts runs in none of theirs)."""
 
-    def __init__(self, ifnames: list[str], on_change: Callable[[int, bool], None]) -> None:
+    def __init__(self, ifnames: list[str], on_change: Callable[[int, bool], None],
+                 netns_fd: int | None = None) -> None:
+        self.netns_fd = netns_fd
         self.ports: dict[int, int] = {}    # ifindex -> port
-        for p, name in enumerate(ifnames):
-            try:
-                self.ports[socket.if_nametoindex(name)] = p
-            except OSError:
-                continue
+        with in_netns(netns_fd):
+            for p, name in enumerate(ifnames):
+                try:
+                    self.ports[socket.if_nametoindex(name)] = p
+                except OSError:
+                    continue
+            self.up = [_is_up(n) for n in ifnames]
         self.ifnames = ifnames
-        self.up = [_is_up(n) for n in ifnames]
         self.on_change = on_change
         self.changes = 0
         self.sock: socket.socket | None = None
 
     def open(self) -> None:
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK,
-                          NETLINK_ROUTE)
+        with in_netns(self.netns_fd):
+            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK,
+                              NETLINK_ROUTE)
         s.bind((0, RTMGRP_LINK))
         self.sock = s
 
@@ -98,8 +105,9 @@ class LinkWatch:
                 except BlockingIOError:
                     continue
                 except OSError:  # ENOBUFS: events were lost; re-read every port's state
-                    for p, name in enumerate(self.ifnames):
-                        up = _is_up(name)
+                    with in_netns(self.netns_fd):
+                        now_up = [_is_up(name) for name in self.ifnames]
+                    for p, up in enumerate(now_up):
                         if up != self.up[p]:
                             self.up[p] = up
                             self.changes += 1
@@ -130,10 +138,12 @@ def _is_up(ifname: str) -> bool:
 
 
 async def start(nursery: trio.Nursery, ifnames: list[str],
-                on_change: Callable[[int, bool], None]) -> tuple[LinkWatch | None, str]:
-    """A watch of ``ifnames`` running in ``nursery``; ``(None, why)`` where the namespace
-    refuses a netlink socket (then a failed port is found by the transports' timeouts)."""
-    watch = LinkWatch(ifnames, on_change)
+                on_change: Callable[[int, bool], None],
+                netns_fd: int | None = None) -> tuple[LinkWatch | None, str]:
+    """A watch of ``ifnames`` (in namespace ``netns_fd``; None: this thread's) running in
+    ``nursery``; ``(None, why)`` where the namespace refuses a netlink socket (then a
+    failed port is found by the transports' timeouts)."""
+    watch = LinkWatch(ifnames, on_change, netns_fd)
     try:
         watch.open()
     except OSError as e:

@@ -162,10 +162,14 @@ class TxPath:
 
         Why: a socket costs ~0.1 ms to make; made lazily, a sprayed burst's first
         packets (and the peer's echoing replies) paid it one by one, which delayed
-        the first feedback of a transfer by milliseconds — past the RTO.
+        the first feedback of a transfer by milliseconds — past the RTO. Not on a
+        port with a frame ring (:meth:`use_rings` first): there a datagram takes a
+        socket only while its next hop is unresolved, the first few of a destination.
         Returns how many were opened."""
         n = 0
         for main in self.mains:
+            if main in self.rings:
+                continue
             for e in entropies:
                 if e != main.port and (main.address, e) not in self._entropy \
                         and self._open_entropy(main, int(e)) is not None:

@@ -20,7 +20,14 @@ from dataclasses import replace
 from typing import Any
 
 from emu.credible import capacity, rates
-from emu.nic.topology import NIC_TRANSPORTS, coalesce_arg, daemon_args, sched_arg
+from emu.nic.topology import (
+    NIC_TRANSPORTS,
+    coalesce_arg,
+    daemon_args,
+    sched_arg,
+    worker_of,
+    workers,
+)
 from emu.plan import scale
 from emu.plan.model import NicPlan, NicPort, Plan, PortPlan, SwitchPlan, TimePlan
 from emu.switch import kernel
@@ -93,9 +100,11 @@ def build(topology: Topology, costs: capacity.Costs | None = None,
         assert wall is not None
         by_host.setdefault(p.host, []).append(NicPort(p.ifname, p.rate, wall, p.source))
     delays = path_delays(topology)
-    nics = {h.name: NicPlan(h.name, tuple(by_host.get(h.name, ())),
-                            common + line_args.get(h.name, ()) + delays.get(h.name, ()))
-            for h in topology.hosts()}
+    names = [h.name for h in topology.hosts()]
+    served_by = worker_of(names, workers(topology.nic, len(names), costs.cores))
+    nics = {h: NicPlan(h, tuple(by_host.get(h, ())),
+                       common + line_args.get(h, ()) + delays.get(h, ()), served_by[h])
+            for h in names}
 
     sources = {(p.host, p.ifname): p.source for p in host_ports}
     ports = tuple(_ports(topology, serializers, sources, cfgs, time))
@@ -142,9 +151,10 @@ def path_delays(topology: Topology) -> dict[str, tuple[str, ...]]:
                     str(i.ip) for i in (ep.ipv4, ep.ipv6) if i is not None)
     out: dict[str, tuple[str, ...]] = {}
     paths = rates.host_paths(topology)
+    links = rates.link_delays(topology)
     for h in topology.hosts():
         # the path each peer's packets take to h
-        by_peer = {o.name: rates.path_delay(topology, paths[(o.name, h.name)])
+        by_peer = {o.name: rates.path_delay(topology, paths[(o.name, h.name)], links=links)
                    for o in topology.hosts() if (o.name, h.name) in paths}
         if not by_peer:
             continue

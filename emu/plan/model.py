@@ -107,6 +107,9 @@ class NicPlan:
     host: str
     ports: tuple[NicPort, ...]
     args: tuple[str, ...]
+    #: the worker process serving this host with others (``emu nicd serve``:
+    #: :mod:`emu.nic.worker`), or None for a process of its own (``emu nicd run``)
+    worker: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,8 @@ class Plan:
             time=TimePlan(**d["time"]),
             ports=tuple(PortPlan(**p) for p in d["ports"]),
             nics={h: NicPlan(host=n["host"], ports=tuple(NicPort(**p) for p in n["ports"]),
-                             args=tuple(n["args"])) for h, n in d["nics"].items()},
+                             args=tuple(n["args"]), worker=n.get("worker"))
+                  for h, n in d["nics"].items()},
             switches={s: SwitchPlan(**{**w, "args": tuple(w.get("args", ()))})
                       for s, w in d["switches"].items()},
             credible=d["credible"], serializers=d["serializers"],

@@ -55,6 +55,15 @@ def render(plan: Plan) -> str:
             ports = ", ".join(f"{q.ifname} {rate(q.rate)}/{rate(q.wall_rate)} {q.source}"
                               for q in n.ports) or "-"
             lines.append(f"{h:<12} {ports:<40} {' '.join(n.args)}")
+        shared: dict[int, list[str]] = {}
+        for h, n in plan.nics.items():
+            if n.worker is not None:
+                shared.setdefault(n.worker, []).append(h)
+        if shared:  # emu nicd serve (emu.nic.worker)
+            lines.append(f"NIC daemons in {len(shared)} worker process(es) ([nic] workers): "
+                         + "; ".join(f"{w}: {', '.join(hs)}" for w, hs in sorted(shared.items())))
+        else:
+            lines.append("NIC daemons: one process per host")
     if plan.switches:
         lines += ["", f"{'SWITCH':<12} {'DATAPATH':<9} WHY"]
         for s, w in plan.switches.items():

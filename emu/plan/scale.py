@@ -84,7 +84,9 @@ def choose(topology: Topology, costs: capacity.Costs, switching: rates.Switching
     mtu = capacity.mtu_of(topology)
     hops = capacity.switches_on_path(topology, "user", switching, path)
     khops = capacity.switches_on_path(topology, "kernel", switching, path)
-    keep_up = rate / capacity.max_rate(costs, hops, mtu, khops, flows=senders)
+    keep_up = rate / capacity.max_rate(costs, hops, mtu, khops, flows=senders,
+                                       hosts_per_daemon=capacity.hosts_per_daemon(topology,
+                                                                                  costs))
     base = rates.base_rtt(topology, ports, mtu, 0.0, 0.0, switching, path)
     emu_rtt = costs.nic_turnaround + 2 * hops * costs.switch_turnaround
     own = emu_rtt / (overhead * base) if base > 0 else math.inf

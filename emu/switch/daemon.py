@@ -187,6 +187,7 @@ class SwitchDaemon:
         self.next_write = 0.0  # the fabric time of the next counter snapshot
         self.clients: dict[socket.socket, bytearray] = {}
         self.kports: dict[str, K.KernelPort] = {}  # the kernel datapath's ports
+        self.kprog: K.PortProgram | None = None    # … and their one BPF program
         self.datapath = "user"
         self.datapath_note = ""  # why the user-space path serves (or the kernel's error)
         self.nfq: NfQueue | None = None
@@ -406,6 +407,7 @@ class SwitchDaemon:
             return {}
         names = [n for _, n in socket.if_nameindex() if n != "lo"]
         K.remove_leftovers(names)  # a SIGKILLed predecessor's tbf and filter
+        K.remove_stale_pins()      # … and its pinned program
         ports = {n: cfg.port(n) for n in names}
         why = K.reasons(cfg, ports)
         if why:
@@ -415,15 +417,28 @@ class SwitchDaemon:
             return {}
         out: dict[str, K.KernelPort] = {}
         try:
-            obj = K.build_object()
-            for n, p in ports.items():
-                if p.rate or p.loss:
-                    kp = K.KernelPort(n, if_mtu(n), obj, self.clock.scale)
-                    out[n] = kp
-                    kp.attach(cfg, p)
+            self.kprog = K.PortProgram(K.build_object())
+            listed = K.qdiscs()
+            work = [(n, p) for n, p in ports.items() if p.rate or p.loss]
+            for i, (n, p) in enumerate(work):
+                kp = K.KernelPort(n, if_mtu(n), self.kprog, self.clock.scale)
+                out[n] = kp
+                if i == 0 or self.kprog.pin is None:  # loads the program (and pins it)
+                    kp.attach(cfg, p, listed.get(n, []))
+                    continue
+                with K.batched():  # the rest attach the pinned program: one tc for all
+                    for n2, p2 in work[i:]:
+                        kp2 = out.get(n2) or K.KernelPort(n2, if_mtu(n2), self.kprog,
+                                                          self.clock.scale)
+                        out[n2] = kp2
+                        kp2.attach(cfg, p2, listed.get(n2, []))
+                break
         except (K.KernelPathError, OSError, ValueError) as e:
             for kp in out.values():
                 kp.detach()
+            if self.kprog is not None:
+                self.kprog.close()
+                self.kprog = None
             if cfg.datapath == "kernel":
                 raise K.KernelPathError(str(e)) from e
             self.datapath_note = f"kernel path failed: {e}"
@@ -580,6 +595,8 @@ class SwitchDaemon:
             ls.close()
         for kp in self.kports.values():
             kp.detach()
+        if self.kprog is not None:
+            self.kprog.close()
         if self.nfq is not None:
             self.nfq.close()
             remove_rules(cfg.queue_num)

@@ -54,8 +54,12 @@ by the program under a spin lock, read here with ``BPF_F_LOCK``).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +109,11 @@ _INGRESS = struct.Struct(f"<{INGRESS_SLOTS}I{INGRESS_SLOTS * PFC_PRIOS}Q")
 _U32_MAX = (1 << 32) - 1
 #: the tc filter's priority and handle on each port's egress hook (ours alone)
 TC_PRIO, TC_HANDLE = "49151", "0xe1"
+#: entries of the program's per-port maps: a port's are at its ifindex (bpf/port.bpf.c)
+PORT_SLOTS = 256
+#: where the switch's program is pinned while its daemon runs (tc attaches it by path)
+PIN_DIR = "/sys/fs/bpf"
+PIN_PREFIX = "emu-port-"
 
 #: frames tbf's bucket holds. A real port sends back to back; tbf sends the next frame
 #: when its timer fires, and on this VM that timer is late by some µs per frame (median
@@ -234,17 +243,73 @@ def maps_of_prog(prog_id: int) -> dict[str, BpfMap]:
 
 # ------------------------------------------------------------------ one port
 
+#: while :func:`batched` runs: the tc commands that change something, queued for one
+#: ``tc -batch`` (None: each runs at once)
+_BATCH: list[tuple[str, ...]] | None = None
+
+
 def _tc(*args: str, check: bool = True) -> str:
-    """``tc`` in the daemon's own namespace (it runs inside the switch's)."""
+    """``tc`` in the daemon's own namespace (it runs inside the switch's); inside
+    :func:`batched`, a checked change is queued instead (it prints nothing)."""
+    if _BATCH is not None and check and args[:1] in (("qdisc",), ("filter",), ("class",)) \
+            and args[1:2] in (("replace",), ("add",), ("change",)):
+        _BATCH.append(args)
+        return ""
     try:
         return bpfobj.tc(list(args), check=check)
     except BpfError as e:
         raise KernelPathError(str(e)) from e
 
 
-def root_qdisc(ifname: str) -> str | None:
-    """The kind of the port's root qdisc, None for the default (noqueue/none)."""
-    for q in json.loads(_tc("-j", "qdisc", "show", "dev", ifname) or "[]"):
+@contextlib.contextmanager
+def batched() -> Iterator[None]:
+    """Queue the checked tc changes made inside and run them as one ``tc -batch`` at the
+    end (KernelPathError naming the first that failed). Why: a tc process per command,
+    five or more per port, was ~7 s of a 256-host leaf-spine's start (20 switches, 352
+    ports). Reads (``show``) still run at once — they must not depend on what is
+    queued."""
+    global _BATCH
+    if _BATCH is not None:  # nested: the outer one runs them
+        yield
+        return
+    _BATCH = []
+    try:
+        yield
+        cmds, _BATCH = _BATCH, None
+        if cmds:
+            _run_batch(cmds)
+    finally:
+        _BATCH = None
+
+
+def _run_batch(cmds: list[tuple[str, ...]]) -> None:
+    import shlex
+    import subprocess
+
+    text = "".join(" ".join(shlex.quote(a) for a in c) + "\n" for c in cmds)
+    p = subprocess.run(["tc", "-batch", "-"], input=text, capture_output=True, text=True)
+    if p.returncode != 0:
+        err = (p.stderr or p.stdout).strip()
+        line = next((int(w.split(":")[-1]) for w in err.split()
+                     if w.startswith("-:") and w.split(":")[-1].isdigit()), 0)
+        what = " ".join(cmds[line - 1]) if 0 < line <= len(cmds) else "a batched command"
+        raise KernelPathError(f"tc {what}: {err.splitlines()[0] if err else p.returncode}")
+
+
+def qdiscs() -> dict[str, list[dict[str, Any]]]:
+    """Every port's qdiscs in this namespace (one ``tc -j qdisc show``), by interface."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for q in json.loads(_tc("-j", "qdisc", "show") or "[]"):
+        out.setdefault(str(q.get("dev", "")), []).append(q)
+    return out
+
+
+def root_qdisc(ifname: str, known: list[dict[str, Any]] | None = None) -> str | None:
+    """The kind of the port's root qdisc, None for the default (noqueue/none); ``known``:
+    the port's qdiscs as :func:`qdiscs` listed them."""
+    listed = known if known is not None else json.loads(
+        _tc("-j", "qdisc", "show", "dev", ifname) or "[]")
+    for q in listed:
         if q.get("root") and q.get("kind") not in ("noqueue", "pfifo_fast", "mq"):
             return str(q.get("kind"))
     return None
@@ -253,31 +318,149 @@ def root_qdisc(ifname: str) -> str | None:
 def remove_leftovers(ifnames: list[str]) -> int:
     """Remove what a SIGKILLed daemon's kernel path left on these ports — only ours: the
     egress filter with our priority and handle, a root qdisc with our handle. Returns
-    how many ports had some."""
+    how many ports had some. One listing of the namespace's qdiscs first: a port with
+    neither clsact nor our root (every port of a fresh switch) needs no more."""
     n = 0
+    listed = qdiscs()
     for ifname in ifnames:
         hit = False
-        out = _tc("-j", "filter", "show", "dev", ifname, "egress", check=False) or "[]"
-        if any(str(f.get("pref")) == TC_PRIO and (f.get("options") or {}).get("handle")
-               == TC_HANDLE for f in json.loads(out)):
-            _tc("filter", "del", "dev", ifname, "egress", "prio", TC_PRIO, "handle",
-                TC_HANDLE, "bpf", check=False)
-            hit = True
-        out = _tc("-j", "qdisc", "show", "dev", ifname, check=False) or "[]"
-        if any(q.get("root") and q.get("handle") == ROOT_HANDLE for q in json.loads(out)):
+        mine = listed.get(ifname, [])
+        if any(q.get("kind") == "clsact" for q in mine):
+            out = _tc("-j", "filter", "show", "dev", ifname, "egress", check=False) or "[]"
+            if any(str(f.get("pref")) == TC_PRIO and (f.get("options") or {}).get("handle")
+                   == TC_HANDLE for f in json.loads(out)):
+                _tc("filter", "del", "dev", ifname, "egress", "prio", TC_PRIO, "handle",
+                    TC_HANDLE, "bpf", check=False)
+                hit = True
+        if any(q.get("root") and q.get("handle") == ROOT_HANDLE for q in mine):
             _tc("qdisc", "del", "dev", ifname, "root", check=False)
             hit = True
         n += hit
     return n
 
 
+def _filter_prog(ifname: str) -> int:
+    """The id of our program on the port's egress hook (KernelPathError: none)."""
+    prog = None
+    for f in json.loads(_tc("-j", "filter", "show", "dev", ifname, "egress") or "[]"):
+        prog = (f.get("options") or {}).get("prog", {}).get("id") or prog
+    if prog is None:
+        raise KernelPathError(f"port {ifname}: no BPF program after tc filter add")
+    return int(prog)
+
+
+def remove_stale_pins(pin_dir: str = PIN_DIR) -> int:
+    """Unlink the program pins of switch daemons that are gone (a SIGKILLed one leaves
+    its pin: the file keeps the program loaded). Returns how many."""
+    n = 0
+    try:
+        names = os.listdir(pin_dir)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(PIN_PREFIX):
+            continue
+        pid = name[len(PIN_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(pin_dir, name))
+                n += 1
+    return n
+
+
+class PortProgram:
+    """The switch's one tc BPF program, on every kernel port.
+
+    Loaded once, by tc with the first port (the verifier's pass, ~90 ms here, had been
+    paid per port: 15 s of a 256-host leaf-spine's start), pinned in the bpffs while the
+    daemon runs so that tc attaches the same program to the other ports
+    (``object-pinned``); its maps are shared, each port's entries at its ifindex
+    (:data:`PORT_SLOTS`). Where pinning fails (no bpffs), each port loads its own copy,
+    as before, and says nothing is lost but time."""
+
+    def __init__(self, obj: Path, pin_dir: str = PIN_DIR) -> None:
+        self.obj = obj
+        self.pin_dir = pin_dir
+        self.pin: str | None = None
+        self.slots: dict[str, int] = {}            # port → its entries in the maps
+        self.maps: dict[str, BpfMap] = {}      # the shared program's (owned)
+        self.own: dict[str, dict[str, BpfMap]] = {}  # per port, where nothing is pinned
+        self.loads = 0
+
+    def attach(self, ifname: str) -> dict[str, BpfMap]:
+        """Attach the program to ``ifname``'s egress; its entries of the maps."""
+        idx = socket.if_nametoindex(ifname)
+        slot = self.slots.get(ifname)
+        if slot is None:
+            free = sorted(set(range(PORT_SLOTS)) - set(self.slots.values()))
+            if not free:
+                raise KernelPathError(f"port {ifname}: the program serves {PORT_SLOTS} "
+                                      "ports at most")
+            slot = self.slots[ifname] = free[0]
+        base = ["filter", "replace", "dev", ifname, "egress", "prio", TC_PRIO, "handle",
+                TC_HANDLE, "bpf"]
+        if self.pin is not None:
+            _tc(*base, "object-pinned", self.pin, "da")
+            maps = self.maps
+        else:
+            _tc(*base, "da", "obj", str(self.obj), "sec", "tc")
+            self.loads += 1
+            prog = _filter_prog(ifname)
+            maps = maps_of_prog(prog)
+            if not self.maps and not self.own:  # the first: pin it for the others
+                path = os.path.join(self.pin_dir, f"{PIN_PREFIX}{os.getpid()}-{prog}")
+                try:
+                    bpfobj.pin_prog(prog, path)
+                    self.pin = path
+                except BpfError:
+                    pass
+            if self.pin is not None:
+                self.maps = maps
+            else:
+                self.own[ifname] = maps
+        for name, size in (("emu_port_cfg", CFG_SIZE), ("emu_port_state", _STATE.size),
+                           ("emu_port_pfc", _INGRESS.size), ("emu_port_slot", 4)):
+            m = maps.get(name)
+            if m is None or m.value_size != size or m.max_entries != PORT_SLOTS:
+                raise KernelPathError(
+                    f"map {name}: {f'{m.value_size} bytes x {m.max_entries}' if m else 'missing'}"
+                    f", expected {size} x {PORT_SLOTS} (object and loader disagree)")
+        views = {name: maps[name].at(slot)
+                 for name in ("emu_port_cfg", "emu_port_state", "emu_port_pfc")}
+        # a fresh start for the slot (a port detached before had it), then open it
+        views["emu_port_state"].write(b"")
+        views["emu_port_pfc"].write(b"")
+        maps["emu_port_slot"].at(idx, indexed=False).write(struct.pack("<I", slot))
+        return views
+
+    def release(self, ifname: str) -> None:
+        """A port detached (its filter gone): its slot is free again, and a copy of the
+        program of its own goes with it."""
+        self.slots.pop(ifname, None)
+        for m in self.own.pop(ifname, {}).values():
+            m.close()
+
+    def close(self) -> None:
+        """Unpin (the attached copies stay until their filters go) and close the maps."""
+        if self.pin is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.pin)
+            self.pin = None
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+        for name in list(self.own):
+            self.release(name)
+
+
 class KernelPort:
     """One egress port served by tbf + the BPF virtual queue (see the module docstring)."""
 
-    def __init__(self, ifname: str, mtu: int, obj: Path, scale: float = 1.0) -> None:
+    def __init__(self, ifname: str, mtu: int, program: PortProgram,
+                 scale: float = 1.0) -> None:
         self.ifname = ifname
         self.mtu = mtu
-        self.obj = obj
+        self.program = program
         self.scale = scale  # the cluster's time scale: tbf and the program run at rate/scale
         self.rate: int | None = None  # the fabric rate in force (None: no tbf)
         self.prio = False  # the prio qdisc for trimmed packets is under tbf
@@ -288,27 +471,18 @@ class KernelPort:
         self.maps: dict[str, BpfMap] = {}
         self.made_clsact = False
 
-    def attach(self, cfg: SwitchConfig, p: PortConfig) -> None:
-        kind = root_qdisc(self.ifname)
+    def attach(self, cfg: SwitchConfig, p: PortConfig,
+               known: list[dict[str, Any]] | None = None) -> None:
+        """Attach the program and configure the port; ``known``: its qdiscs as
+        :func:`qdiscs` listed them (else read here)."""
+        listed = known if known is not None else json.loads(
+            _tc("-j", "qdisc", "show", "dev", self.ifname) or "[]")
+        kind = root_qdisc(self.ifname, listed)
         if kind is not None:
             raise KernelPathError(f"port {self.ifname} already has a root qdisc ({kind})")
-        self.made_clsact = not any(q.get("kind") == "clsact" for q in json.loads(
-            _tc("-j", "qdisc", "show", "dev", self.ifname) or "[]"))
+        self.made_clsact = not any(q.get("kind") == "clsact" for q in listed)
         _tc("qdisc", "replace", "dev", self.ifname, "clsact")
-        _tc("filter", "replace", "dev", self.ifname, "egress", "prio", TC_PRIO, "handle",
-            TC_HANDLE, "bpf", "da", "obj", str(self.obj), "sec", "tc")
-        prog = None
-        for f in json.loads(_tc("-j", "filter", "show", "dev", self.ifname, "egress")):
-            prog = (f.get("options") or {}).get("prog", {}).get("id") or prog
-        if prog is None:
-            raise KernelPathError(f"port {self.ifname}: no BPF program after tc filter add")
-        self.maps = maps_of_prog(int(prog))
-        for name, size in (("emu_port_cfg", CFG_SIZE), ("emu_port_state", _STATE.size),
-                           ("emu_port_pfc", _INGRESS.size)):
-            m = self.maps.get(name)
-            if m is None or m.value_size != size:
-                raise KernelPathError(f"map {name}: {m.value_size if m else 'missing'} bytes, "
-                                      f"expected {size} (object and loader disagree)")
+        self.maps = self.program.attach(self.ifname)
         self.configure(cfg, p)
 
     def configure(self, cfg: SwitchConfig, p: PortConfig) -> None:
@@ -448,9 +622,8 @@ class KernelPort:
         return out
 
     def detach(self) -> None:
-        for m in self.maps.values():
-            m.close()
         self.maps = {}
+        self.program.release(self.ifname)
         _tc("filter", "del", "dev", self.ifname, "egress", "prio", TC_PRIO, "handle", TC_HANDLE,
             "bpf", check=False)
         if self.rate:

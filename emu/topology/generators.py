@@ -193,6 +193,8 @@ class Size:
     hosts: int
     switches: int
     links: int
+    #: ``[nic] workers`` as written ("auto", "host" or a number; :mod:`emu.nic.topology`)
+    nic_workers: object = "auto"
 
 
 @dataclass(frozen=True)

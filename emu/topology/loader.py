@@ -35,7 +35,9 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from emu.fabricclock import check_scale
 from emu.topology import addressing, sections
@@ -140,6 +142,14 @@ def _apply_set(data: dict, overrides: Mapping[str, object] | Sequence[str] | Non
         loc.from_set[".".join(parts)] = arg
 
 
+def _workers(size: Size, data: dict[str, Any]) -> Size:
+    """``size`` with the ``[nic] workers`` the file (and its ``--set``s) ask for: how many
+    processes the NIC daemons take decides their memory."""
+    nic = data.get("nic")
+    return replace(size, nic_workers=nic.get("workers", "auto")) if isinstance(nic, dict) \
+        else size
+
+
 def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
            check_size: SizeCheck | None = None) -> Topology:
     check_keys(data, _TOP, "", loc)
@@ -168,8 +178,8 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
         if check_size is not None:
             nodes = [n for n in data.get("node", []) if isinstance(n, dict)]
             hosts = sum(1 for n in nodes if n.get("kind", "host") == "host")
-            check_size(Size(hosts, len(nodes) - hosts, len(data.get("link", []))),
-                       "switch" in data)
+            check_size(_workers(Size(hosts, len(nodes) - hosts, len(data.get("link", []))),
+                                data), "switch" in data)
         topo = _custom(data, loc)
         params: dict[str, object] = {}
     else:
@@ -185,7 +195,7 @@ def _build(data: dict, loc: Locator, name: str | None, stem: str | None,
             params[key] = parse_value(lambda v, p=p: parse_int(v, p.lo, p.hi), value,
                                       f"params.{key}", loc)
         if check_size is not None:
-            check_size(gen.size(**params), "switch" in data)
+            check_size(_workers(gen.size(**params), data), "switch" in data)
         topo = gen.func(**params)
     topo.source = loc.source
     topo.params = params

@@ -51,12 +51,13 @@ def test_up_starts_every_daemon_from_the_plan_it_keeps_and_dry_run_printed():
 #: every function that derives a setting from the topology (credible/, switch/, nic/):
 #: once the plan is made, ``emu up`` calls none of them
 DERIVATIONS = {
-    "emu.credible.capacity": ("fit", "propose", "switches_on_path", "datapaths", "mtu_of"),
+    "emu.credible.capacity": ("fit", "propose", "switches_on_path", "datapaths", "mtu_of",
+                              "hosts_per_daemon"),
     "emu.credible.rates": ("host_ports", "base_rtt", "serializers", "serialized",
                            "longest_path", "switching"),
     "emu.switch.topology": ("configs", "enabled", "user_space"),
     "emu.switch.kernel": ("predict", "reasons"),
-    "emu.nic.topology": ("daemon_args", "coalesce_arg", "sched_arg"),
+    "emu.nic.topology": ("daemon_args", "coalesce_arg", "sched_arg", "workers", "worker_of"),
 }
 
 

@@ -530,3 +530,47 @@ def test_an_srv6_frame_is_the_inner_packet_in_an_outer_ipv6_header():
     assert UDP(bytes(got)).chksum == want  # scapy's own checksum agrees
     with pytest.raises(ValueError, match="needs IPv6"):
         ip_udp(b"\x0a\0\0\1", b"\x0a\0\0\2", 1, 2, 3, 0, 5, None, 64)
+
+
+def test_a_ports_addresses_share_one_ring(net):
+    """An IPv4 and an IPv6 sender on one ring (what a NIC daemon gives a port's addresses
+    and transports): their frames take consecutive slots, one kick sends both, every
+    datagram arrives exact, and the ring closes with its last user only."""
+    from emu.nic.frames import Ring
+
+    rx4, rx6 = _receiver(net, socket.AF_INET), _receiver(net, socket.AF_INET6)
+    (s4, d4), (s6, d6) = _addrs(socket.AF_INET), _addrs(socket.AF_INET6)
+
+    def make():
+        ring = Ring("a0", 1500, 16)
+        return (PortSocket(s4, PORT, ifname="a0", mtu=1500), FrameTx("a0", s4, 1500, ring=ring),
+                PortSocket(s6, PORT, ifname="a0", mtu=1500), FrameTx("a0", s6, 1500, ring=ring),
+                ring)
+
+    m4, f4, m6, f6, ring = in_netns(net.a, make)
+    try:
+        assert ring.refs == 2 and f4.sock is f6.sock
+        _drain_resolved(f4, deque([(b"r", (d4, PORT), TxMeta(50999))]), m4)
+        _drain_resolved(f6, deque([(b"r", (d6, PORT), TxMeta(50999))]), m6)
+        _read(rx4, 1)
+        _read(rx6, 1)
+        head = ring.head
+        q4 = deque((b"v4-%d" % i, (d4, PORT), TxMeta(51000 + i)) for i in range(5))
+        q6 = deque((b"v6-%d" % i, (d6, PORT), TxMeta(52000 + i)) for i in range(5))
+        assert f4.drain(q4, m4, lambda ip: m4)[0] == 5
+        assert f6.drain(q6, m6, lambda ip: m6)[0] == 5
+        assert ring.head == (head + 10) % 16 and f4.pending == f6.pending == 10
+        f6.kick()  # one kick: every placed frame, whoever placed it
+        assert ring.pending == 0
+        assert [g[0] for g in _read(rx4, 5)] == [b"v4-%d" % i for i in range(5)]
+        assert [g[0] for g in _read(rx6, 5)] == [b"v6-%d" % i for i in range(5)]
+        f4.close()
+        assert ring.refs == 1 and f6.sock.fileno() >= 0  # still open for the other
+    finally:
+        f4.close()
+        f6.close()
+        assert ring.refs == 0 and f6.sock.fileno() == -1
+        for s in (rx4, rx6, m4, m6):
+            s.close()
+    with pytest.raises(ValueError, match="cannot share"):
+        FrameTx("b0", s4, 1500, ring=ring)

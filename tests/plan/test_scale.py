@@ -29,8 +29,9 @@ def _rules_hold(topo, s: float) -> tuple[bool, bool]:
     assert c is not None
     hops = capacity.switches_on_path(topo, "user", sw, path)
     khops = capacity.switches_on_path(topo, "kernel", sw, path)
-    keeps = c.rate / s <= capacity.max_rate(COSTS, hops, capacity.mtu_of(topo), khops,
-                                            flows=c.senders) * (1 + 1e-9)
+    keeps = c.rate / s <= capacity.max_rate(
+        COSTS, hops, capacity.mtu_of(topo), khops, flows=c.senders,
+        hosts_per_daemon=capacity.hosts_per_daemon(topo, COSTS)) * (1 + 1e-9)
     own = c.emu_rtt / s <= c.overhead * c.base_rtt * (1 + 1e-9)
     return keeps, own
 

@@ -146,16 +146,19 @@ def test_bench_wire_quick_prints_codec_and_scapy_per_protocol():
 
 @needs_root
 def test_bench_fabric_quick_builds_and_removes_a_small_cluster():
-    """``scripts/bench-fabric --quick``: one 4-host leaf-spine built and torn down through
-    the benchmark's hook (which removes its namespaces itself), no Mininet."""
+    """``scripts/bench-fabric --quick``: a 4-host leaf-spine up and down as whole commands,
+    bare and with NIC daemons and the switch pipeline; no Mininet."""
     out = _run([str(ROOT / "scripts/bench-fabric"), "--quick"]).stdout
-    assert "emu leaf-spine 2 leaves × 2 hosts, 1 spine" in out, out
-    assert "mininet: not compared (--quick" in out and "16 leaves" not in out
+    assert "4 hosts, bare" in out and "4 hosts, NIC daemons + pipeline" in out, out
+    assert "mininet: not compared (--quick" in out and "256 hosts" not in out
     res = json.loads(_run([str(ROOT / "scripts/bench-fabric"), "--quick", "--json"]).stdout)
-    assert res["quick"] is True and res["emu_256"] is None and res["ratio"] is None
-    e = res["emu_64"]
-    assert e["hosts"] == 4 and e["switches"] == 3
-    assert {"up", "down", "total", "netns", "veth"} <= set(e) and e["total"] > 0
+    assert res["quick"] is True and res["mininet_over_emu"] is None
+    bare, full = res["rows"]
+    assert (bare["hosts"], bare["switches"], full["hosts"], full["switches"]) == (4, 3, 4, 3)
+    assert bare["nicd_processes"] == 0 and full["nicd_processes"] >= 1
+    assert full["nicd_pss_mib"] > 0 and full["switchd_pss_mib"] > 0
+    for r in res["rows"]:
+        assert r["up_s"] > 0 and r["down_s"] > 0
 
 
 def _auto_scale(topology: str, *sets: str) -> float:

@@ -116,6 +116,23 @@ struct port_state {
  */
 #define INGRESS_SLOTS 64
 
+/*
+ * One program per switch, attached to every kernel port: each port's configuration,
+ * state and PFC table are the maps' entries at its slot, which the loader gives each
+ * port (emu_port_slot: egress ifindex -> slot; ifindexes are as large as the machine's
+ * count of interfaces, since a veth keeps its index when moved into a namespace). A
+ * packet on a port without a slot passes untouched. Why not a program per port: each
+ * load is a verifier pass (~90 ms here), 15 s of a 256-host leaf-spine's start.
+ */
+#define PORT_SLOTS 256
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PORT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} emu_port_slot SEC(".maps");
+
 struct ingress_tab {
 	__u32 ifindex[INGRESS_SLOTS];
 	__u64 t_last[INGRESS_SLOTS][8];
@@ -123,7 +140,7 @@ struct ingress_tab {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, PORT_SLOTS);
 	__type(key, __u32);
 	__type(value, struct ingress_tab);
 } emu_port_pfc SEC(".maps");
@@ -144,14 +161,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, PORT_SLOTS);
 	__type(key, __u32);
 	__type(value, struct port_cfg);
 } emu_port_cfg SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, PORT_SLOTS);
 	__type(key, __u32);
 	__type(value, struct port_state);
 } emu_port_state SEC(".maps");
@@ -482,7 +499,13 @@ static __always_inline int do_trim(struct __sk_buff *skb, const struct port_cfg 
 SEC("tc")
 int emu_port(struct __sk_buff *skb)
 {
-	__u32 key = 0;
+	__u32 ifindex = skb->ifindex;
+	__u32 *slot = bpf_map_lookup_elem(&emu_port_slot, &ifindex);
+	if (!slot)
+		return TC_ACT_OK;
+	__u32 key = *slot;           /* this port's entries */
+	if (key >= PORT_SLOTS)
+		return TC_ACT_OK;
 	struct port_cfg *c = bpf_map_lookup_elem(&emu_port_cfg, &key);
 	struct port_state *s = bpf_map_lookup_elem(&emu_port_state, &key);
 	if (!c || !s)
