@@ -60,6 +60,20 @@ def _mem_available_mib() -> float:
     return 0.0
 
 
+def _settled_mem_mib(limit_s: float = 15.0) -> float:
+    """``MemAvailable`` once it has stopped moving (within 4 MiB over half a second):
+    the kernel frees a removed cluster's namespaces in the background, for seconds."""
+    last = _mem_available_mib()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _mem_available_mib()
+        if abs(now - last) < 4:
+            return now
+        last = now
+    return last
+
+
 def _daemon_pss_mib(cluster: str) -> dict[str, float]:
     """The NIC and switch daemons' proportional set size (MiB), each process once."""
     from emu.fabric import state
@@ -95,15 +109,14 @@ def emu_case(label: str, size: tuple[str, ...], extra: tuple[str, ...],
     argv = ["up", LEAF_SPINE, "--name", name, "--force", *sets,
             *(() if daemons else ("--no-daemons",))]
     print(f"  {label}: emu up …", file=sys.stderr, flush=True)
-    before = _mem_available_mib()
+    before = _settled_mem_mib()
     t0 = time.perf_counter()
     try:
         up = _emu(*argv)
         t_up = time.perf_counter() - t0
         if up.returncode != 0:
             raise RuntimeError(f"emu up failed ({label}): {up.stderr.strip()[-600:]}")
-        time.sleep(0.5)  # daemons settle (their memory, not their readiness: that was up's)
-        mem = before - _mem_available_mib()
+        mem = before - _settled_mem_mib(5.0)  # what the cluster holds once it settled
         pss = _daemon_pss_mib(name)
         hosts = sum(1 for line in up.stdout.splitlines() if line.split()[1:2] == ["host"])
         switches = sum(1 for line in up.stdout.splitlines()

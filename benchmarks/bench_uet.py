@@ -82,6 +82,29 @@ def start_daemons(cluster: str, hosts: dict[str, str], opts: list[str],
     return procs
 
 
+def start_worker(cluster: str, hosts: dict[str, str], opts: list[str],
+                 extra: tuple[str, ...] = ()) -> list[Any]:
+    """One ``emu nicd serve`` process serving every host (``-t uet`` on the given
+    address each), pinned to the sender's CPU; returns it as a one-process list."""
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = {h: ["-t", "uet", "--addr", addr, *extra,
+                *(x for o in opts for x in ("--engine-opt", o))] for h, addr in hosts.items()}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"cluster": cluster, "hosts": args}, f)
+    try:
+        pr = subprocess.Popen([sys.executable, "-m", "emu.nic.worker", f.name],
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        pin(pr.pid, SEND_CPU)
+        if not pr.stdout.readline().startswith("ready "):
+            stop_daemons([pr])
+            raise RuntimeError("the NIC worker did not start")
+    finally:
+        os.unlink(f.name)
+    return [pr]
+
+
 def stop_daemons(procs: list[Any]) -> None:
     for pr in procs:
         stop(pr, 20)
@@ -137,19 +160,21 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
     try:
         fam = 4 if a.ipv4 else 6
         addr = {h: _addr(topo, h, fam) for h in ("h1", "h2")}
-        procs = start_daemons(name, addr, a.engine_opt, _nicd_args(a))
+        procs = (start_worker if a.worker else start_daemons)(name, addr, a.engine_opt,
+                                                              _nicd_args(a))
+        who = ("worker",) if a.worker else ("h1", "h2")
         # the application (this process) off the sending NIC's core: its wake-ups per
         # completion preempted the sending daemon (~9 % of it, py-spy)
         pin(os.getpid(), RECV_CPU)
         uet, blasts, payload = [], [], 0
-        cpu = {h: [0, 0] for h in ("h1", "h2")}
+        cpu = {h: [0, 0] for h in who}
         deltas = []
         for _ in range(a.runs):
             before = [cpu_ticks(pr.pid) for pr in procs]
             r, d = measured(name, lambda: uet_write(name, "h1", "h2", a.total * MiB,
                                                     a.msg * MiB, a.depth))
             deltas.append(d)
-            for h, pr, b in zip(("h1", "h2"), procs, before, strict=True):
+            for h, pr, b in zip(who, procs, before, strict=True):
                 after = cpu_ticks(pr.pid)
                 cpu[h][0] += after[0] - b[0]
                 cpu[h][1] += after[1] - b[1]
@@ -169,6 +194,7 @@ def bench_pair(a: argparse.Namespace) -> dict[str, Any]:
         bcpu = {k: statistics.median(b[k] for b in blasts)
                 for k in ("tx_user_us", "tx_kernel_us", "rx_user_us", "rx_kernel_us")}
         return {"family": f"IPv{fam}", "payload": payload, "uet_gbps": uet,
+                "nic": "one worker serving h1 and h2" if a.worker else "a daemon per host",
                 "blaster_gbps": bgbps, "uet_gbps_median": g, "blaster_gbps_median": bl,
                 "ratio": g / bl if bl else None,
                 "retransmits": eng.get("tx_retransmits", 0), "goal_ratio": 1.0,
@@ -228,7 +254,7 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
     if "pair" in res:
         r = res["pair"]
         print(f"\npair (h1 - h2, MTU 9000, {r['family']}), one RUD PDC, "
-              f"{r['payload']} B payload per packet")
+              f"{r['payload']} B payload per packet; NIC: {r['nic']}")
         print(f"{'':34}{'Gb/s':>10}")
         print(f"{'UET WRITE goodput':34}{r['uet_gbps_median']:>10.2f}   runs: "
               + ", ".join(f"{x:.2f}" for x in r["uet_gbps"]))
@@ -238,9 +264,13 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
         print(f"{'ratio':34}{ratio if ratio is not None else float('nan'):>10.2f}x  "
               f"(goal >= {r['goal_ratio']}x); {r['retransmits']} retransmitted packets")
         c = r["cpu_per_packet"]
-        print(f"CPU per data packet of {r['payload']} B (µs, user + kernel): sender h1 "
-              f"{c['h1']['user_us']:.1f} + {c['h1']['kernel_us']:.1f}, receiver h2 "
-              f"{c['h2']['user_us']:.1f} + {c['h2']['kernel_us']:.1f}")
+        if "worker" in c:
+            print(f"CPU per data packet of {r['payload']} B (µs, user + kernel): the worker "
+                  f"(both ends) {c['worker']['user_us']:.1f} + {c['worker']['kernel_us']:.1f}")
+        else:
+            print(f"CPU per data packet of {r['payload']} B (µs, user + kernel): sender h1 "
+                  f"{c['h1']['user_us']:.1f} + {c['h1']['kernel_us']:.1f}, receiver h2 "
+                  f"{c['h2']['user_us']:.1f} + {c['h2']['kernel_us']:.1f}")
         b = r["blaster_cpu_per_packet"]
         print(f"{'':23}the blaster's (per datagram): sender {b['tx_user_us']:.1f} + "
               f"{b['tx_kernel_us']:.1f}, receiver {b['rx_user_us']:.1f} + "
@@ -283,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="daemons send sprayed packets by socket, one sendmsg each, instead "
                         "of through their packet TX ring (emu.nic.frames)")
     p.add_argument("--ipv4", action="store_true", help="IPv4 (no GSO) instead of IPv6")
+    p.add_argument("--worker", action="store_true",
+                   help="pair: one NIC worker process serves both hosts (emu nicd serve, "
+                        "what emu up starts per core) instead of a daemon per host; its CPU "
+                        "per packet is both ends'")
     p.add_argument("--no-pin", action="store_true",
                    help="let the scheduler place the processes (default: sender side on "
                         "CPU 0, receiver side on CPU 1, for every measurement)")

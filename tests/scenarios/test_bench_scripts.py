@@ -58,6 +58,16 @@ def test_bench_uet_script_prints_the_pair_table():
                 "emulator losses"):
         assert row in out, out
     assert "leaf-spine" not in out  # --part pair only
+    assert "NIC: a daemon per host" in out
+
+
+@needs_root
+def test_bench_uet_pair_with_one_worker_serving_both_hosts():
+    """``--worker``: one ``emu nicd serve`` for h1 and h2; its CPU is both ends'."""
+    res = json.loads(_run([str(ROOT / "scripts/bench-uet"), "--part", "pair", "--quick",
+                           "--worker", "--json"]).stdout)["pair"]
+    assert res["nic"] == "one worker serving h1 and h2" and res["uet_gbps_median"] > 0
+    assert set(res["cpu_per_packet"]) == {"worker"}
 
 
 @needs_root
