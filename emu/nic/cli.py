@@ -254,34 +254,51 @@ def _run(a: argparse.Namespace) -> int:
                 await n.start(d.run)
                 for w in d.warnings:
                     print(f"emu nicd: {w}", file=sys.stderr, flush=True)
-                ready = {"pid": os.getpid(), "sock": cfg.sock_path, "ready_after_s":
-                         d.ready_after, "transports": list(d.slots)}
-                print("ready " + json.dumps(ready), flush=True)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)  # the parent may close the pipe now
-                os.close(devnull)
+                say_ready({"pid": os.getpid(), "sock": cfg.sock_path, "ready_after_s":
+                           d.ready_after, "transports": list(d.slots)})
                 async for _ in sigs:
                     d.stop()
                     break
 
-    errors = (OSError, RuntimeError, ValueError, ImportError)
-    try:
+    def run() -> None:
         if cfg.time_scale != 1 or cfg.time_epoch:
             # fabric time: trio.current_time() is the fabric clock (emu.nic.clock)
             trio.run(main, clock=TrioFabricClock(FabricClock(cfg.time_scale, cfg.time_epoch)))
         else:
             trio.run(main)
-    except errors as e:
-        print(f"emu nicd: {e}", file=sys.stderr)
+
+    return reported(run, "emu nicd")
+
+
+#: what a daemon that fails to start says in one line each and exits 1 for
+START_ERRORS = (OSError, RuntimeError, ValueError, ImportError)
+
+
+def reported(run: Any, prog: str) -> int:
+    """Run a daemon (``run()``) to its end: 0; a start-up error — also one a nursery
+    wrapped — is a line on stderr each (``prog: error``) and 1."""
+    try:
+        run()
+    except START_ERRORS as e:
+        print(f"{prog}: {e}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as eg:  # a start-up error comes wrapped by the nursery
-        rest = eg.split(errors)[1]
+        rest = eg.split(START_ERRORS)[1]
         if rest is not None:
             raise
         for e in _leaves(eg):
-            print(f"emu nicd: {e}", file=sys.stderr)
+            print(f"{prog}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def say_ready(ready: dict[str, Any]) -> None:
+    """The one stdout line a daemon prints (``ready <json>``), then stdout goes to
+    /dev/null: the parent may close the pipe now."""
+    print("ready " + json.dumps(ready), flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 def _serve(path: str) -> int:

@@ -40,21 +40,20 @@ import trio
 
 from emu.core.memory import MemoryTable
 from emu.core.trace import NULL_TRACE, Trace
-from emu.cpu import policy_in_force, slice_in_force
 from emu.fabricclock import FabricClock, realtime, wall
 from emu.nic import engines, linkwatch, rxheader
 from emu.nic.clock import current_scale
-from emu.nic.coalesce import RxCoalescer, describe_coalesce
+from emu.nic.coalesce import RxCoalescer
 from emu.nic.config import NicConfig
 from emu.nic.control import ControlServer
+from emu.nic.daemonstats import daemon_stats
 from emu.nic.delayline import DelayLine
 from emu.nic.frames import RING_FRAMES, FrameTx, Ring, ring_frames
 from emu.nic.framing import framer_for
 from emu.nic.linkwatch import LinkWatch
-from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
 from emu.nic.pacer import FRAME_OVERHEAD, PortPacer
 from emu.nic.pause import PortPause
-from emu.nic.slot import SLOT_COUNTERS, EngineSlot, line_counters, take, takes, trimmed_table
+from emu.nic.slot import SLOT_COUNTERS, EngineSlot, take, takes, trimmed_table
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath
 from emu.nic.udp import (
@@ -67,7 +66,7 @@ from emu.nic.udp import (
     in_netns,
     interfaces,
 )
-from emu.proc import process_age, rss_kib
+from emu.proc import process_age
 
 
 def _frame_ring(main: PortSocket, rings: dict[str, Ring]) -> FrameTx | None:
@@ -769,55 +768,7 @@ class NicDaemon:
     # -- counters -------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        totals: dict[str, int] = {}
-        transports = {}
-        for slot in self.slots.values():
-            slot.c["rx_kernel_drops"] = sum(p.kernel_drops for p in slot.tx.sockets())
-            for k, v in slot.c.items():
-                if k != "tx_last_errno":
-                    totals[k] = totals.get(k, 0) + v
-            try:
-                eng = slot.engine.counters()
-            except Exception as e:  # noqa: BLE001
-                eng = {"error": repr(e)}
-            for k in ENGINE_OVERLOAD + ENGINE_OVERLOAD_TIME:  # an engine's own overload
-                v = eng.get(k, 0)
-                totals[k] = totals.get(k, 0) + (v if isinstance(v, int) else 0)
-            transports[slot.name] = {"udp_port": slot.port, "rx_backlog": len(slot.backlog),
-                                     "tx_queue": len(slot.tx.queue), "counters": dict(slot.c),
-                                     "engine": eng,
-                                     "engine_options": dict(
-                                         self.cfg.engine_options.get(slot.name, {})),
-                                     "options_in_force": slot.options_in_force,
-                                     "icrc_ip_header": slot.ip_header or None,
-                                     "sockets": [p.describe() for p in slot.tx.sockets()],
-                                     "frame_rings": {f"{m.ifname} {m.address}": fx.counters()
-                                                     for m, fx in slot.tx.rings.items()},
-                                     "delay_line": line_counters(slot.delay)}
-        try:
-            now = trio.current_time()
-        except RuntimeError:  # outside the daemon's trio run (tests)
-            now = 0.0
-        pause = {pp.ifname: pp.counters(now) for pp in self.pause_ports}
-        totals["pause_frames"] = sum(p["frames"] for p in pause.values())
-        totals["paused_s"] = round(sum(p["paused_s"] for p in pause.values()), 6)
-        ports = {n: p.counters() for n, p in self.pacers.items()}
-        lw = self.linkwatch
-        links = ({} if lw is None else
-                 {"up": dict(zip(lw.ifnames, lw.up, strict=True)), "changes": lw.changes})
-        return {"cluster": self.cfg.cluster, "host": self.cfg.host, "pid": os.getpid(),
-                "uptime_s": round(wall() - self._t0, 3),
-                "time": {"scale": self.clock.scale, "epoch": self.clock.epoch},
-                "ready_after_s": self.ready_after, "rss_kib": rss_kib(),
-                "sched_slice_s": slice_in_force(),
-                "sched": policy_in_force(),
-                "rx_coalesce": describe_coalesce(self.cfg.rx_coalesce),
-                "totals": totals, "ports": ports, "links": links,
-                "overload": overload(totals, ports, self.clock.scale),
-                "transports": transports, "control": self.control.counters(),
-                "pause": pause, "pause_errors": self.pause_errors,
-                "memory": {"regions": len(self.memory)}, "warnings": self.warnings,
-                "worker": self.worker}
+        return daemon_stats(self)
 
     _logged: set[str] = set()
 

@@ -37,7 +37,7 @@ import sys
 from typing import Any
 
 from emu.fabricclock import FabricClock
-from emu.nic.cli import _leaves, _run_args, config_from
+from emu.nic.cli import _run_args, config_from, reported, say_ready
 from emu.nic.clock import TrioFabricClock
 from emu.nic.udp import in_netns
 
@@ -147,10 +147,7 @@ def serve(daemons: dict[str, Any], clock: FabricClock) -> None:
                         print(f"emu nicd {h}: {w}", file=sys.stderr, flush=True)
                     ready["hosts"][h] = {"sock": d.cfg.sock_path, "ready_after_s":
                                          d.ready_after, "transports": list(d.slots)}
-                print("ready " + json.dumps(ready), flush=True)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)  # the parent may close the pipe now
-                os.close(devnull)
+                say_ready(ready)
                 async for _ in sigs:
                     for d in daemons.values():
                         d.stop()
@@ -189,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_main(path: str) -> int:
-    errors = (OSError, RuntimeError, ValueError, ImportError)
-    try:
+    def run() -> None:
         cluster, hosts = load_hosts(path)
         cfgs = configs(cluster, hosts)
         from emu.cpu import schedule_daemon
@@ -199,17 +195,8 @@ def serve_main(path: str) -> int:
         schedule_daemon(first[2])
         daemons = open_daemons(cfgs)
         serve(daemons, FabricClock(first[0].time_scale, first[0].time_epoch))
-    except errors as e:
-        print(f"emu nicd serve: {e}", file=sys.stderr)
-        return 1
-    except BaseExceptionGroup as eg:  # a start-up error comes wrapped by the nursery
-        rest = eg.split(errors)[1]
-        if rest is not None:
-            raise
-        for e in _leaves(eg):
-            print(f"emu nicd serve: {e}", file=sys.stderr)
-        return 1
-    return 0
+
+    return reported(run, "emu nicd serve")
 
 
 if __name__ == "__main__":

@@ -162,7 +162,8 @@ NIC_WALL = {
     "timerfd.py": "the kernel's timerfd takes CLOCK_MONOTONIC deadlines",
     "daemon.py": "the one boundary: engine-timer deadlines to the timerfd, receive stamps "
                  "(CLOCK_REALTIME) and the serializer's wall times to fabric time, receive "
-                 "coalescing on the serializer's clock, and uptime (a fact of the process)",
+                 "coalescing on the serializer's clock, and its start time (uptime)",
+    "daemonstats.py": "the daemon's uptime in `emu nicd stats` (a fact of the process)",
 }
 
 
