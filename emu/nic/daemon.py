@@ -148,6 +148,8 @@ class NicDaemon:
         self.worker: dict[str, Any] | None = None
         #: a worker closes its hosts' sockets itself, several at once (emu.nic.worker)
         self.defer_close = False
+        #: fd → the wait of the task that polls it for room (:meth:`wait_writable`)
+        self._writable: dict[int, trio.Event] = {}
 
     # -- setup ----------------------------------------------------------------------
 
@@ -658,7 +660,7 @@ class NicDaemon:
         tx = slot.tx
         while True:
             if tx.blocked is not None:
-                await trio.lowlevel.wait_writable(tx.blocked.sock)
+                await self.wait_writable(tx.blocked.sock)
             elif tx.paced_until is not None:
                 if slot.tx_timer is None:
                     slot.tx_timer = TimerFd()
@@ -748,6 +750,24 @@ class NicDaemon:
             scope.cancel()  # the timer task re-arms its precise sleep for the earlier time
         scope.deadline = deadline
 
+    async def wait_writable(self, sock: Any) -> None:
+        """Until ``sock`` takes more. Several tasks may wait for one socket — a port's
+        frame ring is its transports' (each one's transmit task blocks on it when it is
+        full), and the drain waits beside them — where trio lets one task wait per fd
+        (``BusyResourceError``, which stopped a worker serving two hosts under eight
+        flows): the first waits on the fd, the others for it."""
+        fd = sock.fileno()
+        ev = self._writable.get(fd)
+        if ev is not None:
+            await ev.wait()
+            return
+        ev = self._writable[fd] = trio.Event()
+        try:
+            await trio.lowlevel.wait_writable(sock)
+        finally:
+            del self._writable[fd]
+            ev.set()
+
     async def _drain(self) -> None:
         """SIGTERM: flush what is queued (bounded by ``drain_timeout``), then tell clients."""
         self.control.close_listener()
@@ -759,7 +779,7 @@ class NicDaemon:
                         slot.tx.flush()
                     except BlockingIOError:
                         assert slot.tx.blocked is not None
-                        await trio.lowlevel.wait_writable(slot.tx.blocked.sock)
+                        await self.wait_writable(slot.tx.blocked.sock)
                     if slot.tx.paced_until is not None:
                         await trio.sleep_until(trio.current_time() + self.clock.to_fabric(
                             max(0.0, slot.tx.paced_until - wall())))
