@@ -27,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from emu.fabric.naming import random_cluster  # noqa: E402
 from emu.fabric.status import interfaces  # noqa: E402
 from emu.nic.protocol import call_once, sock_path  # noqa: E402
 from emu.proc import stop  # noqa: E402
+from emu.topology import load  # noqa: E402
 from emu.topology.units import format_rate, parse_rate  # noqa: E402
 
 MiB = 1 << 20
@@ -248,6 +250,77 @@ def bench_spray(a: argparse.Namespace) -> dict[str, Any]:
         down(name)
 
 
+#: the busy-hosts part: 8 hosts in 4 leaves, a flow between the two hosts of each leaf
+BUSY_PAIRS = (("h1", "h2"), ("h3", "h4"), ("h5", "h6"), ("h7", "h8"))
+
+
+def _busy_round(name: str, procs: list[Any], a: argparse.Namespace) -> dict[str, float]:
+    """The four flows of :data:`BUSY_PAIRS` at once; the NIC processes' CPU and the data
+    packets sent while they ran."""
+    import threading
+
+    hosts = [h for p in BUSY_PAIRS for h in p]
+    sent = lambda: sum(call_once(sock_path(name, s), "stats")["transports"]["uet"]  # noqa: E731
+                       ["engine"].get("tx_data_packets", 0) for s, _ in BUSY_PAIRS)
+    p0, c0 = sent(), [cpu_ticks(pr.pid) for pr in procs]
+    errors: list[BaseException] = []
+
+    def flow(src: str, dst: str) -> None:
+        try:
+            uet_write(name, src, dst, a.total * MiB, a.msg * MiB, a.depth)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=flow, args=p) for p in BUSY_PAIRS]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"a flow failed: {errors[0]}")
+    c1 = [cpu_ticks(pr.pid) for pr in procs]
+    npk = max(1, sent() - p0)
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"hosts": len(hosts), "gbps": len(BUSY_PAIRS) * a.total * MiB * 8 / dt / 1e9,
+            "packets": npk,
+            "user_us": sum(b[0] - x[0] for x, b in zip(c0, c1, strict=True)) / hz / npk * 1e6,
+            "kernel_us": sum(b[1] - x[1] for x, b in zip(c0, c1, strict=True)) / hz / npk * 1e6}
+
+
+def bench_busy(a: argparse.Namespace) -> dict[str, Any]:
+    """Eight busy hosts (four flows at once, one per leaf) served by eight daemons, then
+    by one worker, in the same run: the NIC processes' CPU per data packet (issue #36: one
+    worker for 8 busy hosts should cost less than 8 daemons). Nothing pinned: the
+    scheduler places them, as ``emu up``'s are."""
+    topo = load(str(ROOT / "namespaces" / "leaf-spine.toml"),
+                ["time.scale=1", "link.mtu=9000", "leaves=4", "hosts_per_leaf=2"]).bare()
+    name = random_cluster(a.cluster_prefix)
+    Fabric(topo, cluster=name, checksum_offload=True).up()
+    fam = 4 if a.ipv4 else 6
+    addr = {h: _addr(topo, h, fam) for p in BUSY_PAIRS for h in p}
+    out: dict[str, Any] = {"family": f"IPv{fam}", "flows": [f"{s}->{d}" for s, d in BUSY_PAIRS]}
+    pinned, bench_roce.PIN = bench_roce.PIN, False
+    try:
+        for label, start in (("8 daemons", start_daemons), ("1 worker", start_worker)):
+            procs = start(name, addr, a.engine_opt, _nicd_args(a))
+            n = len(procs)
+            try:
+                rounds = [_busy_round(name, procs, a) for _ in range(a.runs)]
+            finally:
+                stop_daemons(procs)
+            out[label] = {k: statistics.median(r[k] for r in rounds)
+                          for k in ("gbps", "user_us", "kernel_us")}
+            out[label]["processes"] = n
+        d, w = out["8 daemons"], out["1 worker"]
+        out["ratio_user"] = w["user_us"] / d["user_us"] if d["user_us"] else None
+        return out
+    finally:
+        bench_roce.PIN = pinned
+        down(name)
+
+
 def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
     print(f"bench-uet: {a.msg} MiB WRITEs x {a.total} MiB, depth {a.depth}, {a.runs} runs "
           f"(median)")
@@ -276,6 +349,19 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
               f"{b['tx_kernel_us']:.1f}, receiver {b['rx_user_us']:.1f} + "
               f"{b['rx_kernel_us']:.1f}")
         print(overload_line(r["overload"]))
+    if "busy" in res:
+        r = res["busy"]
+        print(f"\n8 busy hosts (leaf-spine, 4 leaves x 2 hosts, {r['family']}): "
+              f"{', '.join(r['flows'])} at once")
+        print(f"{'NIC':14}{'processes':>10}{'Gb/s (all)':>12}{'user µs/pkt':>13}"
+              f"{'kernel µs/pkt':>15}")
+        for label in ("8 daemons", "1 worker"):
+            x = r[label]
+            print(f"{label:14}{x['processes']:>10}{x['gbps']:>12.2f}{x['user_us']:>13.1f}"
+                  f"{x['kernel_us']:>15.1f}")
+        ratio = r["ratio_user"]
+        print(f"user CPU per data packet, one worker / eight daemons: "
+              f"{ratio if ratio is not None else float('nan'):.2f} (goal < 1)")
     if "spray" in res:
         r = res["spray"]
         sp = r["spines"]
@@ -296,7 +382,9 @@ def _table(res: dict[str, Any], a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("pair", "spray", "all"), default="all")
+    p.add_argument("--part", choices=("pair", "spray", "busy", "all"), default="all",
+                   help="busy: eight hosts served by eight daemons, then by one worker "
+                        "(all runs the others only)")
     p.add_argument("--total", type=int, default=512,
                    help="MiB written per run (default 512: ~1 s at the pair's rate, nearer the "
                         "blaster's 2 s; runs of 128 MiB swung by ±15 %%)")
@@ -340,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         res["pair"] = bench_pair(a)
     if a.part in ("spray", "all"):
         res["spray"] = bench_spray(a)
+    if a.part == "busy":
+        res["busy"] = bench_busy(a)
     if a.json:
         print(json.dumps(res, indent=1))
     else:

@@ -62,6 +62,18 @@ def test_bench_uet_script_prints_the_pair_table():
 
 
 @needs_root
+def test_bench_uet_busy_compares_eight_daemons_with_one_worker():
+    """``--part busy``: four flows among eight hosts, served by eight daemons, then by one
+    worker; each configuration's CPU per data packet."""
+    res = json.loads(_run([str(ROOT / "scripts/bench-uet"), "--part", "busy", "--quick",
+                           "--json"]).stdout)["busy"]
+    assert res["8 daemons"]["processes"] == 8 and res["1 worker"]["processes"] == 1
+    for k in ("8 daemons", "1 worker"):
+        assert res[k]["gbps"] > 0 and res[k]["user_us"] > 0
+    assert res["ratio_user"] > 0
+
+
+@needs_root
 def test_bench_uet_pair_with_one_worker_serving_both_hosts():
     """``--worker``: one ``emu nicd serve`` for h1 and h2; its CPU is both ends'."""
     res = json.loads(_run([str(ROOT / "scripts/bench-uet"), "--part", "pair", "--quick",
