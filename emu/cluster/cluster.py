@@ -87,8 +87,8 @@ def up(topology: Topology, cluster: str | None = None, *, schedule: bool = True,
         impaired = [lk for lk in topology.links
                     if not (lk.a_to_b.is_default() and lk.b_to_a.is_default())]
         clock = plan.time.clock()  # the event log's lines carry fabric time
-        for lk in impaired:  # links just made: nothing of anyone's on them yet
-            linkctl.apply_link(name, lk, event_log=log, clock=clock, fresh=True)
+        # links just made: nothing of anyone's on them yet
+        linkctl.apply_links(name, impaired, event_log=log, clock=clock, fresh=True)
         initially_down = [lk for lk in topology.links if not lk.up]
         for lk in initially_down:
             linkctl.set_link(name, lk, False, event_log=log, clock=clock)

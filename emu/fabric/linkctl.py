@@ -484,14 +484,17 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
                     burst: int | None = None, limit: int | None = None,
                     event_log: str | os.PathLike[str] | None = None, cluster: str = "",
                     link: str = "", direction: str = "",
-                    clock: FabricClock | None = None, fresh: bool = False) -> dict:
+                    clock: FabricClock | None = None, fresh: bool = False,
+                    ipr: IPRoute | None = None, index: int | None = None) -> dict:
     """Make ``ifname``'s egress in ``ns`` do what ``d`` says (replacing our previous settings).
 
     Returns the settings applied (the event's ``settings``). ``mtu`` defaults to
     the interface's; ``burst``/``limit`` (bytes) override :func:`tbf_sizes`.
     ``fresh``: the interface was just made (``emu up``): nothing of ours or anyone's is
     on it, so no qdisc dump and no nftables listing (an ``nft`` process per direction
-    was a third of a 256-host leaf-spine's build).
+    was a third of a 256-host leaf-spine's build). ``ipr``, ``index``: a netlink socket
+    in ``ns`` to use (and leave open) and the interface's index, as :func:`apply_links`
+    passes them.
     """
     _check_ifname(ifname)
     loss = _prob(d.loss, "loss")
@@ -512,8 +515,8 @@ def apply_direction(ns: str, ifname: str, d: Direction, *, mtu: int | None = Non
             f"{ns}/{ifname}: delay {d.delay_s}s / jitter {d.jitter_s}s need the netem qdisc, "
             "which this kernel lacks (CONFIG_NET_SCH_NETEM); netem: absent")
     settings: dict[str, object] = {k: v for k, v in asdict(d).items()}
-    with _ipr(ns) as ipr:
-        idx = _ifindex(ipr, ns, ifname)
+    with (_ipr(ns) if ipr is None else contextlib.nullcontext(ipr)) as ipr:
+        idx = index if index is not None else _ifindex(ipr, ns, ifname)
         if mtu is None:
             mtu = ipr.get_links(idx)[0].get_attr("IFLA_MTU")
         q = None if fresh else _root_qdisc(ipr, idx)
@@ -572,6 +575,33 @@ def apply_link(cluster: str, link: Link, *, event_log: str | os.PathLike[str] | 
     """Apply both directions of a model link (``a_to_b`` on a's egress, ``b_to_a`` on b's)."""
     for label in ("a_to_b", "b_to_a"):
         apply_link_direction(cluster, link, label, event_log=event_log, **kw)
+
+
+def apply_links(cluster: str, links: Sequence[Link], *,
+                event_log: str | os.PathLike[str] | None = None,
+                clock: FabricClock | None = None, fresh: bool = False) -> None:
+    """:func:`apply_link` for many links: one netlink socket and one link dump per
+    namespace, not per direction (192 of each for a 64-host leaf-spine, a fifth of its
+    ``emu up``). ``fresh``: the links were just made (:func:`apply_direction`)."""
+    by_ns: dict[str, list[tuple[Link, str]]] = {}
+    for lk in links:
+        for label in ("a_to_b", "b_to_a"):
+            d = getattr(lk, label)
+            if d.is_default():
+                if not fresh:
+                    apply_link_direction(cluster, lk, label, event_log=event_log, clock=clock)
+                continue
+            src = lk.a if label == "a_to_b" else lk.b
+            by_ns.setdefault(ns_name(cluster, src.node), []).append((lk, label))
+    for ns, items in by_ns.items():
+        with _ipr(ns) as ipr:
+            index = {str(m.get_attr("IFLA_IFNAME")): int(m["index"]) for m in ipr.get_links()}
+            for lk, label in items:
+                src = lk.a if label == "a_to_b" else lk.b
+                apply_direction(ns, src.ifname, getattr(lk, label), mtu=lk.mtu,
+                                event_log=event_log, cluster=cluster, link=lk.name,
+                                direction=label, clock=clock, fresh=fresh, ipr=ipr,
+                                index=index.get(src.ifname))
 
 
 def apply_link_direction(cluster: str, link: Link, label: str, *,

@@ -9,7 +9,9 @@ builder encodes its five message kinds (veth, link set, address, route, rule)
 with ``struct`` and sends them many per ``send()``, with ``NLM_F_ACK`` on every
 message and the acks collected afterwards; the kernel processes each message of
 a batch independently, so a failure is reported against the message that
-caused it. Reading (status, tests) uses pyroute2. No shell-outs anywhere.
+caused it. ``emu status`` reads links and addresses with :meth:`Batch.dump` (pyroute2's
+decoding was ~6 ms a namespace: 1.5 s of a 256-host ``emu up``); the rest of the
+reading (tests, tools) uses pyroute2. No shell-outs anywhere.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from dataclasses import dataclass
 NETLINK_ROUTE = 0
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
-NLMSG_ERROR = 2
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_DUMP = 0x300
+RTM_GETLINK, RTM_GETADDR = 18, 22
 NLM_F_ACK_TLVS = 0x200
 NLMSGERR_ATTR_MSG = 1
 NLA_F_NESTED = 0x8000
@@ -308,6 +312,43 @@ class Batch:
         if first_error is not None:
             raise first_error
         return len(msgs)
+
+
+    def dump(self, typ: int, body: bytes) -> list[bytes]:
+        """The payload of every message a dump request (``typ``: ``RTM_GET*``, ``body``:
+        its header struct) returns, in order. NetlinkError if the kernel refuses it."""
+        seq = self.seq
+        self.seq += 1
+        self.sock.send(_HDR.pack(16 + len(body), typ, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+                       + body)
+        out: list[bytes] = []
+        while True:
+            data = self.sock.recv(1 << 20)
+            off = 0
+            while off + 16 <= len(data):
+                ln, t, _, s, _ = _HDR.unpack_from(data, off)
+                if s == seq:
+                    if t == NLMSG_DONE:
+                        return out
+                    if t == NLMSG_ERROR:
+                        (err,) = struct.unpack_from("=i", data, off + 16)
+                        if err:
+                            raise NetlinkError(-err, f"dump {typ}")
+                    else:
+                        out.append(bytes(data[off + 16:off + ln]))
+                off += _align(ln) if ln else len(data)
+
+
+def parse_attrs(payload: bytes, off: int) -> dict[int, bytes]:
+    """The attributes of a message from ``off`` on, by kind (the last of a kind wins)."""
+    out: dict[int, bytes] = {}
+    while off + 4 <= len(payload):
+        ln, kind = struct.unpack_from("=HH", payload, off)
+        if ln < 4:
+            break
+        out[kind & 0x3FFF] = payload[off + 4:off + ln]
+        off += _align(ln)
+    return out
 
 
 def _ext_msg(msg: bytes, flags: int) -> str:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""``emu status``: what a cluster is, read back from the kernel (pyroute2 dumps).
+"""``emu status``: what a cluster is, read back from the kernel (rtnetlink dumps).
 
 The cluster's shape (nodes, links and their ends) comes from the state file;
 state, addresses and counters come from netlink inside each namespace, so the
@@ -10,54 +10,69 @@ reported ``present: false`` rather than failing.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+import socket
+import struct
+from typing import Any
 
-from emu.fabric import naming, netns, srv6bpf, state
-
-if TYPE_CHECKING:
-    from pyroute2 import IPRoute
+from emu.fabric import naming, netns, nl, srv6bpf, state
 
 _STATS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped",
           "rx_errors", "tx_errors")
 
 
-def _open(ns: str) -> IPRoute:
-    """A pyroute2 socket inside ``ns`` without pyroute2's fork-per-socket netns helper
-    (pyroute2 imported here: the package's other users — a switch daemon — need not)."""
-    from pyroute2 import IPRoute
+#: IFLA_OPERSTATE values (RFC 2863), as ``ip link`` names them
+_OPERSTATE = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
+#: struct rtnl_link_stats64's first eight counters, in order, as :data:`_STATS` names them
+_STATS64 = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors",
+            "rx_dropped", "tx_dropped")
+_IFLA_ADDRESS, _IFLA_OPERSTATE, _IFLA_STATS64 = 1, 16, 23
 
-    with netns.entered(ns):
-        return IPRoute(groups=0)
+
+def _text(b: bytes | None) -> str | None:
+    return None if b is None else b.split(b"\0", 1)[0].decode(errors="replace")
 
 
 def interfaces(ns: str) -> dict[str, dict[str, Any]]:
-    """Every interface in ``ns``: state, MTU, MAC, alias, addresses, counters (IFLA_STATS64)."""
-    ipr = _open(ns)
+    """Every interface in ``ns``: state, MTU, MAC, alias, addresses, counters (IFLA_STATS64).
+    Two rtnetlink dumps decoded with ``struct`` (:meth:`emu.fabric.nl.Batch.dump`)."""
+    with netns.entered(ns):
+        sock = nl.Batch()
     try:
-        out: dict[str, dict[str, Any]] = {}
-        by_index: dict[int, dict[str, Any]] = {}
-        for msg in ipr.get_links():
-            name = msg.get("ifname")
-            st = msg.get("stats64") or msg.get("stats") or {}
-            d = {
-                "ifname": name,
-                "index": msg["index"],
-                "state": (msg.get("operstate") or "UNKNOWN").lower(),
-                "admin_up": bool(msg["flags"] & 1),
-                "mtu": msg.get("mtu"),
-                "mac": msg.get("address"),
-                "alias": msg.get("ifalias"),
-                "addresses": [],
-                **{k: int(st.get(k, 0)) for k in _STATS},
-            }
-            out[name] = by_index[msg["index"]] = d
-        for msg in ipr.get_addr():
-            d = by_index.get(msg["index"])
-            if d is not None and msg.get("scope", 0) != 253:  # skip link-local
-                d["addresses"].append(f"{msg.get('address')}/{msg['prefixlen']}")
-        return out
+        links = sock.dump(nl.RTM_GETLINK, struct.pack("=BxHiII", 0, 0, 0, 0, 0))
+        addrs = sock.dump(nl.RTM_GETADDR, struct.pack("=BBBBI", 0, 0, 0, 0, 0))
     finally:
-        ipr.close()
+        sock.close()
+    out: dict[str, dict[str, Any]] = {}
+    by_index: dict[int, dict[str, Any]] = {}
+    for m in links:
+        _, _, index, flags, _ = struct.unpack_from("=BxHiII", m)
+        a = nl.parse_attrs(m, 16)
+        name = _text(a.get(nl.IFLA_IFNAME))
+        st = a.get(_IFLA_STATS64, b"")
+        stats = dict(zip(_STATS64, struct.unpack_from("=8Q", st), strict=True)) \
+            if len(st) >= 64 else {}
+        op = a.get(_IFLA_OPERSTATE, b"\0")[0]
+        mac = a.get(_IFLA_ADDRESS)
+        mtu = a.get(nl.IFLA_MTU)
+        d = {
+            "ifname": name,
+            "index": index,
+            "state": _OPERSTATE[op] if op < len(_OPERSTATE) else "unknown",
+            "admin_up": bool(flags & 1),
+            "mtu": struct.unpack("=I", mtu)[0] if mtu and len(mtu) >= 4 else None,
+            "mac": ":".join(f"{x:02x}" for x in mac) if mac else None,
+            "alias": _text(a.get(nl.IFLA_IFALIAS)),
+            "addresses": [],
+            **{k: int(stats.get(k, 0)) for k in _STATS},
+        }
+        out[str(name)] = by_index[index] = d
+    for m in addrs:
+        fam, plen, _, scope, index = struct.unpack_from("=BBBBI", m)
+        d = by_index.get(index)
+        raw = nl.parse_attrs(m, 8).get(nl.IFA_ADDRESS)
+        if d is not None and raw is not None and scope != 253:  # skip link-local
+            d["addresses"].append(f"{socket.inet_ntop(fam, raw)}/{plen}")
+    return out
 
 
 def status(cluster: str) -> dict[str, Any]:

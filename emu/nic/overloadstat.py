@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A NIC daemon's overload, by cause: what its counters say the emulated NIC would not
-have caused (moved out of :mod:`emu.nic.daemon`, which re-exports it)."""
+have caused (moved out of :mod:`emu.nic.daemon`; :mod:`emu.nic.daemonstats` reports it)."""
 
 from __future__ import annotations
 

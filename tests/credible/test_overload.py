@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from emu.credible.overload import SMALL_SHARE, delta, retransmitted, warning
-from emu.nic.daemon import overload
+from emu.nic.overloadstat import overload
 
 RATE = 1e9  # every port's line rate here
 T0, T1 = 10.0, 12.0  # a 2 s run

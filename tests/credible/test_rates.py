@@ -16,7 +16,7 @@ from fabric_util import shipped_real_time
 import emu.cluster  # noqa: F401  (registers the [nic]/[switch] checkers the shipped files need)
 from emu.credible import capacity, rates
 from emu.credible.overload import delta, judge_scale, warning
-from emu.nic.daemon import overload
+from emu.nic.overloadstat import overload
 from emu.nic.pacer import PortPacer
 from emu.nic.timerfd import TimerFd
 from emu.nic.txpath import TxPath

@@ -14,7 +14,7 @@ import pytest
 from emu import proc
 from emu.credible import stallwatch as sw
 from emu.credible.overload import delta, retransmitted, warning
-from emu.nic.daemon import overload
+from emu.nic.overloadstat import overload
 from emu.nic.pacer import PortPacer
 
 

@@ -52,3 +52,59 @@ def test_srv6_datapath_and_counters_are_shown():
     rows = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.startswith(("spine1", "h3"))}
     assert rows["spine1"] == ["20", "3", "0", "0", "0", "0", "0"]
     assert rows["h3"] == ["0", "0", "23", "5", "3", "0", "0"]
+
+
+def test_interfaces_reads_what_pyroute2_reads():
+    """``interfaces`` decodes two rtnetlink dumps itself (speed); pyroute2, an independent
+    decoder, must read the same state, MTU, MAC, alias, counters and addresses. (root)"""
+    import os
+    import subprocess
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a namespace)")
+    from pyroute2 import IPRoute
+
+    from emu.fabric import netns
+    from emu.fabric.naming import random_cluster
+    from emu.fabric.status import interfaces
+
+    ns = random_cluster("st")
+
+    def ip(*a: str) -> None:
+        subprocess.run(["ip", "-n", ns, *a], check=True, capture_output=True)
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        ip("link", "add", "va", "type", "veth", "peer", "name", "vb")
+        ip("link", "set", "va", "up", "mtu", "4200", "alias", "to b")
+        ip("link", "set", "vb", "up")
+        ip("link", "set", "lo", "up")
+        ip("addr", "add", "10.9.9.1/24", "dev", "va")
+        ip("addr", "add", "fd09::1/64", "dev", "va", "nodad")
+        subprocess.run(["ip", "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1",
+                        "10.9.9.1"], capture_output=True)
+        got = interfaces(ns)
+        with netns.entered(ns):
+            ipr = IPRoute(groups=0)
+        try:
+            for msg in ipr.get_links():
+                d = got[msg.get("ifname")]
+                st = msg.get("stats64") or {}
+                assert (d["index"], d["state"], d["mtu"], d["mac"], d["alias"]) == (
+                    msg["index"], (msg.get("operstate") or "UNKNOWN").lower(), msg.get("mtu"),
+                    msg.get("address"), msg.get("ifalias"))
+                assert d["tx_packets"] == st.get("tx_packets")
+            want = {}
+            for m in ipr.get_addr():
+                if m.get("scope", 0) != 253:
+                    want.setdefault(m["index"], []).append(
+                        f"{m.get('address')}/{m['prefixlen']}")
+        finally:
+            ipr.close()
+        assert {d["index"]: d["addresses"] for d in got.values() if d["addresses"]} == want
+        assert got["va"]["addresses"] == ["10.9.9.1/24", "fd09::1/64"]
+        assert got["lo"]["tx_packets"] >= 2  # the pings went through lo
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
