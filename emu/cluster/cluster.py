@@ -563,6 +563,8 @@ def nic_jobs(cluster: str, args: dict[str, tuple[str, ...]], trace: bool = False
     """
     import json
 
+    from emu.nic.topology import hosts_label
+
     logdir = os.path.join(state.STATE_DIR, "logs")
     full = {h: [*a, *(("--trace", trace_path(cluster, h)) if trace else ())]
             for h, a in args.items()}
@@ -580,9 +582,7 @@ def nic_jobs(cluster: str, args: dict[str, tuple[str, ...]], trace: bool = False
         path = os.path.join(nic_dir(cluster), f"worker-{w}.json")
         with open(path, "w") as f:
             json.dump({"cluster": cluster, "hosts": {h: full[h] for h in hosts}}, f, indent=1)
-        who = ", ".join(hosts) if len(hosts) <= 4 else \
-            f"{hosts[0]}, {hosts[1]} … {hosts[-1]}: {len(hosts)} hosts"
-        jobs[f"worker {w} ({who})"] = (["emu.nic.worker", path],
+        jobs[f"worker {w} ({hosts_label(hosts)})"] = (["emu.nic.worker", path],
                                        os.path.join(logdir, f"{cluster}.nicd-w{w}.log"),
                                        tuple(f"nicd {h}" for h in hosts))
     return jobs

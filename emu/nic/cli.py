@@ -379,6 +379,8 @@ def stats_main(a: argparse.Namespace) -> int:
 
 
 def render(s: dict[str, Any]) -> str:
+    from emu.nic.topology import hosts_label
+
     if "error" in s:
         return s["error"] if s.get("running") is False else f"{s['sock']}: {s['error']}"
     t, ctl = s["totals"], s["control"]
@@ -388,7 +390,7 @@ def render(s: dict[str, Any]) -> str:
              f"RSS {s['rss_kib'] / 1024:.1f} MiB, ready after {s['ready_after_s'] or 0:.3f} s, "
              + (f"scheduler {pol.replace('fifo', 'SCHED_FIFO')}" if pol.startswith("fifo")
                 else f"scheduler slice {sl * 1e6:.0f} us" if sl else "default scheduler slice")
-             + (f" (a worker serving {', '.join(s['worker']['hosts'])}: pid, RSS and CPU are "
+             + (f" (a worker serving {hosts_label(s['worker']['hosts'])}: pid, RSS and CPU are "
                 "the process's)" if s.get("worker") else ""),
              f"  rx {t.get('rx_packets', 0)} pkts {t.get('rx_bytes', 0)} B   "
              f"tx {t.get('tx_packets', 0)} pkts {t.get('tx_bytes', 0)} B   "

@@ -156,6 +156,14 @@ def worker_of(hosts: list[str], n: int) -> dict[str, int | None]:
     return {h: i % n for i, h in enumerate(hosts)}
 
 
+def hosts_label(hosts: list[str], most: int = 4) -> str:
+    """A worker's hosts as a person reads them: all of them up to ``most``, else the first
+    two, the last and how many (a 256-host cluster's workers serve 128 each)."""
+    if len(hosts) <= most:
+        return ", ".join(hosts)
+    return f"{hosts[0]}, {hosts[1]} … {hosts[-1]} ({len(hosts)} hosts)"
+
+
 def coalesce_arg(nic: dict[str, Any]) -> tuple[str, ...]:
     """The ``emu nicd run --rx-coalesce`` argument a checked ``[nic]`` section asks for."""
     v = nic.get("rx_coalesce")

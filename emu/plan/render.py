@@ -7,6 +7,7 @@ a reader sees both the network as written and what this machine will run.
 
 from __future__ import annotations
 
+from emu.nic.topology import hosts_label
 from emu.plan.model import Plan
 
 
@@ -61,7 +62,7 @@ def render(plan: Plan) -> str:
                 shared.setdefault(n.worker, []).append(h)
         if shared:  # emu nicd serve (emu.nic.worker)
             lines.append(f"NIC daemons in {len(shared)} worker process(es) ([nic] workers): "
-                         + "; ".join(f"{w}: {', '.join(hs)}" for w, hs in sorted(shared.items())))
+                         + "; ".join(f"{w}: {hosts_label(hs)}" for w, hs in sorted(shared.items())))
         else:
             lines.append("NIC daemons: one process per host")
     if plan.switches:

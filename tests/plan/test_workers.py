@@ -72,3 +72,14 @@ def test_a_process_serving_several_hosts_is_charged_for_each():
     four = capacity.max_rate(c, 0, 4200, flows=4)
     assert capacity.max_rate(c, 0, 4200, flows=4, hosts_per_daemon=2) == pytest.approx(four)
     assert capacity.max_rate(c, 0, 4200, flows=4, hosts_per_daemon=4) < four
+
+
+def test_a_workers_hosts_read_short_however_many():
+    from emu.nic.topology import hosts_label
+
+    assert hosts_label(["h1", "h3"]) == "h1, h3"
+    assert hosts_label([f"h{i}" for i in range(1, 257, 2)]) == "h1, h3 … h255 (128 hosts)"
+    costs = replace(capacity.REFERENCE, cores=2)
+    big = P.build(load(NS / "leaf-spine.toml", ["leaves=16", "hosts_per_leaf=16"]), costs)
+    line = next(ln for ln in render(big).splitlines() if ln.startswith("NIC daemons in"))
+    assert line.endswith("0: h1, h3 … h255 (128 hosts); 1: h2, h4 … h256 (128 hosts)")
