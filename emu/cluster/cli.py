@@ -362,6 +362,7 @@ def _with_links(s: dict, name: str) -> dict:
     if switches:
         s["switches"] = switches
     by_name = {lk.name: lk for lk in topo.links}
+    wanted: list[tuple[dict, str, tuple[str, str]]] = []
     for rec in s["links"]:
         lk = by_name.get(rec["name"])
         if lk is None:
@@ -376,11 +377,19 @@ def _with_links(s: dict, name: str) -> dict:
             # the switch pipeline's port rate, fabric units (it serializes this direction)
             rec[label]["switch_rate"] = switch_rates.get((lk.name, label))
             if not d.is_default():
-                try:
-                    rec[label]["counters"] = linkctl.counters(linkctl.ns_name(name, end.node),
-                                                              end.ifname)
-                except Exception as e:  # noqa: BLE001 - a vanished link must not break status
-                    rec[label]["counters"] = {"error": str(e)}
+                wanted.append((rec, label, (linkctl.ns_name(name, end.node), end.ifname)))
+    try:  # one nft listing and one netlink socket per namespace for all of them
+        got = linkctl.counters_many([port for _, _, port in wanted])
+    except Exception:  # noqa: BLE001 - then port by port: a vanished link must not break status
+        got = {}
+    for rec, label, port in wanted:
+        if port in got:
+            rec[label]["counters"] = got[port]
+            continue
+        try:
+            rec[label]["counters"] = linkctl.counters(*port)
+        except Exception as e:  # noqa: BLE001 - a vanished link must not break status
+            rec[label]["counters"] = {"error": str(e)}
     return s
 
 
