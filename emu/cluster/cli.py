@@ -378,18 +378,11 @@ def _with_links(s: dict, name: str) -> dict:
             rec[label]["switch_rate"] = switch_rates.get((lk.name, label))
             if not d.is_default():
                 wanted.append((rec, label, (linkctl.ns_name(name, end.node), end.ifname)))
-    try:  # one nft listing and one netlink socket per namespace for all of them
-        got = linkctl.counters_many([port for _, _, port in wanted])
-    except Exception:  # noqa: BLE001 - then port by port: a vanished link must not break status
-        got = {}
+    # one nft listing and one netlink socket per namespace; a vanished link reads as its
+    # error, not a broken status
+    got = linkctl.counters_many([port for _, _, port in wanted])
     for rec, label, port in wanted:
-        if port in got:
-            rec[label]["counters"] = got[port]
-            continue
-        try:
-            rec[label]["counters"] = linkctl.counters(*port)
-        except Exception as e:  # noqa: BLE001 - a vanished link must not break status
-            rec[label]["counters"] = {"error": str(e)}
+        rec[label]["counters"] = got[port]
     return s
 
 

@@ -269,16 +269,6 @@ def _remember(kind: str, cluster: str) -> None:
         "pids", []) if p.get("what", "").startswith(kind + " ")])
 
 
-def start_switch_daemons(cluster: str, plan: Plan, timeout: float = 30.0,
-                         progress=None) -> int:
-    """Start ``emu switchd`` in every switch's namespace, each with its configuration from
-    ``plan``, and wait until each is ready."""
-    ready = spawn_ready(cluster, switch_jobs(cluster, plan), timeout, "switch daemon",
-                        progress)
-    _remember("switchd", cluster)
-    return len(ready)
-
-
 def switch_jobs(cluster: str, plan: Plan) -> dict[str, tuple[list[str], str, str]]:
     """:func:`spawn_ready`'s jobs for every switch's ``emu switchd``: each one's
     configuration from ``plan``, written to its directory."""

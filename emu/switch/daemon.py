@@ -63,6 +63,7 @@ packet, unbind, remove the nft table, write final counters, exit 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -420,19 +421,15 @@ class SwitchDaemon:
             self.kprog = K.PortProgram(K.build_object())
             listed = K.qdiscs()
             work = [(n, p) for n, p in ports.items() if p.rate or p.loss]
-            for i, (n, p) in enumerate(work):
-                kp = K.KernelPort(n, if_mtu(n), self.kprog, self.clock.scale)
-                out[n] = kp
-                if i == 0 or self.kprog.pin is None:  # loads the program (and pins it)
-                    kp.attach(cfg, p, listed.get(n, []))
-                    continue
-                with K.batched():  # the rest attach the pinned program: one tc for all
-                    for n2, p2 in work[i:]:
-                        kp2 = out.get(n2) or K.KernelPort(n2, if_mtu(n2), self.kprog,
-                                                          self.clock.scale)
-                        out[n2] = kp2
-                        kp2.attach(cfg, p2, listed.get(n2, []))
-                break
+            for n, p in work[:1]:  # loads the program and pins it
+                out[n] = K.KernelPort(n, if_mtu(n), self.kprog, self.clock.scale)
+                out[n].attach(cfg, p, listed.get(n, []))
+            # the rest attach the pinned program, their tc changes as one batch (each
+            # loads a copy of its own where nothing could be pinned)
+            with K.batched() if self.kprog.pin else contextlib.nullcontext():
+                for n, p in work[1:]:
+                    out[n] = K.KernelPort(n, if_mtu(n), self.kprog, self.clock.scale)
+                    out[n].attach(cfg, p, listed.get(n, []))
         except (K.KernelPathError, OSError, ValueError) as e:
             for kp in out.values():
                 kp.detach()

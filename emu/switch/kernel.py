@@ -304,11 +304,9 @@ def qdiscs() -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def root_qdisc(ifname: str, known: list[dict[str, Any]] | None = None) -> str | None:
-    """The kind of the port's root qdisc, None for the default (noqueue/none); ``known``:
-    the port's qdiscs as :func:`qdiscs` listed them."""
-    listed = known if known is not None else json.loads(
-        _tc("-j", "qdisc", "show", "dev", ifname) or "[]")
+def root_qdisc(listed: list[dict[str, Any]]) -> str | None:
+    """The kind of a port's root qdisc among its qdiscs (as :func:`qdiscs` lists them),
+    None for the default (noqueue/none)."""
     for q in listed:
         if q.get("root") and q.get("kind") not in ("noqueue", "pfifo_fast", "mq"):
             return str(q.get("kind"))
@@ -477,7 +475,7 @@ class KernelPort:
         :func:`qdiscs` listed them (else read here)."""
         listed = known if known is not None else json.loads(
             _tc("-j", "qdisc", "show", "dev", self.ifname) or "[]")
-        kind = root_qdisc(self.ifname, listed)
+        kind = root_qdisc(listed)
         if kind is not None:
             raise KernelPathError(f"port {self.ifname} already has a root qdisc ({kind})")
         self.made_clsact = not any(q.get("kind") == "clsact" for q in listed)

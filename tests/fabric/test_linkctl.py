@@ -472,3 +472,20 @@ async def test_schedule_autojump(autojump_clock):
     assert done[0].error == "RuntimeError: nope"
     with pytest.raises(ValueError):
         parse_at("soon")
+
+
+def test_counters_of_many_ports_read_a_vanished_one_as_its_error(net):
+    """``emu status`` reads every port's counters at once (one listing per namespace): a
+    port or namespace that is gone is that port's error, the others still read."""
+    from emu.fabric import linkctl
+
+    linkctl.apply_direction(net.a, "a0", Direction(loss=0.5, seed=1))
+    try:
+        got = linkctl.counters_many([(net.a, "a0"), (net.a, "zz9"), ("emu-gone-4f2a", "a0")])
+        assert got[(net.a, "a0")]["nft_table"] is not None
+        assert "no interface 'zz9'" in str(got[(net.a, "zz9")]["error"])
+        assert "does not exist" in str(got[("emu-gone-4f2a", "a0")]["error"])
+        with pytest.raises(linkctl.LinkCtlError, match="zz9"):
+            linkctl.counters(net.a, "zz9")
+    finally:
+        linkctl.clear_direction(net.a, "a0")

@@ -2,7 +2,7 @@
 """The plan gives every daemon and the fabric exactly what ``emu up`` derived before it.
 
 :func:`_before_the_plan` is a frozen copy of what ``emu.cluster.cluster.up`` (with
-``nic_rates`` and ``start_switch_daemons``) derived from a topology before the plan
+``nic_rates`` and ``switch_jobs``) derived from a topology before the plan
 existed: the NIC daemons' arguments, the switch daemons' configuration files, the
 link serializers, the capacity verdict and the model written to the state file. The
 plan must give the same for every shipped topology, as shipped and with the
