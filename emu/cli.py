@@ -29,6 +29,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "emu.wire.wireshark": ("wireshark",),
     "emu.apps.doctor": ("doctor",),
     "emu.apps.mrc": ("mrc",),
+    "emu.apps.scenario.cli": ("run",),
     "emu.interop.cli": ("interop",),
 }
 

@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The figures of a run: fairness, percentiles, stalls, and never a figure made from a
+run whose flows did not all complete."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.apps.workload import metrics
+from emu.apps.workload.model import Flow
+from emu.apps.workload.runner import FlowResult, WorkloadResult
+
+
+def flow(src: str, start: float, times: list[float], size: int = 3000,
+         verified: bool = True) -> FlowResult:
+    r = FlowResult(Flow(src, "h9", size), "uet", start=start)
+    per = size // len(times)
+    r.completions = [(t, per) for t in times]
+    r.sent = per * len(times)
+    r.end = times[-1] if r.sent == size else None
+    r.verified = verified
+    return r
+
+
+def test_jain_is_one_for_equal_shares_and_one_over_n_for_one_winner():
+    assert metrics.jain([5, 5, 5, 5]) == pytest.approx(1.0)
+    assert metrics.jain([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert metrics.jain([]) is None
+
+
+def test_percentile_interpolates_between_order_statistics():
+    xs = [1, 2, 3, 4]
+    assert metrics.percentile(xs, 50) == pytest.approx(2.5)
+    assert metrics.percentile(xs, 100) == 4
+    assert metrics.percentile(xs, 0) == 1
+
+
+def test_longest_stall_counts_from_the_start_to_each_completion():
+    r = flow("h1", 0.0, [1e-6, 2e-6, 9e-6])
+    assert metrics.longest_stall(r) == pytest.approx(7e-6)
+
+
+def test_summary_of_a_complete_run():
+    res = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6, 3e-6]),
+                                      flow("h2", 0.0, [2e-6, 4e-6, 6e-6])])
+    s = metrics.summary(res)
+    assert s["jct_us"] == pytest.approx(6.0)
+    assert s["fct_max_us"] == pytest.approx(6.0)
+    assert s["goodput_gbps"] == pytest.approx(6000 * 8 / 6e-6 / 1e9)
+    assert s["jain"] == pytest.approx(0.9)  # 8 and 4 Gb/s
+    assert s["verified"] == 2
+
+
+def test_a_run_with_an_unfinished_flow_has_no_completion_figures():
+    res = WorkloadResult("roce", 1.0, [flow("h1", 0.0, [1e-6, 2e-6, 3e-6]),
+                                       flow("h2", 0.0, [1e-6], size=3000)])
+    res.flows[1].sent = 1000
+    res.flows[1].end = None
+    s = metrics.summary(res)
+    assert s["jct_us"] is None and s["fct_p99_us"] is None and s["goodput_gbps"] is None
+    assert s["jain"] is None
+
+
+def test_an_unverified_flow_makes_the_run_incomplete():
+    res = WorkloadResult("roce", 1.0, [flow("h1", 0.0, [1e-6, 3e-6], verified=False)])
+    assert not res.complete and res.jct is None

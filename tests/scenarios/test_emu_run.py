@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""``emu run`` end to end (root): every shipped scenario's ``--quick`` variant passes on
+credible results, writes its results and plots, and leaves nothing behind; a broken
+scenario file is one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from fabric_util import emu_cli, ns_of_cluster
+
+from emu.apps.scenario import spec
+from emu.fabric import naming, state
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
+
+
+@pytest.mark.parametrize("path", spec.shipped(), ids=lambda p: p.stem)
+def test_each_shipped_scenario_passes_quick_on_credible_results(path, tmp_path):
+    prefix = naming.random_cluster("sq")
+    out = tmp_path / "out"
+    try:
+        p = emu_cli("run", path.stem, "--quick", "--json", "--out", str(out), "--name", prefix,
+                    check=False, timeout=600)
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0, (p.stderr, [c for c in doc["checks"] if not c["passed"]])
+        assert doc["verdict"] == "PASS" and doc["credible"] and doc["complete"]
+        for row in doc["rows"]:
+            assert row["verified"] == row["flows"] > 0 and row["overload"] == 0
+        written = json.loads((out / "results.json").read_text())
+        assert written["rows"] == doc["rows"]
+        assert (out / "results.csv").read_text().count("\n") == len(doc["rows"]) + 1
+        sc = spec.load(str(path))
+        for plot in sc.plots:
+            assert (out / f"{plot.file}.png").stat().st_size > 1000
+            assert (out / f"{plot.file}.svg").stat().st_size > 1000
+    finally:
+        for i in range(4):
+            assert state.load(f"{prefix}{i}") is None
+            assert ns_of_cluster(f"{prefix}{i}") == []
+
+
+def test_a_broken_scenario_is_one_line_and_exit_status_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[scenario]\ntitle = "x"\n[topology]\nfile = "leaf-spine"\n'
+                   '[workload]\nkind = "incast"\nsize = "lots"\n')
+    p = emu_cli("run", str(bad), check=False)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "bad.toml" in p.stderr and "workload.size" in p.stderr
