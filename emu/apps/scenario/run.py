@@ -154,13 +154,16 @@ class _Cluster:
         from emu.cluster import fabricunits
         from emu.topology import Event
 
-        changed = fabricunits.apply(self.name, self.topo, Event(0.0, action, target, settings),
+        # the cluster's own model (the kernel's settings, as emu impair and the [[event]]
+        # scheduler take it), not the file as loaded: its rates and delays are the fabric's
+        topo = self.C.model(self.name)
+        changed = fabricunits.apply(self.name, topo, Event(0.0, action, target, settings),
                                     self.time, event_log=self.C.event_log(self.name),
                                     source="emu run")
         if action in ("down", "up"):
-            self.C.set_links(self.name, self.topo, changed, action == "up")
+            self.C.set_links(self.name, topo, changed, action == "up")
         else:
-            self.C.save_model(self.name, self.topo)
+            self.C.save_model(self.name, topo)
         return changed
 
     def switch_totals(self) -> dict[str, int]:
