@@ -16,6 +16,10 @@ updated lazily (on the next CNP or query) from the elapsed periods — the
 same values a periodic α timer produces at its ticks, without a timer that
 would keep an idle endpoint's ``get_timer()`` busy forever.
 
+A cut makes the rate before it the **target** recovery returns to — except a cut that
+follows another before any increase event, which keeps the earlier target (ConnectX's
+``clamp_tgt_rate = 0``; see :meth:`Dcqcn.on_cnp`).
+
 Recovery: every ``increase_period`` (timer T) and every ``byte_counter``
 bytes sent (counter B) is an *increase event*; with ``t``/``b`` the number of
 such events since the last cut and ``F = fast_recovery_steps``:
@@ -135,7 +139,15 @@ class Dcqcn(CongestionControl):
         alpha = self.alpha_at(now)
         if now - self._last_cut >= self.min_cut_interval:
             self._last_cut = now
-            self.target = self._rate
+            if self._t or self._b or self.stage == STAGE_LINE:
+                # the rate before the cut becomes the target to recover to — unless
+                # this cut follows another with no increase between (CNPs every 50 µs,
+                # the timer 55 µs): then the target stays the rate before the first of
+                # them. Resetting it at every cut (the paper's QCN pseudo-code) ratchets
+                # the target down with the rate: a 4 -> 1 incast at 400 Gb/s halved every
+                # sender to ~6 Gb/s and kept the port 29 % busy. NVIDIA's ConnectX
+                # (clamp_tgt_rate = 0) and the ns-3 Mellanox model keep it
+                self.target = self._rate
             self._rate = max(self.min_rate, self._rate * (1 - alpha / 2))
             self.counts[STAGE_CUT] += 1
             self.stage = STAGE_CUT

@@ -91,4 +91,4 @@ def create(name: str, entropies: Sequence[int], rng: RandomBits, now: float = 0.
 
 
 def _load_builtins() -> None:
-    from emu.paths import fixed, oblivious, reps  # noqa: F401  (register themselves)
+    from emu.paths import fixed, flowlet, oblivious, reps  # noqa: F401  (register themselves)

@@ -17,7 +17,7 @@ ENTS = list(range(49152, 49152 + 16))
 
 
 def test_registry_and_bad_input():
-    assert paths.available() == ["fixed", "oblivious", "reps"]
+    assert paths.available() == ["fixed", "flowlet", "oblivious", "reps"]
     assert isinstance(paths.create("reps", ENTS, random.Random(1)), Reps)
     with pytest.raises(ValueError, match="unknown path policy"):
         paths.create("nope", ENTS, random.Random(1))

@@ -49,6 +49,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from emu import cc as cc_registry
+from emu import paths as path_registry
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.datagram import Run
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
@@ -57,6 +58,7 @@ from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import RecvWR, SendWR, WrOpcode
 from emu.transports.base import (
     ECN_CE,
+    ECN_ECT0,
     ECN_NOT_ECT,
     Addr,
     Completion,
@@ -72,6 +74,13 @@ from emu.transports.roce import packets as P
 from emu.transports.roce.qp import PMTU_VALUES, TRANSITIONS, QpAttr, QpState, QueuePair
 from emu.transports.roce.requester import Requester, SendWqe
 from emu.transports.roce.responder import MIDDLES, RecvWqe, Responder
+
+#: the path policies an in-order transport can take: one entropy per QP (per-flow ECMP),
+#: or a new one per flowlet (emu.paths.flowlet); spraying would reorder every message
+ROCE_PATHS = ("fixed", "flowlet")
+#: RoCEv2's UDP source ports, the entropy the switches hash (0xC000..0xFFFF, the range
+#: Linux draws them from, and :func:`~emu.transports.roce.modify.flow_label_to_udp_sport`)
+ROCE_SPORTS = tuple(range(0xC000, 0x10000))
 
 _RESPONSES = frozenset(range(P.READ_RESP_FIRST, P.ATOMIC_ACK + 1))
 #: opcodes that carry a payload a switch can cut (their trimmed copies are discarded)
@@ -108,7 +117,8 @@ class RoceEngine(Engine):
                  trace: Trace = NULL_TRACE, first_qpn: int = 0x11,
                  local_addr: Addr | None = None, default_pmtu: int = 4096,
                  gather: bool = False, runs: bool = False,
-                 max_psn_ahead: int = 1 << 15) -> None:
+                 max_psn_ahead: int = 1 << 15, paths: str = "fixed",
+                 path_params: dict[str, Any] | None = None) -> None:
         if line_rate <= 0 or ack_every < 1 or ack_req_every < 1 or burst_bytes < 0 \
                 or lead_bytes < 0 or frame_overhead < 0:
             raise ValueError("line_rate, ack_every, ack_req_every must be > 0, "
@@ -142,6 +152,14 @@ class RoceEngine(Engine):
         self.frame_overhead = frame_overhead  # the port's bytes per packet (QueuePair)
         self.cnp_interval = cnp_interval
         self.cnp_dscp = cnp_dscp
+        if paths not in ROCE_PATHS:
+            raise ValueError(f"RoCEv2 paths {paths!r}: one of {', '.join(ROCE_PATHS)} (a "
+                             "sprayed policy would reorder an in-order transport)")
+        #: "flowlet": each QP's source port changes after an idle gap (emu.paths.flowlet)
+        self.paths = paths
+        self.path_params = dict(path_params or {})
+        if paths != "fixed":
+            path_registry.create(paths, ROCE_SPORTS[:2], rng, 0.0, **self.path_params)
         self.class_of = class_of
         self.trace = trace
         self.local_addr = local_addr
@@ -547,6 +565,8 @@ class RoceEngine(Engine):
             return
         resp, req = qp.responder, qp.requester
         ctrl = qp.ctrl_meta
+        if self.paths != "fixed" and req.has_work():
+            self._repath(qp, now)
         data = qp.data_meta
         trace = self.trace
         bulk = self.gather and not trace.enabled
@@ -577,6 +597,19 @@ class RoceEngine(Engine):
             if trace.enabled:
                 trace.packet_sent(now, qp=qp.qpn, op=b[0], psn=int.from_bytes(b[9:12], "big"),
                                   len=len(b))
+
+    def _repath(self, qp: QueuePair, now: float) -> None:
+        """The QP's source port for what it sends now: its path policy's (a flowlet's
+        entropy), the first one the QP's own ``udp_sport``."""
+        pol = qp.paths
+        if pol is None or pol.entropy not in (qp.attr.udp_sport, qp.data_meta.entropy):
+            own = qp.attr.udp_sport
+            pol = qp.paths = path_registry.create(
+                self.paths, ROCE_SPORTS, self.rng, now,
+                **{"entropy": own if 0xC000 <= own else None, **self.path_params})
+        sport = pol.choose(now)
+        if sport != qp.data_meta.entropy:
+            qp.data_meta = TxMeta(sport, qp.attr.dscp, ECN_ECT0)
 
     def port_held(self) -> None:
         """The daemon's port holds this engine's output (its serializer, or socket

@@ -19,7 +19,7 @@ from emu.transports.roce.qp import PMTU_VALUES
 #: RoceEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("line_rate", "cc", "cc_params", "ack_every", "ack_req_every", "burst_bytes",
                   "lead_bytes", "frame_overhead", "cnp_interval", "cnp_dscp", "default_pmtu",
-                  "gather", "runs")
+                  "gather", "runs", "paths", "path_params")
 #: line rate (bits/s) of engines built for daemons unless ``--engine-opt roce.line_rate=…``
 DEFAULT_DAEMON_LINE_RATE = 10e9
 #: bytes a daemon's pacer may send ahead of its rate per wake-up. Each wake-up costs a

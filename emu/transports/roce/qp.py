@@ -172,6 +172,9 @@ class QueuePair:
     ctrl_meta: TxMeta = field(default_factory=lambda: TxMeta(0))
     last_cnp_sent: float = float("-inf")
     cnp_pending: bool = False
+    #: the QP's path policy when the engine changes its entropy (flowlets), else None:
+    #: its source port stays ``attr.udp_sport``, per-flow ECMP as RoCEv2 has always been
+    paths: Any = None
     #: SQD: the drained state was reached (and, if asked, announced) since entering SQD
     sqd_told: bool = False
     #: the pacer holds this QP's data back (its "pace" timer is armed), and nothing else

@@ -60,6 +60,24 @@ def test_cuts_are_rate_limited_but_alpha_still_updates():
     assert d.alpha == pytest.approx((1 - G) * ((1 - G) + G) + G)
 
 
+def test_back_to_back_cuts_keep_the_target_of_the_first():
+    """Cuts one CNP interval apart (50 µs, under the 55 µs timer: no increase between)
+    keep the rate before the first cut as the target, as ConnectX does; recovery then
+    climbs back towards it rather than towards the last, lowest rate."""
+    d = Dcqcn(LINE, 0.0)
+    for k in range(4):
+        d.on_cnp(k * 50e-6)
+    assert d.counts[STAGE_CUT] == 4 and d.rate < LINE / 8
+    assert d.target == LINE
+    low = d.rate
+    d.handle_timer(3 * 50e-6 + T)  # one increase event: fast recovery halves the gap
+    assert d.rate == pytest.approx((low + LINE) / 2)
+    # once an increase happened, the next cut's target is the rate it cuts from
+    r = d.rate
+    d.on_cnp(3 * 50e-6 + T + 1e-6)
+    assert d.target == pytest.approx(r)
+
+
 def test_recovery_stages_fast_additive_hyper():
     r_ai, r_hai, bc = LINE / 1000, LINE / 200, 1 << 16
     d = Dcqcn(LINE, 0.0, byte_counter=bc)
