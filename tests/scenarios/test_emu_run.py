@@ -64,3 +64,18 @@ def test_a_broken_scenario_is_one_line_and_exit_status_2(tmp_path):
     p = emu_cli("run", str(bad), check=False)
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "bad.toml" in p.stderr and "workload.size" in p.stderr
+
+
+def test_scripts_scenarios_quick_rebuilds_a_gallery(tmp_path):
+    import subprocess
+
+    from fabric_util import ROOT
+
+    out = tmp_path / "scenarios"
+    p = subprocess.run([str(ROOT / "scripts" / "scenarios"), "--quick", "--only", "incast",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "incast" in p.stdout and "PASS" in p.stdout
+    page = (tmp_path / "scenarios.md").read_text()
+    assert "**PASS**" in page and "![goodput-vs-n](scenarios/incast/goodput-vs-n.png)" in page
+    assert (out / "incast" / "results.json").exists()

@@ -180,6 +180,25 @@ class _Cluster:
                                       ("dropped_tail", "dropped_random", "dropped_trim"))
         return out
 
+    def uplink_bytes(self) -> dict[str, int]:
+        """Bytes each switch sent up each switch-to-switch cable (``leaf1>spine2``): the
+        spread of a leaf's traffic over its spines, which path policies decide."""
+        from emu.fabric import naming
+        from emu.fabric.status import interfaces
+
+        switches = {n.name for n in self.topo.switches()}
+        out: dict[str, int] = {}
+        by_node: dict[str, list[tuple[str, str]]] = {}
+        for lk in self.topo.links:
+            if lk.a.node in switches and lk.b.node in switches:
+                by_node.setdefault(lk.a.node, []).append((lk.a.ifname, lk.b.node))
+        for node, ports in by_node.items():
+            ifs = interfaces(naming.ns_name(self.name, node))
+            for ifname, peer in ports:
+                tx = (ifs.get(ifname) or {}).get("tx_bytes", 0)
+                out[f"{node}>{peer}:{ifname}"] = int(tx)
+        return out
+
     def down(self) -> None:
         self.C.down(self.name)
 
@@ -221,6 +240,7 @@ def run_point(cl: _Cluster, sc: Scenario, point: dict[str, Any], say: Say
     depth = int(bind(sc.workload, point).get("depth", 4))
     before = overload.snapshot(cl.name)
     sw0 = cl.switch_totals()
+    up0 = cl.uplink_bytes()
     t0 = time.monotonic()
     log: list[dict[str, Any]] = []
     stop = threading.Event()
@@ -234,6 +254,7 @@ def run_point(cl: _Cluster, sc: Scenario, point: dict[str, Any], say: Say
     wall_s = time.monotonic() - t0
     d = overload.delta(before, overload.snapshot(cl.name))
     sw1 = cl.switch_totals()
+    up1 = cl.uplink_bytes()
     for e in log:  # what an event took down comes back for the next point
         if e["action"] == "down":
             cl.apply(e["target"], "up", {})
@@ -242,6 +263,8 @@ def run_point(cl: _Cluster, sc: Scenario, point: dict[str, Any], say: Say
                            "retransmits": d["retransmits"],
                            "retransmitted_fraction": d["retransmitted_fraction"],
                            "rto_retransmits": rto,
+                           "spine_imbalance": spine_imbalance(
+                               {k: up1[k] - up0.get(k, 0) for k in up1}),
                            **{k: sw1[k] - sw0[k] for k in sw1},
                            "credible": d["credible"], "overload": d["total"],
                            "overload_causes": d["causes"], "time_scale": cl.time.scale,
@@ -249,6 +272,23 @@ def run_point(cl: _Cluster, sc: Scenario, point: dict[str, Any], say: Say
                            "errors": [f"{r.flow.name}: {r.error}" for r in res.flows
                                       if r.error]}
     return row, res
+
+
+def spine_imbalance(sent: dict[str, int]) -> float | None:
+    """How unevenly the leaves spread their traffic over their uplinks: per switch that
+    sent anything up, its busiest uplink's bytes over the mean of its uplinks, minus 1
+    (0: perfectly even; 1: the busiest carried twice the mean); the worst switch's. None
+    when no switch sent anything up (the traffic stayed under one leaf)."""
+    per: dict[str, list[int]] = {}
+    for k, v in sent.items():
+        per.setdefault(k.split(">", 1)[0], []).append(max(0, v))
+    worst = None
+    for vals in per.values():
+        mean = sum(vals) / len(vals)
+        if mean > 0 and len(vals) > 1:
+            x = max(vals) / mean - 1
+            worst = x if worst is None else max(worst, x)
+    return worst
 
 
 def _engine_delta(before: dict[str, Any], after: dict[str, Any], key: str) -> int:
@@ -297,6 +337,8 @@ def validate(sc: Scenario) -> dict[str, int]:
     """Every point's fabric, workload, impairments and events read as the run will read
     them, before anything is made: a bad value fails here, naming its key. Returns the
     most hosts sending at once per fabric (by its overrides, JSON), for the auto scale."""
+    import emu.nic.topology  # noqa: F401  (registers the [nic] section's checker)
+    import emu.switch.topology  # noqa: F401  (… and the [switch] section's)
     from emu.topology import loader
     from emu.topology.model import TopologyError
 

@@ -7,7 +7,7 @@ Every error is one line naming the file, the line where the key lives and the ke
 Sweep variables are named in ``[sweep]`` and used as ``"$name"`` anywhere a value is
 read: in ``[topology] set``, ``[workload]``, ``[[impair]]`` and ``[[event]]``; ``transport``
 is one of them (RoCEv2, UET or MRC). The layout, with every key, is in
-``docs/scenarios.md``.
+``docs/scenario-files.md``.
 """
 
 from __future__ import annotations
@@ -94,10 +94,30 @@ class Scenario:
         return ScenarioError(self.where(key), reason)
 
     def points(self) -> list[dict[str, Any]]:
-        """Every combination of the sweep's values, in file order (the last key fastest)."""
+        """Every combination of the sweep's values, in file order (the last key fastest).
+        A value that is a table (a *case*) binds several variables at once: its ``name``
+        is the variable's value, its other keys variables of their own."""
         keys = list(self.sweep)
-        return [dict(zip(keys, combo, strict=True))
-                for combo in itertools.product(*(self.sweep[k] for k in keys))]
+        out = []
+        for combo in itertools.product(*(self.sweep[k] for k in keys)):
+            point: dict[str, Any] = {}
+            for k, v in zip(keys, combo, strict=True):
+                if isinstance(v, dict):
+                    point[k] = v["name"]
+                    point.update({kk: vv for kk, vv in v.items() if kk != "name"})
+                else:
+                    point[k] = v
+            out.append(point)
+        return out
+
+    def variables(self) -> set[str]:
+        """Every name a ``$var`` may use: the sweep's keys and its cases' keys."""
+        names = set(self.sweep)
+        for vals in self.sweep.values():
+            for v in vals:
+                if isinstance(v, dict):
+                    names |= set(v) - {"name"}
+        return names
 
 
 def bind(value: Any, point: dict[str, Any]) -> Any:
@@ -239,13 +259,20 @@ def _build(data: dict[str, Any], sc_path: str, path: Path, lines: dict[str, int]
             raise sc.error(f"sweep.{k}", "a non-empty list of values")
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
             raise sc.error(f"sweep.{k}", "a variable name: letters, digits, _")
+        for j, c in enumerate(v):
+            if isinstance(c, dict) and (not isinstance(c.get("name"), str) or not all(
+                    re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", kk) for kk in c)):
+                raise sc.error(f"sweep.{k}", f"case {j + 1}: a table with a name and "
+                                             "variables (name = \"uet-reps\", transport = "
+                                             "\"uet\", ...)")
     sc.sweep = {k: list(v) for k, v in sweep.items()}
-    if "transport" not in sc.sweep:
+    if "transport" not in sc.variables():
         tr = sc.workload.pop("transport", "roce")
         sc.sweep = {"transport": tr if isinstance(tr, list) else [tr], **sc.sweep}
-    for t in sc.sweep["transport"]:
-        if t not in TRANSPORTS:
-            raise sc.error("sweep.transport", f"{t!r} is not a transport ({', '.join(TRANSPORTS)})")
+    for p in sc.points():
+        if p.get("transport") not in TRANSPORTS:
+            raise sc.error("sweep", f"{p.get('transport')!r} is not a transport "
+                                    f"({', '.join(TRANSPORTS)}) in {p}")
     for i, d in enumerate(_array(data, "impair", sc)):
         _only(d, {"link", "direction", "loss", "rate", "delay", "ecn", "duplicate", "seed"},
               f"impair[{i}]", sc)
@@ -274,7 +301,7 @@ def _build(data: dict[str, Any], sc_path: str, path: Path, lines: dict[str, int]
                 raise sc.error(f"plot[{i}].{k}", "a sweep variable or a metric")
         if d["y"] not in METRICS:
             raise sc.error(f"plot[{i}].y", f"unknown metric {d['y']!r}")
-        names = set(sc.sweep) | set(METRICS)
+        names = sc.variables() | set(sc.sweep) | set(METRICS)
         for k in ("x", "series"):
             if d.get(k) is not None and d[k] not in names:
                 raise sc.error(f"plot[{i}].{k}", f"{d[k]!r} is neither a sweep variable nor "
@@ -292,8 +319,9 @@ def _build(data: dict[str, Any], sc_path: str, path: Path, lines: dict[str, int]
     # every "$var" names a sweep variable
     for key, value in (("topology.set", sc.set), ("workload", sc.workload),
                        ("impair", sc.impairs), ("event", sc.events)):
-        for v in sorted(_vars_in(value) - set(sc.sweep)):
-            raise sc.error(key, f"${v} is not a sweep variable ({', '.join(sc.sweep)})")
+        for v in sorted(_vars_in(value) - sc.variables()):
+            raise sc.error(key, f"${v} is not a sweep variable "
+                                f"({', '.join(sorted(sc.variables()))})")
     return sc
 
 

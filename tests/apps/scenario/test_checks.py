@@ -51,3 +51,14 @@ def test_a_missing_figure_fails_and_names_the_point_and_the_error():
     assert not v.passed
     assert "goodput_gbps is missing" in v.detail and "transport='mrc'" in v.detail
     assert "did not complete" in v.detail
+
+
+def test_spine_imbalance_is_the_worst_leafs_busiest_uplink_over_its_mean():
+    from emu.apps.scenario.run import spine_imbalance
+
+    even = {"leaf1>spine1:s1": 100, "leaf1>spine2:s2": 100, "leaf2>spine1:s1": 50,
+            "leaf2>spine2:s2": 50}
+    assert spine_imbalance(even) == 0
+    skew = {**even, "leaf2>spine1:s1": 150, "leaf2>spine2:s2": 50}
+    assert spine_imbalance(skew) == 0.5  # 150 over a mean of 100
+    assert spine_imbalance({"leaf1>spine1:s1": 0, "leaf1>spine2:s2": 0}) is None

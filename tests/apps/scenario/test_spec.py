@@ -60,7 +60,7 @@ def test_the_sweep_is_the_product_of_its_lists(tmp_path):
 
 @pytest.mark.parametrize("old, new, where, says", [
     ('n = "$n"', 'n = "$m"', "s.toml:8: workload", "$m is not a sweep variable"),
-    ('transport = ["roce", "uet"]', 'transport = ["roce", "tcp"]', ":14: sweep.transport",
+    ('transport = ["roce", "uet"]', 'transport = ["roce", "tcp"]', "s.toml:13: sweep",
      "'tcp' is not a transport"),
     ('file = "leaf-spine"', 'file = "nope"', ":5: topology.file", "no topology 'nope'"),
     ("expect = \"min(values('jain')) >= 0.9\"", "expect = \"__import__('os')\"",
@@ -90,3 +90,17 @@ def test_toml_syntax_errors_name_the_line(tmp_path):
 def test_a_missing_file_lists_the_shipped_scenarios(tmp_path):
     with pytest.raises(spec.ScenarioError, match="shipped scenarios: .*incast"):
         spec.load("no-such-scenario")
+
+
+def test_a_case_binds_several_variables_at_once(tmp_path):
+    text = GOOD.replace('transport = ["roce", "uet"]\n', 'case = [{ name = "roce-ecmp", '
+                        'transport = "roce", paths = "fixed" }, { name = "uet-reps", '
+                        'transport = "uet", paths = "reps" }]\n')
+    text = text.replace('"switch.pipeline" = true', '"switch.pipeline" = true, '
+                        '"nic.uet.paths" = "$paths"')
+    sc = spec.load(write(tmp_path, text))
+    assert sc.points()[0] == {"case": "roce-ecmp", "transport": "roce", "paths": "fixed",
+                              "n": 2}
+    assert spec.bind(sc.set, sc.points()[-1])["nic.uet.paths"] == "reps"
+    with pytest.raises(spec.ScenarioError, match="case 1: a table with a name"):
+        spec.load(write(tmp_path, text.replace('name = "roce-ecmp", ', '')))
