@@ -314,7 +314,8 @@ SHIPPED = (("pair", "pair.toml", (), "link.rate"),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
             ("switch.pipeline=true", "switch.datapath=user"), "link.rate"),
            ("rail-optimized", "rail-optimized.toml", (), "link.rate"),
-           ("multi-plane", "multi-plane.toml", (), "link.rate"))
+           ("multi-plane", "multi-plane.toml", (), "link.rate"),
+           ("two sites over 100 km", "two-sites.toml", (), "link.rate"))
 
 
 def busy_with() -> list[str]:

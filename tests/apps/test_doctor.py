@@ -62,7 +62,7 @@ def test_without_a_topology_doctor_proposes_a_scale_and_a_rate_for_each_shipped_
     props = doctor.proposals(fast)
     assert [p["topology"] for p in props] == [f"namespaces/{f}" for f in (
         "pair.toml", "leaf-spine.toml", "leaf-spine.toml", "leaf-spine.toml",
-        "rail-optimized.toml", "multi-plane.toml")]
+        "rail-optimized.toml", "multi-plane.toml", "two-sites.toml")]
     for p, q in zip(props, doctor.proposals(slow), strict=True):
         assert p["proposed"] == capacity.nice_floor(p["max_rate"]) <= p["max_rate"]
         assert q["proposed"] < p["proposed"]
