@@ -38,8 +38,8 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
         for row in doc["rows"]:
             assert row["verified"] == row["flows"] > 0
             assert row["credible"] == (row["overload"] == 0)
-        for c in doc["checks"]:
-            assert "cannot evaluate" not in c["detail"] and "results match" not in c["detail"]
+        for c in doc["checks"]:  # every check could be evaluated (a quick sweep may lack
+            assert "cannot evaluate" not in c["detail"]  # a point some check compares)
         assert (p.returncode == 0) == (doc["verdict"] == "PASS")
         if path.stem in QUICK_PASSES:
             assert doc["verdict"] == "PASS" and doc["credible"], \

@@ -79,7 +79,7 @@ def workload_of(sc: Scenario, point: dict[str, Any], hosts: list[str]) -> model.
     """The point's workload, its ``$vars`` bound and its units parsed (errors name the key)."""
     w = bind(sc.workload, point)
     allowed = {"kind", "size", "message", "n", "dst", "seed", "flows", "participants",
-               "depth", "qp"}
+               "depth", "qp", "shift"}
     for k in w:
         if k not in allowed:
             raise sc.error(f"workload.{k}", f"unknown key (one of {', '.join(sorted(allowed))})")
@@ -106,7 +106,8 @@ def workload_of(sc: Scenario, point: dict[str, Any], hosts: list[str]) -> model.
                           message=size("workload.message", w.get("message", "1MiB")),
                           n=None if w.get("n") is None else int(w["n"]), dst=w.get("dst"),
                           seed=int(w.get("seed", 0)), flows=flows,
-                          participants=w.get("participants"))
+                          participants=w.get("participants"),
+                          shift=None if w.get("shift") is None else int(w["shift"]))
     except ValueError as e:
         raise sc.error("workload", str(e)) from None
 

@@ -90,10 +90,18 @@ def incast(hosts: Sequence[str], n: int, size: int, dst: str | None = None) -> l
     return [Flow(s, dst, size) for s in others[:n]]
 
 
-def permutation(hosts: Sequence[str], size: int, seed: int = 0) -> list[Flow]:
-    """Every host sends to one other and receives from one other (a random derangement,
-    ``seed`` fixed so every transport of a sweep sees the same pairs)."""
+def permutation(hosts: Sequence[str], size: int, seed: int = 0,
+                shift: int | None = None) -> list[Flow]:
+    """Every host sends to one other and receives from one other: a random derangement
+    (``seed`` fixed so every transport of a sweep sees the same pairs), or, with
+    ``shift``, host i to host i + shift — with ``shift`` = the hosts under one leaf, every
+    flow crosses the spines (the permutation that loads a Clos's uplinks fully)."""
     _check_hosts(hosts, 2, "permutation")
+    if shift is not None:
+        if shift % len(hosts) == 0:
+            raise ValueError(f"permutation shift {shift}: a multiple of the {len(hosts)} "
+                             "hosts sends every host to itself")
+        return [Flow(h, hosts[(i + shift) % len(hosts)], size) for i, h in enumerate(hosts)]
     rng = random.Random(seed)
     while True:
         dst = list(hosts)
@@ -130,7 +138,8 @@ def alltoall_collective(hosts: Sequence[str], size: int) -> list[Flow]:
 
 def make(kind: str, hosts: Sequence[str], *, size: int, message: int = 1 << 20,
          n: int | None = None, dst: str | None = None, seed: int = 0,
-         flows: Sequence[Flow] = (), participants: int | None = None) -> Workload:
+         flows: Sequence[Flow] = (), participants: int | None = None,
+         shift: int | None = None) -> Workload:
     """The workload ``kind`` over ``hosts`` (a scenario's ``[workload]`` table, parsed).
     ``participants``: the first N hosts only (a collective over part of the fabric)."""
     if kind not in KINDS:
@@ -151,8 +160,8 @@ def make(kind: str, hosts: Sequence[str], *, size: int, message: int = 1 << 20,
         out = incast(hosts, n if n is not None else len(hosts) - 1, size, dst)
         params["n"] = len(out)
     elif kind == "permutation":
-        out = permutation(hosts, size, seed)
-        params["seed"] = seed
+        out = permutation(hosts, size, seed, shift)
+        params["seed" if shift is None else "shift"] = seed if shift is None else shift
     elif kind == "all-to-all":
         out = all_to_all(hosts, size)
     elif kind == "allreduce":

@@ -33,6 +33,14 @@ def test_permutation_is_a_derangement_and_the_same_for_a_seed(seed):
     assert all(f.src != f.dst for f in a.flows)
 
 
+def test_a_shift_permutation_sends_every_host_across():
+    w = model.make("permutation", HOSTS, size=1, shift=4)
+    assert [(f.src, f.dst) for f in w.flows][:2] == [("h1", "h5"), ("h2", "h6")]
+    assert [(f.src, f.dst) for f in w.flows][-1] == ("h8", "h4")
+    with pytest.raises(ValueError, match="to itself"):
+        model.make("permutation", HOSTS, size=1, shift=8)
+
+
 def test_permutations_differ_between_seeds():
     assert len({model.make("permutation", HOSTS, size=1, seed=s).flows
                 for s in range(10)}) > 5
