@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from fabric_util import ROOT
@@ -71,8 +72,16 @@ def test_pipeline_from_topology_marks_and_is_controllable(cluster):
     for h in ("h1", "h2", "h3"):
         emu("exec", f"{name}:{h}", "--", "env", f"PYTHONPATH={ROOT}", os.sys.executable,
             "-c", BLAST)
-    st = json.loads(emu("status", name, "--json").stdout)
-    port = st["switches"]["leaf2"]["ports"]["h4"]
+    # emu status shows the counters each switch daemon last wrote (every series_interval
+    # of fabric time: 1.5 s of wall at this topology's time scale, 15): wait for a file
+    # written after the blast, as a user rerunning emu status would
+    deadline = time.monotonic() + 60
+    while True:
+        st = json.loads(emu("status", name, "--json").stdout)
+        port = st["switches"]["leaf2"]["ports"]["h4"]
+        if port["enqueued"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert port["enqueued"] > 0 and port["marked"] > 0
     assert port["max_depth"] > 3000  # marks only once the queue passed Kmin
     # non-transport traffic never reached the pipeline: only 900 transport packets did
