@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Sans-IO transports: RoCEv2 RC now, UET and MRC later (``DESIGN.md``).
+"""Sans-IO transports: RoCEv2 RC (:mod:`.roce`), UET RUD (:mod:`.uet`) and MRC (:mod:`.mrc`)
+(``DESIGN.md``).
 
 Every transport is an :class:`emu.transports.base.Engine`: a pure state
 machine the NIC daemon feeds with datagrams and clock ticks and drains of
