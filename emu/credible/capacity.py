@@ -7,8 +7,7 @@ pipeline, one switch daemon per switch on the path. A rate "fits" when a
 flow at that line rate over the fabric's longest path keeps
 
 * every daemon under :data:`DAEMON_SHARE` of a core, and
-* all of them together under :data:`MACHINE_SHARE` of the machine's cores
-  (both :data:`CONCURRENT_SHARE` when several flows run at once),
+* all of them together under :data:`MACHINE_SHARE` of the machine's cores,
 
 so that queues and timers are the emulated ones, not the CPU's. The costs
 come from ``emu doctor`` (measured on this machine, saved in
@@ -34,16 +33,15 @@ if TYPE_CHECKING:
 #: where ``emu doctor`` keeps what it measured (tmpfs: a machine's figures, until reboot);
 #: a folder of its own, since every ``*.json`` in /run/emu is a cluster's state file
 COSTS_FILE = "/run/emu/doctor/costs.json"
-DAEMON_SHARE = 0.6
-MACHINE_SHARE = 0.6
-#: … and both, when several flows run at once (every host sending and receiving): the
-#: daemons' and the kernel hops' work then arrives in bursts from every direction at
-#: once, and two cores at 60 % on average are late at the peaks. Measured on the 2-core
-#: VM (scripts/bench-credible --part flows --transports uet, four 400 Gb/s flows on the
-#: leaf-spine with the switch pipeline, 64 MiB each): at the scale 0.6 gave (3500) every
-#: daemon sent ~200 packets late and goodput fell 5 %; at 5200 one of two rounds had one
-#: late send; at 7000 none. 0.35 puts the leaf-spine at ~5900
-CONCURRENT_SHARE = 0.35
+#: Why 0.35 and not more: a daemon or a machine busy 60 % of the time on average is late
+#: at its peaks, since the work comes in bursts (a window's worth of packets, ACKs from
+#: every direction at once, the kernel hops' softirqs). Measured on the 2-core VM: four
+#: 400 Gb/s UET flows on the leaf-spine (scripts/bench-credible --part flows) sent ~200
+#: packets late per daemon at the scale a 0.6 share gave (3500), one in two rounds at
+#: 5200, none at 7000; one 64 MiB transfer across namespaces/two-sites.toml (a 1 ms round
+#: trip, 64 WRITEs in flight) was late at 2200, the scale 0.6 gave a single flow there
+DAEMON_SHARE = 0.35
+MACHINE_SHARE = 0.35
 #: rates proposed are 1, 2 or 5 × 10^k bits/s, never below this
 MIN_RATE = 10e6
 
@@ -152,10 +150,8 @@ def max_rate(costs: Costs, hops: int, mtu: int, khops: int = 0, flows: int = 1,
         per_daemon = both * max(1, min(hosts_per_daemon, flows))
     else:
         per_daemon = max(costs.nic_tx + k, costs.nic_rx + k) if flows <= 1 else both
-    daemon_share, machine_share = (DAEMON_SHARE, MACHINE_SHARE) if flows <= 1 else \
-        (CONCURRENT_SHARE, CONCURRENT_SHARE)
-    pps_daemon = daemon_share / max(per_daemon, costs.switch if hops else 0.0)
-    pps_machine = machine_share * costs.cores / (flows * (costs.nic_tx + costs.nic_rx
+    pps_daemon = DAEMON_SHARE / max(per_daemon, costs.switch if hops else 0.0)
+    pps_machine = MACHINE_SHARE * costs.cores / (flows * (costs.nic_tx + costs.nic_rx
                                                           + hops * costs.switch + 2 * k))
     return min(pps_daemon, pps_machine) * frame_bytes(mtu) * 8
 
