@@ -29,6 +29,9 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated scenario names")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "scenarios"),
                     help="results per scenario under DIR/NAME; the gallery is DIR.md")
+    ap.add_argument("--replot", action="store_true",
+                    help="no runs: redraw each scenario's plots from its DIR/NAME/results.json "
+                         "and rebuild the gallery")
     a = ap.parse_args()
     names = [p.stem for p in spec.shipped()]
     if a.only:
@@ -39,6 +42,8 @@ def main() -> int:
         names = [n for n in names if n in want]
     results, summary = [], []
     t0 = time.monotonic()
+    if a.replot:
+        return replot(names, a.out)
     for i, name in enumerate(names, 1):
         out = os.path.join(a.out, name)
         print(f"[{i}/{len(names)}] emu run {name}{' --quick' * a.quick}", file=sys.stderr,
@@ -64,6 +69,30 @@ def main() -> int:
         print(f"{name:<22} {verdict:<8} {wall:>7.0f}")
     print(f"total {time.monotonic() - t0:.0f} s; gallery {os.path.relpath(page, ROOT)}")
     return 0 if all(v == "PASS" for _, v, _ in summary) else 1
+
+
+def replot(names: list[str], base: str) -> int:
+    """Redraw from the results already there; the gallery keeps their dates' figures."""
+    from emu.apps.scenario import plots
+
+    results = []
+    for name in names:
+        out = os.path.join(base, name)
+        try:
+            with open(os.path.join(out, "results.json")) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"{name}: no results to redraw ({e})", file=sys.stderr)
+            continue
+        sc = spec.load(name)
+        for p in sc.plots:
+            plots.draw(sc, p, doc["rows"], out)
+        results.append((name, out))
+    page = base.rstrip("/") + ".md"
+    machine = f"{os.cpu_count()} cores, Linux {platform.release()}"
+    gallery.build(results, page, "redrawn " + datetime.date.today().isoformat(), machine)
+    print(f"redrew {len(results)} scenarios; gallery {os.path.relpath(page, ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":

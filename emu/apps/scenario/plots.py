@@ -32,7 +32,13 @@ LABELS = {
     "loss": "random loss on the link",
     "n": "senders (N → 1)",
     "seed": "hash seed",
+    "hash_seed": "ECMP hash seed (fib_multipath_hash_seed)",
     "transport": "transport",
+    "case": "transport and path policy",
+    "failure": "what fails at 50 µs",
+    "h2_rate": "h2's link rate",
+    "trim": "switch trimming",
+    "spine_imbalance": "busiest uplink over the mean, minus 1",
 }
 TRANSPORT_NAMES = {"roce": "RoCEv2", "uet": "UET", "mrc": "MRC"}
 
@@ -57,7 +63,7 @@ def draw(sc: Scenario, plot: Plot, rows: list[dict[str, Any]], out_dir: str) -> 
     series: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
         series.setdefault(r.get(plot.series) if plot.series else None, []).append(r)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), layout="constrained")
     suspect = []
     xs_all = sorted({r[plot.x] for r in rows}, key=lambda v: (isinstance(v, str), v))
     width = 0.8 / max(1, len(series))
@@ -97,10 +103,15 @@ def draw(sc: Scenario, plot: Plot, rows: list[dict[str, Any]], out_dir: str) -> 
     ax.set_title(plot.title, fontsize=11)
     ax.grid(True, alpha=0.3)
     if plot.series:
-        ax.legend(title=_label(plot.series), fontsize=9)
+        # beside the axes once there are more series than fit over the data
+        out = len(series) > 3
+        ax.legend(title=_label(plot.series), fontsize=8,
+                  **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if out else {}))
     if suspect:
+        more = f" and {len(suspect) - 3} more" if len(suspect) > 3 else ""
         fig.text(0.01, 0.005, "hollow/hatched: not credible or incomplete — "
-                 + "; ".join(suspect[:4]), fontsize=7, color="firebrick")
+                 + "; ".join(suspect[:3]) + more, fontsize=7, color="firebrick")
+        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
     os.makedirs(out_dir, exist_ok=True)
     files = []
     for ext in ("png", "svg"):
