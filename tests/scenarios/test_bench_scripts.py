@@ -269,11 +269,12 @@ def test_bench_credible_quick_twice_json_reads_emu_perfs_clock():
 
 @needs_root
 def test_bench_credible_quick_flows_at_a_scale():
-    """``--part flows --quick --scale N --json`` (N twice the leaf-spine's auto scale): one
-    round of every transport's four flows at once on the leaf-spine as written (eight
-    flows: each host sends two and receives two), each flow's outcome, the scale it ran
-    at, its path's capacity and its fair share (two flows per 400 Gb/s NIC: 200)."""
-    n = 2 * _auto_scale("leaf-spine.toml")
+    """``--part flows --quick --scale N --json`` (N the leaf-spine's auto scale, given as a
+    number): one round of every transport's four flows at once on the leaf-spine as
+    written (eight flows: each host sends two and receives two), each flow's outcome, the
+    scale it ran at, its path's capacity and its fair share (two flows per 400 Gb/s NIC:
+    200)."""
+    n = _auto_scale("leaf-spine.toml")
     res = json.loads(_run([str(ROOT / "scripts/bench-credible"), "--part", "flows", "--quick",
                            "--scale", f"{n:g}", "--json"]).stdout)
     assert res["scale_requested"] == n
