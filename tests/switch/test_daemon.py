@@ -150,7 +150,11 @@ def test_switch_daemon(cluster: Fabric, tmp_path: Path, datapath: str) -> None:
                 ls.sendto(roce_write(sent), (dst, 4791))
                 sent += 1
 
-        send_honouring_pause(60)                # 64 KB: the class-3 queue passes XOFF (30 KB)
+        # 128 KB at once: the class-3 queue passes XOFF (30 KB) and stays above it for
+        # ~40 ms of its 20 Mbit/s port, longer than the kernel PFC agent's slowest poll
+        # (20 ms: emu.switch.kernel_pfc.POLL_MAX); 64 KB stayed above it ~14 ms, and
+        # one run in three polled before and after
+        send_honouring_pause(120)
         deadline = time.monotonic() + 10
         while not waited and time.monotonic() < deadline:
             listener.poll()
