@@ -30,6 +30,7 @@ from typing import Any
 
 from emu.api import QP, DaemonDown, Device, NicError, exchange
 from emu.api.client import CQ, MR
+from emu.apps.perf.run import device_clock
 from emu.apps.workload.model import Flow, Workload
 from emu.fabricclock import FabricClock
 
@@ -204,7 +205,7 @@ def run(cluster: str, workload: Workload, transport: str, *, depth: int = 4,
                 devs[h] = Device.open(cluster, h)
             except (DaemonDown, NicError, OSError) as e:
                 raise WorkloadError(f"{h}: cannot open its NIC daemon: {e}") from None
-        clock = _clock(devs[hosts[0]])
+        clock = device_clock(devs[hosts[0]].attrs)
         slots = max(1, min(depth, SLOT_BYTES_MAX // workload.message))
         try:
             for i, f in enumerate(workload.flows):
@@ -263,7 +264,3 @@ def _launch(results: list[FlowResult], pairs: list[_Pair], clock: FabricClock,
     for t in threads:
         t.join()
 
-
-def _clock(dev: Device) -> FabricClock:
-    t = dev.attrs.get("time") or {}
-    return FabricClock(float(t.get("scale", 1.0)), float(t.get("epoch", 0.0)))
