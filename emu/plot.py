@@ -1,36 +1,40 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Line charts as standalone SVG, without plotting libraries.
+"""Line charts over time, drawn with matplotlib: ``emu perf --plot`` (bandwidth per
+message size) and ``emu switch --plot`` (a queue's depth, marks or trims per port).
 
-Queue depth over time, marks and trims per interval, bandwidth per second:
-what a person would rather look at than read. No dependency (matplotlib is
-not on our machines), deterministic output, opens in any browser.
+Queue depth over time, marks and trims per interval, bandwidth per second: what a
+person would rather look at than read. These charts were SVG written by hand while
+matplotlib was not on our machines; it is a dependency now (a scenario's plots,
+:mod:`emu.apps.scenario.plots`, are drawn with it), so every chart emu draws looks
+alike and gets what a plotting library does well: readable ticks, a legend kept clear
+of the data, PNG as well as SVG. The conventions are the scenario plots': axes with
+units, a legend per series, one idea per chart.
+
+Where the chart goes: the path's suffix names the format (``.svg``, ``.png``,
+``.pdf`` … anything matplotlib writes), and a ``.svg`` chart gets a ``.png`` of the
+same name beside it (as a scenario's plots come in both: SVG for a page, PNG for a
+chat or an issue). A path with no suffix matplotlib knows (``/dev/stdout``) gets SVG
+alone. The SVG's text stays text (searchable, and what a test reads), each series'
+line is the group ``series-N`` (N: its place in the legend), and the output is the
+same bytes for the same data (no date, fixed ids).
+
+matplotlib is imported when a chart is drawn, not with this module, so the commands
+that draw nothing start as fast as before; it draws on a figure of its own (the Agg
+canvas, no pyplot), leaving the process's global matplotlib state alone.
 """
 
 from __future__ import annotations
 
-import html
-import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#17becf", "#7f7f7f", "#bcbd22")
-
-
-def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi]."""
-    if hi <= lo:
-        hi = lo + 1.0
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    start = math.floor(lo / step) * step
-    ticks = [round(start, 12)]
-    while ticks[-1] < hi - step * 1e-9:  # the last tick is at or above hi
-        ticks.append(round(ticks[-1] + step, 12))
-    return ticks
+#: a series with at most this many points gets a marker per point (one point alone
+#: would otherwise draw nothing)
+MARKERS_UP_TO = 60
 
 
-def _fmt(v: float) -> str:
+def _fmt(v: float, _pos: object = None) -> str:
+    """A tick value: 12k, 1.5M, 0.25 (the unit is on the axis)."""
     if v == 0:
         return "0"
     a = abs(v)
@@ -40,65 +44,77 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
-def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str = "",
-               xlabel: str = "", ylabel: str = "", width: int = 760, height: int = 360,
-               step: bool = False) -> str:
-    """An SVG document plotting each named series of (x, y) points.
+def outputs(path: str) -> list[tuple[str, str]]:
+    """The files :func:`line_chart` writes for ``path``: (file, format), ``path`` first."""
+    from matplotlib.backend_bases import FigureCanvasBase
 
-    ``step`` draws a staircase (counters sampled at intervals). Empty input
-    gives a chart saying "no data" rather than an error.
+    stem, ext = os.path.splitext(path)
+    fmt = ext[1:].lower()
+    if fmt not in FigureCanvasBase.get_supported_filetypes():
+        return [(path, "svg")]
+    return [(path, fmt)] + ([(stem + ".png", "png")] if fmt == "svg" else [])
+
+
+def line_chart(path: str, series: Mapping[str, Sequence[tuple[float, float]]], *,
+               title: str, xlabel: str, ylabel: str, legend_title: str | None = None,
+               step: bool = False) -> list[str]:
+    """Draw each named series of (x, y) points into ``path`` (and the PNG beside a
+    ``.svg``, see the module's docstring); the files written, ``path`` first.
+
+    ``xlabel`` and ``ylabel`` should name their units. ``step`` draws a staircase for
+    values that hold over an interval (a counter's rate sampled at intervals): each y
+    covers the interval that ends at its x. Series without points are left out, and
+    with none at all the chart says "no data" rather than failing.
+
+    An :class:`OSError` is the file that could not be written (its ``filename``).
     """
-    left, right, top, bottom = 70, 150, 40, 50
-    pw, ph = width - left - right, height - top - bottom
-    pts = [p for s in series.values() for p in s]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">'
-           f'{html.escape(title)}</text>']
-    if not pts:
-        out.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text>')
-        return "\n".join(out + ["</svg>"])
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(0.0, min(p[1] for p in pts)), max(p[1] for p in pts)
-    xt, yt = _nice_ticks(x0, x1), _nice_ticks(y0, y1 if y1 > y0 else y0 + 1)
-    x0, x1, y0, y1 = xt[0], xt[-1], yt[0], yt[-1]
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
-    def sx(x: float) -> float:
-        return left + (x - x0) / ((x1 - x0) or 1) * pw
-
-    def sy(y: float) -> float:
-        return top + ph - (y - y0) / ((y1 - y0) or 1) * ph
-
-    for t in xt:
-        out.append(f'<line x1="{sx(t):.1f}" y1="{top}" x2="{sx(t):.1f}" y2="{top + ph}" '
-                   f'stroke="#eee"/><text x="{sx(t):.1f}" y="{top + ph + 16}" '
-                   f'text-anchor="middle">{_fmt(t)}</text>')
-    for t in yt:
-        out.append(f'<line x1="{left}" y1="{sy(t):.1f}" x2="{left + pw}" y2="{sy(t):.1f}" '
-                   f'stroke="#eee"/><text x="{left - 6}" y="{sy(t) + 4:.1f}" '
-                   f'text-anchor="end">{_fmt(t)}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
-               f'stroke="#444"/>')
-    out.append(f'<text x="{left + pw / 2}" y="{height - 10}" text-anchor="middle">'
-               f'{html.escape(xlabel)}</text>')
-    out.append(f'<text x="16" y="{top + ph / 2}" text-anchor="middle" '
-               f'transform="rotate(-90 16 {top + ph / 2})">{html.escape(ylabel)}</text>')
-    for i, (name, s) in enumerate(series.items()):
-        color = PALETTE[i % len(PALETTE)]
-        coords: list[str] = []
-        prev = None
-        for x, y in sorted(s):
-            if step and prev is not None:
-                coords.append(f"{sx(x):.1f},{sy(prev):.1f}")
-            coords.append(f"{sx(x):.1f},{sy(y):.1f}")
-            prev = y
-        if coords:
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" '
-                       f'points="{" ".join(coords)}"/>')
-        ly = top + 14 + 18 * i
-        out.append(f'<line x1="{left + pw + 12}" y1="{ly - 4}" x2="{left + pw + 32}" '
-                   f'y2="{ly - 4}" stroke="{color}" stroke-width="3"/>'
-                   f'<text x="{left + pw + 38}" y="{ly}">{html.escape(name)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    drawn = {name: sorted(pts) for name, pts in series.items() if pts}
+    with matplotlib.rc_context({"svg.hashsalt": "emu.plot", "svg.fonttype": "none",
+                                "text.parse_math": False}):
+        fig = Figure(figsize=(7.2, 4.2), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        for i, (name, pts) in enumerate(drawn.items()):
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            style = {"label": name, "gid": f"series-{i}", "linewidth": 1.6,
+                     "marker": "o" if len(pts) <= MARKERS_UP_TO else None,
+                     "markersize": 3}
+            if step:
+                ax.step(xs, ys, where="pre", **style)
+            else:
+                ax.plot(xs, ys, **style)
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if drawn:
+            ys = [p[1] for pts in drawn.values() for p in pts]
+            if min(ys) >= 0:  # amounts: from zero, so the heights compare
+                ax.set_ylim(0, None if max(ys) > 0 else 1)
+            ax.yaxis.set_major_formatter(FuncFormatter(_fmt))
+            ax.grid(True, alpha=0.3)
+            # beside the axes once there are more series than fit over the data
+            beside = len(drawn) > 3
+            ax.legend(title=legend_title, fontsize=8,
+                      **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if beside
+                         else {}))
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=14, color="0.4")
+        files = []
+        for out, fmt in outputs(path):
+            metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)
+            try:
+                fig.savefig(out, format=fmt, dpi=110, metadata=metadata)
+            except OSError as e:
+                if e.filename is None:
+                    e.filename = out
+                raise
+            files.append(out)
+    return files

@@ -34,7 +34,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--config", action="store_true", help="show the configuration, not counters")
     p.add_argument("--plot", metavar="OUT.svg",
-                   help="draw the time series of --metric per port (from series.jsonl)")
+                   help="draw the time series of --metric per port (from series.jsonl; an "
+                        ".svg gets a .png beside it; .png, .pdf: that format alone)")
     p.add_argument("--metric", default="depth",
                    help="depth, max_depth (bytes) or a counter shown per second: marked, "
                         "trimmed, enqueued, dropped_tail, … (default depth)")
@@ -156,19 +157,19 @@ def _switch_plot(cluster: str, node: str, a: argparse.Namespace) -> int:
                 series.setdefault(port, []).append((t, (v - pv) / (t - pt)))
             last[port] = (t, v)
     # the series' times are the daemon's fabric clock (emu.switch.daemon), the scale beside
-    unit = "bytes" if a.metric in ("depth", "max_depth") else \
-        ("fabric s" if gauge else f"{a.metric} per fabric second")
+    unit = f"{a.metric} (bytes)" if a.metric in ("depth", "max_depth") else \
+        (f"{a.metric} (fabric s)" if gauge else f"{a.metric} per fabric second")
     try:
         scale = C.plan_of(cluster).time.scale
     except C.ClusterError:
         scale = 1.0
     title = f"{cluster}:{node} {a.metric}" + (f" (time scale {scale:g})" if scale != 1 else "")
     try:  # not the caller's OSError: that one says the daemon is not reachable
-        with open(a.plot, "w") as f:
-            f.write(line_chart(series, title=title, xlabel="fabric seconds",
-                               ylabel=unit, step=not gauge))
+        files = line_chart(a.plot, series, title=title,
+                           xlabel="fabric seconds since the first sample",
+                           ylabel=unit, legend_title="port", step=not gauge)
     except OSError as e:
-        raise UserError(cannot_write(a.plot, e)) from None
-    print(f"wrote {a.plot} ({sum(len(s) for s in series.values())} points, "
+        raise UserError(cannot_write(e.filename or a.plot, e)) from None
+    print(f"wrote {' and '.join(files)} ({sum(len(s) for s in series.values())} points, "
           f"{len(series)} port(s))")
     return 0

@@ -89,9 +89,14 @@ def test_pipeline_from_topology_marks_and_is_controllable(cluster):
 
     plot = ROOT / "out" / f"{name}-depth.svg"
     plot.parent.mkdir(exist_ok=True)
-    emu("switch", f"{name}:leaf2", "--plot", str(plot), "--metric", "depth")
-    assert "<polyline" in plot.read_text()
+    out = emu("switch", f"{name}:leaf2", "--plot", str(plot), "--metric", "depth").stdout
+    png = plot.with_suffix(".png")
+    assert out.startswith(f"wrote {plot} and {png} (")
+    svg = plot.read_text()  # a line per port, named in the legend (emu.plot)
+    assert 'id="series-0"' in svg and ">h4</text>" in svg and "depth (bytes)" in svg
+    assert png.read_bytes()[:4] == b"\x89PNG"
     plot.unlink()
+    png.unlink()
 
     out = emu("switch", f"{name}:leaf2", "h4", "set", "rate=5mbit", "c3.xoff=100KB").stdout
     assert "rate=5mbit" in out

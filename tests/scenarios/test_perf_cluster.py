@@ -157,7 +157,10 @@ def test_min_bw_missed_exits_1_and_plot_is_written(cluster, tmp_path):
     p, doc = perf(cluster, "write-bw", "-s", "65536", "-D", "1", "--min-bw", "1000000",
                   "--plot", str(svg), check=False)
     assert p.returncode == 1 and "--min-bw" in doc["errors"][0]
-    assert doc["results"][0]["series"] and svg.read_text().startswith("<svg")
+    png = tmp_path / "bw.png"
+    assert f"wrote {svg} and {png} (" in p.stderr
+    assert doc["results"][0]["series"] and 'id="series-0"' in svg.read_text()
+    assert ">65536 B</text>" in svg.read_text() and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_plot_that_cannot_be_written_after_the_run_is_one_line(cluster):

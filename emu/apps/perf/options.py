@@ -190,7 +190,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "for progress on top of three of the transport's own retransmission "
                    "waits at the cluster's time scale (a RoCEv2 QP's -u timeout, UET's RTO "
                    "ceiling: 3 x 67 fabric ms is 24 wall minutes at scale 7100); default 60")
-    e.add_argument("--plot", metavar="OUT.svg", help="chart of bandwidth over time (BW tests)")
+    e.add_argument("--plot", metavar="OUT.svg", help="chart of bandwidth over time (BW tests; "
+                   "an .svg gets a .png beside it; .png, .pdf: that format alone)")
     e.add_argument("--transport", choices=TRANSPORTS,
                    help="RDMA transport (default roce; uet = UET endpoints, RUD, sprayed)")
     e.add_argument("--ping-count", dest="ping_count", type=int, metavar="N",

@@ -239,12 +239,15 @@ def print_error(test: str, message: str, code: int, *, json_out: bool, prefix: s
     return code
 
 
-def plot(path: str, test: Test, results: Sequence[BwResult]) -> int:
-    """Bandwidth over time per message size (:mod:`emu.plot`); returns the points drawn."""
+def plot(path: str, test: Test, results: Sequence[BwResult]) -> tuple[list[str], int]:
+    """Bandwidth over time per message size (:mod:`emu.plot`: ``path``, and a PNG beside
+    an SVG); returns the files written and the points drawn. An :class:`OSError`'s
+    ``filename`` is the file that could not be written."""
     from emu.plot import line_chart
 
     series = {f"{r.size} B": r.series for r in results if r.series}
-    with open(path, "w") as f:
-        f.write(line_chart(series, title=f"emu perf {test.name}: bandwidth over time",
-                           xlabel="seconds", ylabel="Gb/s"))
-    return sum(len(s) for s in series.values())
+    files = line_chart(path, series, title=f"emu perf {test.name}: bandwidth over time",
+                       xlabel="fabric seconds since the first message was posted",
+                       ylabel="bandwidth (Gb/s)",
+                       legend_title="message size")
+    return files, sum(len(s) for s in series.values())

@@ -253,11 +253,12 @@ class Client(_Side):
         a write that fails anyway (a full disk) is one line and exit status 2, and the
         results printed stand."""
         try:
-            n = report.plot(path, self.test, [r for r in self.results if isinstance(r, BwResult)])
+            files, n = report.plot(path, self.test,
+                                   [r for r in self.results if isinstance(r, BwResult)])
         except OSError as e:
-            self.fail(EXIT_USAGE, cannot_write(path, e), tell_peer=False)
+            self.fail(EXIT_USAGE, cannot_write(e.filename or path, e), tell_peer=False)
             return
-        print(f"wrote {path} ({n} points)", file=self.err)
+        print(f"wrote {' and '.join(files)} ({n} points)", file=self.err)
 
     def _measure_ping(self) -> None:
         """The kernel's round trip to the server, from this host, before the test (the
