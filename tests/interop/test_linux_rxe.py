@@ -121,14 +121,15 @@ def test_port_take_over_is_undone_exactly(tmp_path):
 
 @root
 @guest
-def test_linux_rxe_x_linux_rxe_handshake_and_transfer(tmp_path):
-    """Two guests, the kernel's RoCEv2 on both ends: ✓, ICRCs valid on the wire, and each
-    side's rxe counters in its log directory."""
+def test_linux_rxe_x_linux_rxe_transfer(tmp_path):
+    """Two guests, the kernel's RoCEv2 on both ends, a 1 MiB transfer (its connection set
+    up as in the handshake case, which .ci/run's matrices run against emu): ✓, ICRCs
+    valid on the wire, and each side's rxe counters in its log directory."""
     image.build(progress=lambda s: None)
     known = I.load()
     log = str(tmp_path / "logs")
     res = runner.run([known["linux-rxe"]], [known["linux-rxe"]], ["roce"],
-                     select("handshake,transfer-1m"), log, timeout=180,
+                     select("transfer-1m"), log, timeout=180,
                      prefix=random_cluster("rxe"), progress=lambda s: None)
     for r in res.results:
         assert r.result == "succeeded", (r.case, r.reason, r.wire)

@@ -377,11 +377,11 @@ def test_srv6_one_qp_takes_every_plane_and_spine_and_a_plane_fails_over_at_the_d
                                    "--json").stdout)
         assert probe["to"].startswith("fd00:1:") and len(probe["results"]) == 4
         assert all(r["status"] == "OK" and 0 < r["rtt_ns"] < 1e6 for r in probe["results"])
-        # a write that lasts 3 fabric ms (~36 s of wall time at the auto scale, 12000): the
+        # a write that lasts 2 fabric ms (~24 s of wall time at the auto scale, 12000): the
         # plane fails early in it (after 4096 packets, ~0.2 fabric ms) and comes back after
         # the checks below (a few s of wall, under 1 fabric ms) while the same QP still has
         # most to write
-        p = subprocess.Popen([*perf_cmd[:-2], "-D", "0.003"], stdout=subprocess.PIPE,
+        p = subprocess.Popen([*perf_cmd[:-2], "-D", "0.002"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         try:
             base = _mrc_engine(name, "h1")["transports"]["mrc"]["engine"]["tx_packets"]
