@@ -288,6 +288,7 @@ class InitiatorPdc:
     probe_at: float | None = None
     probe_end: int = 0  # next_psn then: every PSN below it was sent before the probe
     probes: int = 0  # loss probes since the last ACK that released anything
+    quiet_since: float = 0.0  # the last transmission or ACK progress (the probe's clock)
 
     def __post_init__(self) -> None:
         self.sb = Scoreboard(PSN32, self.start_psn)

@@ -173,12 +173,28 @@ class Initiator:
         return pto if pto < self.rto_of(pdc) else 0.0
 
     def _arm_probe(self, pdc: InitiatorPdc, now: float) -> None:
-        """The loss probe fires one probe timeout after the last transmission or progress."""
+        """The loss probe is due one probe timeout after the last transmission or progress
+        (``now``). Lazily: the timer, once armed, stays; when it fires early
+        (:meth:`_probe_due`) it is moved to the deadline then in force. Why: this runs on
+        every ACK that releases anything and every send batch, and re-arming each time
+        cost the sans-IO loss-free 32 MiB stream 4 % more time overall."""
+        pdc.quiet_since = now
+        if "probe" not in pdc.timers:
+            pto = self.probe_timeout(pdc)
+            if pto:
+                pdc.timers.set("probe", now + pto)
+
+    def _probe_due(self, pdc: InitiatorPdc, now: float) -> None:
+        """The probe timer fired: probe if the PDC has been quiet for a probe timeout,
+        else wait for the rest of it."""
         pto = self.probe_timeout(pdc)
-        if pto:
-            pdc.timers.set("probe", now + pto)
+        if not pto:
+            return
+        due = pdc.quiet_since + pto
+        if due > now:
+            pdc.timers.set("probe", due)
         else:
-            pdc.timers.cancel("probe")
+            self.probe(pdc, now)
 
     def pull(self, pdc: InitiatorPdc, now: float) -> None:
         """Emit what this PDC may send now: control packets, urgent retransmissions,
@@ -432,7 +448,9 @@ class Initiator:
             if pkts:
                 self._released(pdc, pkts, now, held)
         if len(sb.unacked) < before:  # progress: the next probe is a timeout away again
-            pdc.probes = 0
+            if pdc.probes:  # (not the backed-off one)
+                pdc.probes = 0
+                pdc.timers.cancel("probe")
             self._arm_probe(pdc, now)
         if h.loss_threshold:
             # nothing new to send: the packets after a hole are all there will be
@@ -587,7 +605,7 @@ class Initiator:
             elif name == "retx":
                 self._rto(pdc, now)
             elif name == "probe":
-                self.probe(pdc, now)
+                self._probe_due(pdc, now)
             if pdc.state in (PdcState.CLOSED, PdcState.ERROR):
                 return
 
@@ -630,7 +648,7 @@ class Initiator:
         if h.trace.enabled:
             h.trace.event("loss_probe", now, pdc=pdc.pdcid, psns=[p & _M for p in asks],
                           probes=pdc.probes)
-        self._arm_probe(pdc, now)
+        self._arm_probe(pdc, now)  # (the timer fired: armed anew, a doubled timeout on)
 
     def _rto(self, pdc: InitiatorPdc, now: float) -> None:
         h = self.h

@@ -138,32 +138,53 @@ def test_a_daemons_window_follows_the_fabrics_round_trip_and_rate():
     assert mpr(base_rtt=6.6e-6, line_rate=400e9, mpr=1) == 1  # given: kept
 
 
+def _last_packet_lost(lose_last: bool, probes_lost: int = 0) -> tuple[float, dict[str, Any]]:
+    """A 20-packet WRITE over a 10 µs round trip, its last packet (first transmission)
+    lost if ``lose_last``, and the first ``probes_lost`` ACK_REQs: when it completed, and
+    A's counters."""
+    p = uet_pair(seed=5, ekw={"mtu": 1024}, delay=5e-6)
+    data_seen: list[int] = []
+    asks: list[int] = []
+
+    def drop(d: bytes, s: tuple, dst: tuple) -> bool:
+        pds = decode_packet(d).pds
+        if s != A:
+            return False
+        if getattr(pds, "ctl_type", -1) == 1:
+            asks.append(pds.psn)
+            return len(asks) <= probes_lost
+        if not hasattr(pds, "clear_psn_offset") or pds.retx:
+            return False
+        data_seen.append(pds.psn)
+        return lose_last and len(data_seen) == 20
+    p.link.drop = drop
+    _, dst, data = write(p, 1, 20 * 1024)
+    p.link.run(stop=lambda: bool(p.link.completions("a")))
+    assert p.link.completions("a")[0].ok and bytes(dst.view[:len(data)]) == data
+    return p.link.now, p.ea.counters()
+
+
 def test_a_lost_last_packet_is_found_by_the_probe_within_a_few_round_trips():
     """A WRITE's last packet lost: nothing sent after it can show it missing. The probe
     (a few round trips after the last ACK) asks, the answer shows it missing, it is resent
     — a few round trips, where the RTO would have taken 2 ms (200 round trips here)."""
-    def run(lose_last: bool) -> tuple[float, dict[str, Any]]:
-        p = uet_pair(seed=5, ekw={"mtu": 1024}, delay=5e-6)  # a 10 µs round trip
-        seen: list[int] = []
-
-        def drop(d: bytes, s: tuple, dst: tuple) -> bool:
-            pds = decode_packet(d).pds
-            if s != A or not hasattr(pds, "clear_psn_offset") or pds.retx:
-                return False
-            seen.append(pds.psn)
-            return lose_last and len(seen) == 20
-        p.link.drop = drop
-        _, dst, data = write(p, 1, 20 * 1024)
-        p.link.run(stop=lambda: bool(p.link.completions("a")))
-        assert p.link.completions("a")[0].ok and bytes(dst.view[:len(data)]) == data
-        return p.link.now, p.ea.counters()
-
-    clean, _ = run(False)
-    t, c = run(True)
+    clean, _ = _last_packet_lost(False)
+    t, c = _last_packet_lost(True)
     rtt = 2 * 5e-6
     assert (c.get("rto_retransmits", 0), c["probe_retransmits"], c["tx_retransmits"]) == (
         0, 1, 1)
+    assert c["tx_loss_probes"] == 1
     assert t - clean < 6 * rtt, (t - clean) / rtt
+
+
+def test_a_lost_probe_is_sent_again_after_twice_the_wait():
+    """The probe itself lost (twice): probed again after 2, then 4 probe timeouts — still
+    tens of round trips, not the 2 ms RTO."""
+    clean, _ = _last_packet_lost(False)
+    t, c = _last_packet_lost(True, probes_lost=2)
+    assert (c.get("rto_retransmits", 0), c["probe_retransmits"], c["tx_loss_probes"]) == (
+        0, 1, 3)
+    assert t - clean < 30 * 2 * 5e-6, (t - clean) / 10e-6
 
 
 def test_an_ack_req_answer_shows_the_psn_it_asks_about():
