@@ -35,3 +35,20 @@ class RtoEstimator:
     def current(self, ceiling: float) -> float:
         """The RTO to use now: the measured one, or ``ceiling`` before any sample."""
         return self.rto or ceiling
+
+    def probe_timeout(self) -> float:
+        """How long a sender with packets outstanding may hear nothing new before it asks
+        the receiver where it stands (a loss probe): the larger of two smoothed round
+        trips (RFC 8985's PTO) and SRTT + 4·RTTVAR (RFC 6298's RTO before its floor);
+        0.0 before the first sample (no probe: the RTO's ceiling governs).
+
+        Why not the RTO: a transport's RTO has a floor sized for the worst host (UET's
+        1–5 ms, uet.md: Retransmit), hundreds of round trips of a µs fabric; a loss that
+        nothing sent later reveals (a tail, a lost retransmission behind a full window)
+        paid all of it. The variance term keeps a probe from calling a merely late
+        packet lost where round trips swing (a loaded daemon)."""
+        s = self.srtt
+        if not s:
+            return 0.0
+        v = s + 4 * self.rttvar
+        return v if v > 2 * s else 2 * s

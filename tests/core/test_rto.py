@@ -27,3 +27,13 @@ def test_rto_is_clamped_to_floor_and_ceiling():
     e = RtoEstimator()
     e.sample(0.1, lo, hi)
     assert e.rto == hi
+
+
+def test_probe_timeout_is_a_few_round_trips_not_the_rto():
+    e = RtoEstimator()
+    assert e.probe_timeout() == 0.0  # no sample: no probe (the RTO's ceiling governs)
+    e.sample(10e-6, 1e-3, 5e-3)  # first sample: RTTVAR = r/2, so SRTT + 4·RTTVAR = 3 r
+    assert e.probe_timeout() == pytest.approx(30e-6) and e.rto == 1e-3
+    for _ in range(200):  # a steady round trip: RTTVAR decays, two SRTTs remain
+        e.sample(10e-6, 1e-3, 5e-3)
+    assert e.probe_timeout() == pytest.approx(20e-6)

@@ -209,20 +209,23 @@ def test_cli_trace_and_trimmed_dscp_options():
         trimmed_table((64,))
 
 
-@pytest.mark.parametrize("loss_threshold", [0, 16])
-def test_uet_engine_traces_entropy_retx_flag_nack_and_rto(loss_threshold):
+@pytest.mark.parametrize(("loss_threshold", "probes", "reason"),
+                         [(0, False, "rto"), (0, True, "probe"), (16, True, "sack")])
+def test_uet_engine_traces_entropy_retx_flag_nack_and_rto(loss_threshold, probes, reason):
     """Sans-IO: the trace fields the e2e test and users rely on. One packet trimmed
     (explicit ``trimmed=True``, as the daemon passes it) → NACK TRIMMED → resend at once;
-    one packet dropped → with ``loss_threshold`` 0 the RTO timer fires and resends it;
-    by default it is presumed lost at the transfer's tail, once the packets after it
-    were SACKed, and resent with reason "sack" before any timer fires."""
+    one packet dropped → with ``loss_threshold`` 0 and no loss probes the RTO timer fires
+    and resends it; with probes (``loss_threshold`` 0) the loss probe's answer shows it
+    missing, a few round trips on; by default it is presumed lost at the transfer's tail,
+    once the packets after it were SACKed, and resent with reason "sack" before any timer
+    fires."""
     from uet_pair import A, ok, uet_pair, write
 
     from emu.core.trace import Trace, select
 
     trace = Trace.memory("a")
     p = uet_pair(seed=21, ekw={"mtu": 1024, "trace": trace, "rto": 2e-3,
-                               "loss_threshold": loss_threshold})
+                               "loss_threshold": loss_threshold, "loss_probes": probes})
     events: list[str] = []
 
     def impair(d: bytes, s: tuple, dst: tuple) -> bool:
@@ -249,10 +252,15 @@ def test_uet_engine_traces_entropy_retx_flag_nack_and_rto(loss_threshold):
     (by_nack,) = select(trace.events, "packet_retransmitted", reason="nack")
     assert by_nack["data"]["psn"] == nk["data"]["psn"] and by_nack["time"] == nk["time"]
     fired = select(trace.events, "timer_fired", timer="retx")
-    if loss_threshold:
-        (by_rto,) = select(trace.events, "packet_retransmitted", reason="sack")
-        assert not fired and by_rto["time"] - sent[0]["time"] < p.ea.rto
+    if reason != "rto":
+        (by_rto,) = select(trace.events, "packet_retransmitted", reason=reason)
+        assert not fired and by_rto["time"] - sent[0]["time"] < p.ea.rto / 10
         assert not select(trace.events, "packet_retransmitted", reason="rto")
+        probes_fired = select(trace.events, "timer_fired", timer="probe")
+        (asked,) = select(trace.events, "loss_probe") or [None]
+        assert bool(probes_fired) == bool(asked) == (reason == "probe")
+        if asked:
+            assert asked["data"]["psns"] == [by_rto["data"]["psn"]]
     else:
         (by_rto,) = select(trace.events, "packet_retransmitted", reason="rto")
         assert fired and fired[0]["time"] == by_rto["time"]

@@ -10,7 +10,8 @@ bookkeeping, written once:
   stream) and the 64-bit SACK an ACK carries;
 * :mod:`.scoreboard` — the sender's outstanding PSNs: allocation, the oldest
   unacknowledged PSN, release by cumulative ACK, by name and by SACK bitmap,
-  RTT samples under Karn's rule;
+  RTT samples under Karn's rule, loss presumed from later deliveries or shown by
+  a loss probe's answer;
 * :mod:`.retransmit` — what is owed a resend (at once or after a delay) and
   which records a retransmission timeout has expired;
 * :mod:`.paths` — per-PSN entropy and send time, bytes in flight and what an

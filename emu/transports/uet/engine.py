@@ -109,6 +109,12 @@ class UetEngine(Engine):
     (64 KiB: 1.3 µs at 400 Gb/s, a third of the default marking port's
     threshold band) and far below a window; TCP's single-path 3 would resend
     packets that a sprayed fabric merely delivered late.
+    ``loss_probes`` (default on): a PDC with packets outstanding that sent nothing and
+    heard of no progress for a probe timeout — a few measured round trips, not the
+    RTO — asks the target for its SACK state with CP ACK_REQ and resends what the
+    answer shows missing (:meth:`~emu.transports.uet.pds.Initiator.probe`): the losses
+    no later packet reveals (a transfer's last ones, a retransmission lost while the
+    window was full) then cost round trips, not an RTO.
     """
 
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
@@ -122,7 +128,8 @@ class UetEngine(Engine):
                  path_params: dict[str, Any] | None = None, line_rate: float = 10e9,
                  gather: bool = False, runs: bool = False, ack_coalesce: bool = False,
                  idle_timeout: float | None = None, rto_max: float | None = None,
-                 tx_hold: float = 0.0, loss_threshold: int = 16) -> None:
+                 tx_hold: float = 0.0, loss_threshold: int = 16,
+                 loss_probes: bool = True) -> None:
         if not 1 <= mtu <= _MAX_SEG:
             raise ValueError(f"mtu must be 1..{_MAX_SEG} (payload_length is 14 bits)")
         if not 1 <= mpr <= 32:
@@ -152,6 +159,7 @@ class UetEngine(Engine):
         self.rto_max = (rto_max if rto_max is not None else rto) + tx_hold
         self.nack_retx_delay = nack_retx_delay
         self.loss_threshold = loss_threshold
+        self.loss_probes = loss_probes
         self.ack_bytes = ack_bytes
         self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))
         if any(not 0 < e < 65536 for e in self.entropies):

@@ -283,6 +283,12 @@ class InitiatorPdc:
     #: smoothed round trip, its variation and the RTO they give (emu.core.rto); RTO 0.0
     #: until the first sample, or when the engine's RTO does not adapt
     rtt: RtoEstimator = field(default_factory=RtoEstimator)
+    #: when the last loss probe went out (None: none yet): a packet sent before it that
+    #: an ACK still shows missing is lost (emu.transports.uet.pds — Initiator.probe)
+    probe_at: float | None = None
+    probe_end: int = 0  # next_psn then: every PSN below it was sent before the probe
+    probes: int = 0  # loss probes since the last ACK that released anything
+    quiet_since: float = 0.0  # the last transmission or ACK progress (the probe's clock)
 
     def __post_init__(self) -> None:
         self.sb = Scoreboard(PSN32, self.start_psn)

@@ -418,10 +418,13 @@ class Target:
         t.last_rx = now
         psn = t.ext(pds.psn)
         if ctl == D.CP_ACK_REQ:
+            # the answer shows the PSN asked about: named if it arrived, else its SACK
+            # bit clear (ACK_PSN stays CACK) — a loss probe learns from it which of its
+            # outstanding packets are lost (pds.Initiator.probe)
             h.stats["rx_ack_req"] += 1
             got = t.win.received(psn)
             self.ack(t, psn if got else t.first_missing - 1, ent, ecn == ECN_CE, pds.retx,
-                     t.response_for_psn(psn) if got else None)
+                     t.response_for_psn(psn) if got else None, sack_at=psn)
         elif ctl == D.CP_CLEAR:
             t.clear_to(psn)
         elif ctl == D.CP_CLOSE:
@@ -440,11 +443,13 @@ class Target:
     # -- replies -------------------------------------------------------------------------
 
     def ack(self, t: TargetPdc, psn: int, entropy: int | None, m: bool, retx: int,
-            rsp: tuple[int, int, int] | None, req: int = D.ACK_REQ_NONE) -> None:
+            rsp: tuple[int, int, int] | None, req: int = D.ACK_REQ_NONE,
+            sack_at: int | None = None) -> None:
         """ACK_CC for extended ``psn``: SACK base = CACK + 1 (or later, so the bitmap
-        still holds ``psn``), bit i = base + i, LSB first (uet.md: ACK generation)."""
+        still holds ``psn`` — or ``sack_at`` when given), bit i = base + i, LSB first
+        (uet.md: ACK generation)."""
         h = self.h
-        cack, base, bm = t.win.sack(psn)
+        cack, base, bm = t.win.sack(psn if sack_at is None else sack_at)
         # NSCC's service_time: how long this NIC held what it answers — from when the
         # newest datagram reached the port to now. A daemon's late read then adds
         # nothing to the initiator's round-trip samples, as a NIC answering at once

@@ -112,6 +112,28 @@ def test_presumed_lost_counts_only_what_was_delivered_between():
     assert sb.presumed_lost(11) == []  # 10 delivered above either hole, not 11
 
 
+
+def test_an_ack_after_a_probe_shows_what_was_sent_before_it_missing():
+    """What a loss probe's answer shows missing — above CACK, inside the SACK window, bit
+    clear — is lost if it was (last) sent before the probe; later sends, PSNs outside the
+    window and PSNs owed a resend already are not named."""
+    sb: Scoreboard[Pkt] = Scoreboard(PSN32, NEAR_WRAP)
+    ps = sent(sb, 100, now=1.0)
+    sb.ack_through(ps[9])
+    sb.sack(ps[11], (1 << 69 - 11) - 1)  # ps[11..68] delivered; ps[10] and ps[69..] not
+    sb.resending(sb.unacked[ps[10]], 2.0)  # resent after the probe below
+    sb.retx.at_once(ps[70])
+    # an answer with CACK ps[9] and a window ps[40..103]: ps[69..99] missing in it
+    bm = (1 << 69 - 40) - 1
+    assert sb.shown_missing(ps[9], ps[40], bm, sent_before=1.5) == [ps[69], *ps[71:]]
+    assert sb.shown_missing(ps[9], ps[40], bm, sent_before=1.0) == []  # sent at the probe
+    # a window ps[5..68] shows ps[10] missing, but it was resent after the probe
+    low = (1 << 64) - 1 - (1 << 5)
+    assert sb.shown_missing(ps[9], ps[5], low, sent_before=1.5) == []
+    assert sb.shown_missing(ps[9], ps[5], low, sent_before=2.5) == [ps[10]]
+    # CACK covers it: the cumulative part names nothing missing
+    assert sb.shown_missing(ps[10], ps[5], 0, sent_before=2.5) == []
+
 ops = st.lists(st.one_of(
     st.tuples(st.just("send"), st.integers(1, 8)),
     st.tuples(st.just("cack"), st.integers(-2, 40)),

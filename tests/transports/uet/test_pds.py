@@ -310,30 +310,37 @@ def _lose_data_packet(n: int):
     return drop
 
 
-# (which of how many packets is lost, loss_threshold, resent on SACKs, by the RTO)
+# (which of how many packets is lost, loss_threshold, loss probes, resent on SACKs, on a
+# probe's answer, by the RTO)
 LOSSES = {
     # the 5th of 64: 16 sent after it are SACKed one round trip later, long before the RTO
-    "sixteen after it sacked": (5, 64, 16, 1, 0),
-    # loss_threshold 0: the RTO alone
-    "rto only": (5, 64, 0, 0, 1),
+    "sixteen after it sacked": (5, 64, 16, True, 1, 0, 0),
+    # loss_threshold 0 and no probes: the RTO alone
+    "rto only": (5, 64, 0, False, 0, 0, 1),
+    # loss_threshold 0: the probe finds it (the ACKs stop with it missing)
+    "no count, a probe": (5, 64, 0, True, 0, 1, 0),
     # the 18th of 20: the 2 after it are all there will be (RFC 5827's Early Retransmit)
-    "all after it at the tail": (18, 20, 16, 1, 0),
-    # the last: nothing sent after it can show it lost, only the timer
-    "the last packet": (20, 20, 16, 0, 1),
+    "all after it at the tail": (18, 20, 16, True, 1, 0, 0),
+    # the last: nothing sent after it can show it lost — the probe's answer does
+    "the last packet": (20, 20, 16, True, 0, 1, 0),
+    # … and without probes, only the timer
+    "the last packet, no probes": (20, 20, 16, False, 0, 0, 1),
 }
 
 
 @pytest.mark.parametrize("case", LOSSES)
-def test_a_lost_packet_is_resent_on_the_sacks_of_those_after_it_or_at_the_rto(case):
-    nth, count, threshold, on_sacks, on_rto = LOSSES[case]
-    p = uet_pair(seed=21, ekw={"mtu": 1024, "rto": 5e-3, "loss_threshold": threshold})
+def test_a_lost_packet_is_resent_on_sacks_on_a_probe_or_at_the_rto(case):
+    nth, count, threshold, probes, on_sacks, on_probe, on_rto = LOSSES[case]
+    p = uet_pair(seed=21, ekw={"mtu": 1024, "rto": 5e-3, "loss_threshold": threshold,
+                               "loss_probes": probes})
     p.link.drop = _lose_data_packet(nth)
     _, dst, data = write(p, 1, count * 1024)
     p.link.run()
     ok(p.link.completions("a"), 1)
     assert bytes(dst.view[:count * 1024]) == data
     c = p.ea.counters()
-    assert (c.get("sack_retransmits", 0), c.get("rto_retransmits", 0)) == (on_sacks, on_rto)
+    assert (c.get("sack_retransmits", 0), c.get("probe_retransmits", 0),
+            c.get("rto_retransmits", 0)) == (on_sacks, on_probe, on_rto)
     assert c["tx_retransmits"] == 1
     assert (p.link.now > 5e-3) == bool(on_rto)  # only a timeout waits its 5 ms
 

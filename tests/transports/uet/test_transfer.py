@@ -111,10 +111,12 @@ def test_bad_write_writes_nothing_and_returns_the_code(what):
     assert p.link.completions("a")[-1].ok and bytes(dst2.view[:5000]) == data
 
 
-def test_lost_response_ack_is_recovered_with_ack_req():
-    """The ACK carrying the SES response is lost: the initiator asks (CP ACK_REQ) at the
-    RTO and the target repeats the stored response."""
-    p = uet_pair(seed=8)
+@pytest.mark.parametrize("probes", [True, False])
+def test_lost_response_ack_is_recovered_with_ack_req(probes):
+    """The ACK carrying the SES response is lost: the initiator asks (CP ACK_REQ) and the
+    target repeats the stored response — a loss probe's few round trips after the ACK
+    that left the message waiting, or (probes off) the RTO after."""
+    p = uet_pair(seed=8, ekw={"loss_probes": probes})
     lost = []
 
     def drop(data: bytes, src: tuple, dst: tuple) -> bool:
@@ -130,8 +132,13 @@ def test_lost_response_ack_is_recovered_with_ack_req():
     p.link.run()
     ok(p.link.completions("a"), 2, 1)
     assert bytes(dst.view[:3000]) == data
-    assert lost and p.ea.counters()["tx_ack_req_for_response"] == 1
-    assert p.eb.counters()["rx_ack_req"] == 1
+    c = p.ea.counters()
+    assert lost and p.eb.counters()["rx_ack_req"] == 1
+    if probes:
+        assert c["tx_loss_probes"] == 1 and "tx_ack_req_for_response" not in c
+        assert p.link.now < p.ea.rto / 10
+    else:
+        assert c["tx_ack_req_for_response"] == 1 and p.link.now > p.ea.rto
 
 
 def test_malformed_datagrams_are_counted_never_raised():
