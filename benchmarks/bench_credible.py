@@ -7,8 +7,9 @@ so it runs at the time scale ``[time] scale = "auto"`` picks on this machine
 (``emu up --dry-run``; DESIGN.md, Fabric time):
 
 * ``pair IPv4`` and ``pair IPv6`` (``--set nic.family=6``), h1 → h2;
-* ``leaf-spine`` (kernel forwarding), ``leaf-spine pipeline``
-  (``--set switch.pipeline=true``: the kernel datapath ``emu up`` chooses) and
+* ``leaf-spine forwarding`` (``--set switch.pipeline=false``: the kernel forwards,
+  no marks), ``leaf-spine pipeline`` (as shipped: the kernel datapath ``emu up``
+  chooses; ``--set switch.pipeline=true`` says so) and
   ``leaf-spine user`` (the pipeline on the user-space datapath, what trimming, PFC
   or delay need), h1 → h4 across the spine.
 
@@ -91,7 +92,7 @@ RETH_SIZE = 16
 CASES: tuple[tuple[str, str, tuple[str, ...], str, str, int], ...] = (
     ("pair IPv4", "pair.toml", (), "h1", "h2", 1),
     ("pair IPv6", "pair.toml", ("nic.family=6",), "h1", "h2", 1),
-    ("leaf-spine", "leaf-spine.toml", (), "h1", "h4", 4),
+    ("leaf-spine forwarding", "leaf-spine.toml", ("switch.pipeline=false",), "h1", "h4", 4),
     ("leaf-spine pipeline", "leaf-spine.toml", ("switch.pipeline=true",), "h1", "h4", 4),
     ("leaf-spine user", "leaf-spine.toml",
      ("switch.pipeline=true", "switch.datapath=user"), "h1", "h4", 4),

@@ -308,11 +308,12 @@ def costs_lines(c: capacity.Costs) -> list[str]:
 #: (emu.credible.rates.host_ports). tests/apps/test_doctor.py holds every file in
 #: namespaces/ to a row here, and each knob to carrying its rate.
 SHIPPED = (("pair", "pair.toml", (), "link.rate"),
-           ("leaf-spine", "leaf-spine.toml", (), "link.rate"),
-           ("leaf-spine, switch pipeline (kernel datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true",), "link.rate"),
+           ("leaf-spine (switch pipeline, kernel datapath)", "leaf-spine.toml", (),
+            "link.rate"),
+           ("leaf-spine, kernel forwarding only", "leaf-spine.toml",
+            ("switch.pipeline=false",), "link.rate"),
            ("leaf-spine, switch pipeline (user-space datapath)", "leaf-spine.toml",
-            ("switch.pipeline=true", "switch.datapath=user"), "link.rate"),
+            ("switch.datapath=user",), "link.rate"),
            ("rail-optimized", "rail-optimized.toml", (), "link.rate"),
            ("multi-plane", "multi-plane.toml", (), "link.rate"),
            ("two sites over 100 km", "two-sites.toml", (), "link.rate"))
