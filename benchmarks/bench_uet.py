@@ -48,6 +48,7 @@ from bench_roce import (  # noqa: E402
     pipelined_writes,
 )
 
+import emu.switch.topology  # noqa: E402,F401 - the shipped leaf-spine's [switch] section
 from emu.api import Device  # noqa: E402
 from emu.fabric import Fabric, down, linkctl  # noqa: E402
 from emu.fabric.naming import random_cluster  # noqa: E402

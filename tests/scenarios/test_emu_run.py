@@ -22,6 +22,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 #: and report their verdict — a FAIL there is a finding about a transport or about the
 #: auto scale (docs/scenarios.md), not a broken tool
 QUICK_PASSES = {"incast"}
+#: … and whose --quick variant also runs at twice its scale (``--scale-check``): the
+#: fabric-time results must agree within the tolerance the file states
+SCALE_CHECKED = {"incast"}
 
 
 @pytest.mark.parametrize("path", spec.shipped(), ids=lambda p: p.stem)
@@ -30,8 +33,9 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
     prefix = naming.random_cluster("sq")
     out = tmp_path / "out"
     try:
+        twice = ("--scale-check",) if path.stem in SCALE_CHECKED else ()
         p = emu_cli("run", path.stem, "--quick", "--json", "--out", str(out), "--name", prefix,
-                    check=False, timeout=600)
+                    *twice, check=False, timeout=600)
         assert p.returncode in (0, 1), p.stderr
         doc = json.loads(p.stdout)
         assert doc["complete"], [r["errors"] for r in doc["rows"]]
@@ -48,6 +52,18 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
             assert all(c["passed"] for c in doc["checks"]), doc["checks"]
             for row in doc["rows"]:
                 assert row["credible"] or set(row["overload_causes"]) == {"machine_stall"}, row
+        if twice:
+            sc_doc = doc["scale_check"]
+            sc = spec.load(str(path))
+            assert {pt["metric"] for pt in sc_doc["points"]} == set(sc.scale_check["metrics"])
+            for pt in sc_doc["points"]:
+                assert pt["ratio"] == pytest.approx(pt["at_twice"] / pt["at_scale"])
+            at_twice = doc["rows_at_twice_the_scale"]
+            assert [r["time_scale"] for r in at_twice] == [2 * r["time_scale"]
+                                                           for r in doc["rows"]]
+            if all(r["credible"] for r in doc["rows"] + at_twice):
+                # the DieCast validation: the same fabric, twice as slow, the same answer
+                assert sc_doc["passed"], sc_doc
         written = json.loads((out / "results.json").read_text())
         assert written["rows"] == doc["rows"]
         assert (out / "results.csv").read_text().count("\n") == len(doc["rows"]) + 1
@@ -57,8 +73,9 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
             assert (out / f"{plot.file}.svg").stat().st_size > 1000
     finally:
         for i in range(4):
-            assert state.load(f"{prefix}{i}") is None
-            assert ns_of_cluster(f"{prefix}{i}") == []
+            for name in (f"{prefix}{i}", f"{prefix}x{i}"):
+                assert state.load(name) is None
+                assert ns_of_cluster(name) == []
 
 
 def test_a_broken_scenario_is_one_line_and_exit_status_2(tmp_path):
