@@ -45,7 +45,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-frame-ring", dest="frame_ring", action="store_false",
                    help="send datagrams from a flow's own source port (UET's entropies, a "
                         "RoCEv2 QP's) through one UDP socket per source port instead of a "
-                        "packet TX ring (emu.nic.frames)")
+                        "packet TX ring (emu.nic.frames); UET's set gets 64 sockets, its "
+                        "other entropies leave by one of them (TxPath.preopen)")
     p.add_argument("--seed", type=int, help="RNG seed (QPNs, keys): reproducible runs")
     p.add_argument("--engine-opt", action="append", default=[], metavar="NAME.KEY=JSON",
                    help="engine option, e.g. roce.mtu=4096")

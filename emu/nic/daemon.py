@@ -232,10 +232,11 @@ class NicDaemon:
                     if n < len(socks):
                         self.warnings.append(f"{name}: {len(socks) - n} of {len(socks)} ports "
                                              "send by socket only (no frame ring)")
-                # a spraying engine's entropy set (UET): its sockets now, not mid-burst, on
-                # the ports that send by socket (a ring's port opens one only for a
-                # datagram whose next hop is not resolved yet: 128 sockets a host made a
-                # 64-host worker take ~3 s to open)
+                # a spraying engine's entropy set (UET): sockets for its first 64 now, not
+                # mid-burst, on the ports that send by socket, the rest of the set folded
+                # onto them (TxPath.preopen: why not 4096 sockets); a ring's port opens one
+                # only for a datagram whose next hop is not resolved yet: 128 sockets a
+                # host made a 64-host worker take ~3 s to open
                 tx.preopen(getattr(engine, "entropies", ()))
                 ip_header = ""
                 if getattr(framer, "needs_ip_word", False):

@@ -46,7 +46,15 @@ SRv6 EVs), and, for SRv6, the datagram inside an outer IPv6 header to the
 uSID container ``TxMeta.outer`` names (:func:`ip_udp`; the next hop is the
 outer destination's). Such a datagram must not go by a UDP socket, which can
 set neither: while its next hop is unresolved it leaves by :class:`RawTx`.
-Headers are cached per (destination, ports, length, TOS, label, outer).
+Headers are cached per (destination, length, TOS, label, outer), for any
+source port: each frame gets its own source port (and the flow label hashed
+from it) written into its copy (:func:`_set_sport`). Why not per port too: a
+UET engine sprays over 4096 source ports, and a cache per port made every
+(destination, port) pair cost a header build and an ``RTM_GETROUTE`` on first
+use, again after every ``refresh``, and churned past the cache's bound. The
+next hop depends on the port only where the route to the destination is
+multipath (:meth:`~emu.nic.netlink.Rtnl.multipath`, asked once per
+destination): only then are headers kept per port as well.
 """
 
 from __future__ import annotations
@@ -81,6 +89,11 @@ _UDP = struct.Struct("!HHHH")
 _IP4 = struct.Struct("!BBHHHBBH4s4s")
 _IP6 = struct.Struct("!IHBB16s16s")
 _MAX_CACHE = 8192
+_PORT = struct.Struct("!H")
+_WORD = struct.Struct("!I")
+#: a header cache entry meaning: this destination's route is multipath, the next hop
+#: depends on the ports — look the headers up by source port as well
+_BY_PORT: tuple[bytes, int, tuple[int, ...]] = (b"", 0, ())
 
 
 def _fold(s: int) -> int:
@@ -125,6 +138,21 @@ def ip_udp(src: bytes, dst: bytes, sport: int, dport: int, n: int, tos: int,
         raise ValueError("a flow label or an SRv6 outer header needs IPv6")
     h = _IP4.pack(0x45, tos, 20 + ulen, 0, 0x4000, ttl, socket.IPPROTO_UDP, 0, src, dst)
     return h[:10] + struct.pack("!H", 0xFFFF ^ _fold(_sum16(h))) + h[12:], udp
+
+
+def _set_sport(mv: Any, o: int, e: int, hdr: tuple[bytes, int, tuple[int, ...]], sport: int,
+               dport: int) -> None:
+    """Write ``sport`` into the frame whose prefix ``hdr`` was copied to ``mv[o:e]``: the
+    UDP source port, and where the prefix carries a flow label hashed from the ports
+    (IPv6, no ``TxMeta.label``) that label, in every IPv6 header at ``hdr[2]`` (the one
+    :func:`ip_udp` would have made for this port; the checksum field holds the
+    pseudo-header's sum, which has no ports, so it stays)."""
+    _PORT.pack_into(mv, e - 8, sport)
+    word = hdr[1]
+    if word:
+        word |= ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
+        for at in hdr[2]:
+            _WORD.pack_into(mv, o + at, word)
 
 
 def hwaddr(sock: socket.socket, ifname: str) -> bytes:
@@ -255,7 +283,9 @@ class FrameTx:
         self.sock, self.ring, self.mv = r.sock, r.ring, r.mv
         self.frame_size, self.frames = r.frame_size, r.frames
         self.ifindex, self.mac = r.ifindex, r.mac
-        self._prefix: dict[tuple[Any, ...], bytes] = {}
+        #: (prefix, flow label word without the label, where it goes): see _prefix_for
+        self._prefix: dict[tuple[Any, ...], tuple[bytes, int, tuple[int, ...]]] = {}
+        self._multi: dict[str, bool] = {}  # next-hop address → its route is multipath
         self._dests: dict[str, bool] = {}  # destination → leaves by this port
         self._neigh: dict[str, bytes] = {}
         self._retry: dict[str, float] = {}
@@ -284,6 +314,7 @@ class FrameTx:
     def invalidate(self) -> None:
         """Forget next hops and headers (read again on next use)."""
         self._prefix.clear()
+        self._multi.clear()
         self._neigh.clear()
         self._dests.clear()
         self._stamp = wall()
@@ -388,9 +419,10 @@ class FrameTx:
                 n = data.size if g else len(data)
                 if n > (room if meta.outer is None else room - 40):
                     break  # the socket path reports EMSGSIZE
-                pre = self._prefix_for(addr, n, meta)
-                if pre is None:
+                hdr = self._prefix_for(addr, n, meta)
+                if hdr is None:
                     break
+                pre = hdr[0]
                 if seal is not None and seal_at is None:
                     if not g and type(data) is not bytearray:
                         data = bytearray(data)
@@ -398,6 +430,7 @@ class FrameTx:
                 o = off + base
                 e = o + len(pre)
                 mv[o:e] = pre
+                _set_sport(mv, o, e, hdr, meta.entropy, addr[1])
                 d0 = e
                 if g:
                     k = len(data.head)
@@ -436,25 +469,64 @@ class FrameTx:
         self.c["wrong_format"] += 1
         return True
 
-    def _prefix_for(self, addr: Any, n: int, meta: Any) -> bytes | None:
+    def _prefix_for(self, addr: Any, n: int, meta: Any
+                    ) -> tuple[bytes, int, tuple[int, ...]] | None:
         """The Ethernet + IP + UDP headers of a datagram of ``n`` bytes to ``addr`` sent
-        with ``meta`` (cached); None while its next hop is unresolved (counted).
+        with ``meta``, for *some* source port — the caller writes the packet's own with
+        :func:`_set_sport` — as ``(prefix, flow label word less the label or 0, offsets
+        of that word)`` (cached); None while its next hop is unresolved (counted).
 
         The cache is keyed by the fields the headers take from ``meta``, not by ``meta``
         itself: TxMeta's hash is a dataclass method, a Python call that cost ~0.5 µs per
-        sprayed packet (a UET sender draws a new entropy for almost every one)."""
-        key = (addr, n, meta.entropy, meta.dscp, meta.ecn, meta.label, meta.outer)
-        pre = self._prefix.get(key)
+        sprayed packet (a UET sender draws a new entropy for almost every one). The
+        source port is in the key only where the route to the next hop is multipath
+        (the module docstring: why)."""
+        key = (addr, n, meta.dscp, meta.ecn, meta.label, meta.outer)
+        hdr = self._prefix.get(key)
+        if hdr is not None and hdr is not _BY_PORT:
+            return hdr
+        if hdr is None and self._multipath(addr[0], meta.outer):
+            self._keep(key, _BY_PORT)
+            hdr = _BY_PORT
+        if hdr is _BY_PORT:
+            key += (meta.entropy,)
+            hdr = self._prefix.get(key)
+            if hdr is not None:
+                return hdr
+        pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos, meta.label,
+                           meta.outer))
         if pre is None:
-            pre = self._build((addr[0], addr[1], meta.entropy, n, meta.tos, meta.label,
-                               meta.outer))
-            if pre is None:
-                self.c["unresolved"] += 1
-                return None
-            if len(self._prefix) >= _MAX_CACHE:
-                self._prefix.clear()
-            self._prefix[key] = pre
-        return pre
+            self.c["unresolved"] += 1
+            return None
+        word, at = 0, ()
+        if self.family == socket.AF_INET6 and meta.label is None:
+            word = (6 << 28) | (meta.tos << 20)
+            at = (VNET_LEN + 14,) if meta.outer is None else (VNET_LEN + 14, VNET_LEN + 54)
+        hdr = (pre, word, at)
+        self._keep(key, hdr)
+        return hdr
+
+    def _keep(self, key: tuple[Any, ...], hdr: tuple[bytes, int, tuple[int, ...]]) -> None:
+        if len(self._prefix) >= _MAX_CACHE:
+            self._prefix.clear()
+        self._prefix[key] = hdr
+
+    def _multipath(self, dst: str, outer: bytes | None) -> bool:
+        """Whether the route to the frame's next-hop address (``dst``, or the SRv6 outer
+        destination) is multipath, so its next hop depends on the ports (asked once per
+        address per ``refresh``; a kernel that will not say counts as multipath)."""
+        hop = dst if outer is None else socket.inet_ntop(self.family, outer)
+        m = self._multi.get(hop)
+        if m is None:
+            try:
+                assert self.rtnl is not None
+                m = self.rtnl.multipath(hop)
+            except (OSError, ValueError):
+                m = True
+            if len(self._multi) >= _MAX_CACHE:
+                self._multi.clear()
+            self._multi[hop] = m
+        return m
 
     def _leaves_here(self, addr: Any, main: Any, main_for: Any) -> bool:
         ok = self._dests.get(addr[0])
@@ -495,7 +567,7 @@ class FrameTx:
         port = main.port
         # id(meta) → frame prefix, for this run (the run holds its metas): TxMeta's own
         # hash is a dataclass method, a Python call per packet (~1 % of a sending daemon)
-        pres: dict[int, bytes] = {}
+        pres: dict[int, tuple[bytes, int, tuple[int, ...]]] = {}
         base = DATA
         start = i
         full = False
@@ -506,18 +578,20 @@ class FrameTx:
                 full = True
                 break
             meta = metas[i]
-            pre = pres.get(id(meta))
-            if pre is None:
+            hdr = pres.get(id(meta))
+            if hdr is None:
                 if (meta.entropy == port and meta.label is None and meta.outer is None) or (
                         meta.outer is not None and n > self.mtu - 48 - self.iphdr):
                     break
-                pre = self._prefix_for(addr, n, meta)
-                if pre is None:
+                hdr = self._prefix_for(addr, n, meta)
+                if hdr is None:
                     break
-                pres[id(meta)] = pre
+                pres[id(meta)] = hdr
+            pre = hdr[0]
             o = off + base
             e = o + len(pre)
             mv[o:e] = pre
+            _set_sport(mv, o, e, hdr, meta.entropy, dport)
             h = e + hl
             mv[e:h] = heads[i * hl:i * hl + hl]
             p = i * seg

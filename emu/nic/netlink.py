@@ -9,7 +9,10 @@ and MiBs of RSS, see :mod:`emu.nic.udp`), and it needs exactly two requests:
   flow (``fib_multipath_hash_policy`` 1 hashes the ports), so frames built
   here leave by the path a UDP socket's datagram would have taken;
 * an ``RTM_GETNEIGH`` dump of one interface: the link-layer address of every
-  neighbour the kernel has resolved (ARP / ND).
+  neighbour the kernel has resolved (ARP / ND);
+* and, to ask the first one rarely, ``RTM_GETROUTE`` with ``RTM_F_FIB_MATCH``
+  (``ip route get fibmatch``): the route entry that matches a destination, whose
+  ``RTA_MULTIPATH`` says whether the ports can change the answer at all.
 
 Message layouts are ``linux/netlink.h``, ``linux/rtnetlink.h`` and
 ``linux/neighbour.h``; every reply is parsed defensively (a short or odd
@@ -28,8 +31,10 @@ RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTM_NEWNEIGH, RTM_GETNEIGH = 28, 30
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_VIA = 1, 4, 5, 18
-RTA_IP_PROTO, RTA_SPORT, RTA_DPORT = 27, 28, 29
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_MULTIPATH, RTA_VIA = 1, 4, 5, 9, 18
+RTA_IP_PROTO, RTA_SPORT, RTA_DPORT, RTA_NH_ID = 27, 28, 29, 30
+#: rtm_flags: answer with the matching FIB entry, not the route resolved for one flow
+RTM_F_FIB_MATCH = 0x2000
 NDA_DST, NDA_LLADDR = 1, 2
 #: neighbour states with a usable link-layer address (INCOMPLETE and FAILED have none)
 NUD_USABLE = 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80
@@ -128,6 +133,23 @@ class Rtnl:
                 vf = struct.unpack_from("=H", via)[0]
                 return oif, socket.inet_ntop(vf, via[2:])
             return oif, None
+        raise NetlinkError(0, f"no route to {dst}")
+
+    def multipath(self, dst: str) -> bool:
+        """Whether the route entry matching ``dst`` may send flows to it by more than one
+        next hop (an ``RTA_MULTIPATH`` route, or a nexthop object, which may be a
+        group): then :meth:`route` answers per flow; else its answer is the same for
+        every UDP port pair. Raises :class:`NetlinkError` when the kernel will not say
+        (before Linux 4.13: no ``RTM_F_FIB_MATCH``)."""
+        fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+        raw = socket.inet_pton(fam, dst)
+        body = _RTMSG.pack(fam, len(raw) * 8, 0, 0, 0, 0, 0, 0, RTM_F_FIB_MATCH) + _attr(
+            RTA_DST, raw)
+        for t, p in self._ask(RTM_GETROUTE, 0, body):
+            if t != RTM_NEWROUTE or len(p) < _RTMSG.size:
+                continue
+            a = _attrs(p, _RTMSG.size, len(p))
+            return RTA_MULTIPATH in a or RTA_NH_ID in a
         raise NetlinkError(0, f"no route to {dst}")
 
     def neighbours(self, ifindex: int, family: int) -> dict[str, bytes]:

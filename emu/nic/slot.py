@@ -24,8 +24,8 @@ from emu.nic.txpath import TxPath
 SLOT_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_backlog_drops",
                   "rx_bad_icrc", "tx_backlog_drops", "rx_kernel_drops", "rx_truncated", "rx_errors",
                   "tx_errors", "tx_last_errno", "tx_gso_sends", "tx_gso_disabled",
-                  "tx_entropy_fallback", "tx_frames", "tx_raw", "engine_errors", "engine_batches",
-                  "timer_fires", "rx_trimmed", "rx_holds")
+                  "tx_entropy_fallback", "tx_entropy_folded", "tx_frames", "tx_raw",
+                  "engine_errors", "engine_batches", "timer_fires", "rx_trimmed", "rx_holds")
 
 
 @dataclass(eq=False)

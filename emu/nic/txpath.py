@@ -41,6 +41,8 @@ _U16 = struct.Struct("=H")
 #: dry (``tx_late``) with no scheduler wait behind it (a trio instrument timing each
 #: task step: a control session's post and pump of 1.2–2 ms at each late send)
 KICK_BYTES = 64 << 10
+#: entropy sockets :meth:`TxPath.preopen` opens per port, at most (see there why)
+PREOPEN_MAX = 64
 
 
 class TxPath:
@@ -51,7 +53,8 @@ class TxPath:
     port it is bound to. Sockets for entropy values are made on first use,
     bound to the port's address, up to ``max_entropy`` (past that, and when a
     port is taken, the port's main socket is used and ``tx_entropy_fallback``
-    counts it).
+    counts it) — except the members of a spraying engine's set that
+    :meth:`preopen` did not open: those share its sockets (``tx_entropy_folded``).
 
     :meth:`flush` sends from the head of the queue in order; consecutive
     datagrams with the same destination and the same ``meta`` object (so one
@@ -79,6 +82,9 @@ class TxPath:
         self.blocked: PortSocket | None = None
         self._route: dict[str, PortSocket] = {}
         self._entropy: dict[tuple[str, int], PortSocket] = {}
+        #: address → (a spraying engine's set, the sockets preopen opened for it there):
+        #: what the set's other members leave by (:meth:`preopen`)
+        self._fold: dict[str, tuple[Any, list[PortSocket]]] = {}
         #: main socket → its port's frame ring (:mod:`emu.nic.frames`), see :meth:`use_rings`
         self.rings: dict[PortSocket, Any] = {}
         #: main socket → its raw IPv6 socket (made on first use, :meth:`_send_raw`)
@@ -137,6 +143,11 @@ class TxPath:
             return main
         ps = self._entropy.get((main.address, sport))
         if ps is None:
+            fold = self._fold.get(main.address)
+            if fold is not None and sport in fold[0]:
+                self.c["tx_entropy_folded"] = self.c.get("tx_entropy_folded", 0) + 1
+                socks = fold[1]
+                return socks[sport % len(socks)]
             ps = self._open_entropy(main, sport) or main
         return ps
 
@@ -157,23 +168,46 @@ class TxPath:
         self._entropy[(main.address, sport)] = ps
         return ps
 
-    def preopen(self, entropies: Any) -> int:
-        """Open the sockets of a spraying engine's entropy set now, not on first use.
+    def preopen(self, entropies: Any, limit: int = PREOPEN_MAX) -> int:
+        """Open sockets for a spraying engine's entropy set now, not on first use: for
+        its first ``limit`` members on each port that sends by socket; the set's other
+        members then leave by one of those (``sport`` modulo their number), counted
+        ``tx_entropy_folded``, and never open a socket of their own.
 
-        Why: a socket costs ~0.1 ms to make; made lazily, a sprayed burst's first
+        Why now: a socket costs ~0.1 ms to make; made lazily, a sprayed burst's first
         packets (and the peer's echoing replies) paid it one by one, which delayed
-        the first feedback of a transfer by milliseconds — past the RTO. Not on a
-        port with a frame ring (:meth:`use_rings` first): there a datagram takes a
-        socket only while its next hop is unresolved, the first few of a destination.
+        the first feedback of a transfer by milliseconds — past the RTO. Why at most
+        ``limit`` (64, the whole set UET once had): UET's set is 4096 ports by default
+        (:data:`emu.transports.uet.engine.ENTROPY_COUNT`), and a socket each would take
+        ~0.4 s per port to open, 4096 file descriptors per address (a worker serving
+        dozens of hosts would pass its limit), and — opened lazily instead — a socket
+        made mid-burst for most of a transfer's first thousands of packets. Folded, the
+        socket path sprays over ``limit`` source ports, as it always did; the wide
+        spread is the frame ring's, which writes any source port into a frame and is
+        the daemons' default. The engine sees the port a reply echoes, a member of its
+        set, so its path policy still learns about a path it may choose. Not on a port
+        with a frame ring (:meth:`use_rings` first): there a datagram takes a socket
+        only while its next hop is unresolved, the first few of a destination.
         Returns how many were opened."""
         n = 0
+        ents = entropies if isinstance(entropies, range) else tuple(entropies)
+        known = ents if isinstance(ents, range) else frozenset(int(e) for e in ents)
         for main in self.mains:
             if main in self.rings:
                 continue
-            for e in entropies:
-                if e != main.port and (main.address, e) not in self._entropy \
-                        and self._open_entropy(main, int(e)) is not None:
-                    n += 1
+            socks: list[PortSocket] = []
+            for e in ents[:limit]:
+                e = int(e)
+                if e == main.port:
+                    continue
+                ps = self._entropy.get((main.address, e))
+                if ps is None:
+                    ps = self._open_entropy(main, e)
+                    n += 0 if ps is None else 1
+                if ps is not None:
+                    socks.append(ps)
+            if socks and len(ents) > limit:
+                self._fold[main.address] = (known, socks)
         return n
 
     def use_rings(self, make: Any) -> int:
@@ -417,6 +451,7 @@ class TxPath:
         for ps in self._entropy.values():
             ps.close()
         self._entropy.clear()
+        self._fold.clear()
         for fx in self.rings.values():
             fx.close()
         self.rings.clear()

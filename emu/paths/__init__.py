@@ -26,32 +26,70 @@ from typing import Any, ClassVar
 from emu.core.psn import RandomBits
 from emu.core.registry import Registry
 
+#: the largest set a draw takes 16 random bits for, unless its size divides 2^16
+#: (:attr:`PathPolicy.bits`)
+DRAW16_MAX = 1 << 12
+
+
+def entropy_set(entropies: Sequence[int]) -> Sequence[int]:
+    """``entropies`` checked (not empty, distinct, 0 .. 2^32-1) and made immutable: a
+    ``range`` stays a ``range``, anything else becomes a tuple.
+
+    Why keep a range: UET's default set is 4096 consecutive source ports, and every flow
+    (every PDC) gets a policy over it. A range answers ``len``, indexing and ``in`` in
+    constant time and memory; a tuple of 4096 ints would cost each new flow ~32 KiB and
+    its checks a pass over the set."""
+    if isinstance(entropies, range):
+        ents: Sequence[int] = entropies
+        if not ents:
+            raise ValueError("need at least one entropy")
+        lo, hi = min(ents[0], ents[-1]), max(ents[0], ents[-1])  # a range is distinct
+        if lo < 0 or hi >= 1 << 32:
+            raise ValueError("entropies must be 0 .. 2^32-1")
+        return ents
+    tup = tuple(int(e) for e in entropies)
+    if not tup:
+        raise ValueError("need at least one entropy")
+    if len(set(tup)) != len(tup):
+        raise ValueError("entropies must be distinct")
+    if any(not 0 <= e < 1 << 32 for e in tup):
+        raise ValueError("entropies must be 0 .. 2^32-1")
+    return tup
+
 
 class PathPolicy(ABC):
     """One flow's path chooser over a fixed set of entropies.
 
     ``entropies`` are the values the flow may use (UDP source ports 1..65535
-    for UET; the policy does not interpret them); ``rng`` is the injected RNG.
+    for UET; the policy does not interpret them; a ``range`` is kept as one, see
+    :func:`entropy_set`); ``rng`` is the injected RNG.
+
+    The set may be large — UET's default is 4096 source ports, as a NIC spraying over
+    the 16-bit entropy field would use — so no policy may walk it per packet: each
+    choice costs the same whatever its size (:meth:`_random` is one draw and one index).
     """
 
     name: ClassVar[str] = ""
+    #: whether :meth:`on_ack` wants ``released``, the entropies of every packet an ACK
+    #: released (the engine collects them only for a policy that asks)
+    wants_released: ClassVar[bool] = False
 
     def __init__(self, entropies: Sequence[int], rng: RandomBits, now: float = 0.0) -> None:
-        ents = tuple(int(e) for e in entropies)
-        if not ents:
-            raise ValueError("need at least one entropy")
-        if len(set(ents)) != len(ents):
-            raise ValueError("entropies must be distinct")
-        if any(not 0 <= e < 1 << 32 for e in ents):
-            raise ValueError("entropies must be 0 .. 2^32-1")
-        self.entropies = ents
+        self.entropies = entropy_set(entropies)
         self.rng = rng
+        #: random bits a draw takes: the 16 oblivious spraying has always drawn (so seeded
+        #: runs keep their entropies), 32 for a set above 4096 whose size does not divide
+        #: 2^16, where 16 bits modulo it would favour some entropies by up to 2:1 (RoCEv2's
+        #: 16384 source ports divide it: their draws are exact, and unchanged)
+        n = len(self.entropies)
+        self.bits = 16 if n <= DRAW16_MAX or (1 << 16) % n == 0 else 32
         self.counts: dict[str, int] = {"chosen": 0}
 
     def _random(self, pool: Sequence[int]) -> int:
-        """A uniformly random member of ``pool`` (the draw oblivious spraying has always
-        made: 16 random bits modulo the pool size)."""
-        return pool[self.rng.getrandbits(16) % len(pool)]
+        """A uniformly random member of ``pool``: :attr:`bits` random bits modulo its size
+        — exactly uniform for UET's default 4096 (a power of two); for another size the
+        most favoured member is drawn at most 1/16 more often than the least."""
+        return pool[self.rng.getrandbits(self.bits) % len(pool)]
 
     @abstractmethod
     def choose(self, now: float) -> int:
@@ -64,8 +102,12 @@ class PathPolicy(ABC):
         return [choose(now) for _ in range(k)]
 
     def on_ack(self, entropy: int, now: float, *, ecn: bool = False,  # noqa: B027
-               rtt: float | None = None) -> None:
-        """An ACK for a packet sent on ``entropy`` came back (``ecn``: its M bit)."""
+               rtt: float | None = None, released: Sequence[int] = ()) -> None:
+        """An ACK for a packet sent on ``entropy`` came back (``ecn``: its M bit).
+        ``released``: the entropies of the packets it released (newly ACKed or SACKed,
+        oldest first) for a policy with :attr:`wants_released`, else empty. A target
+        ACKs a CE-marked packet at once, so the packets a coalesced ACK released before
+        the one it answers all arrived unmarked."""
 
     def on_nack(self, entropy: int, now: float, *, trimmed: bool = False) -> None:  # noqa: B027
         """A NACK came back on ``entropy`` (``trimmed``: a trimming NACK)."""

@@ -5,7 +5,9 @@ The baseline sprayed flows are compared against (issue 6's bench: a sprayed
 flow versus the same flow pinned to one entropy). The entropy is
 ``entropy`` if given (it must be one of the set), else a random member of
 the set drawn once at creation, so many pinned flows still hash apart as
-they would with per-flow ECMP.
+they would with per-flow ECMP. The set's size changes nothing but that first
+draw: over UET's default 4096 entropies two pinned flows rarely share a
+source port, as two flows of a host rarely share one under per-flow ECMP.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Fixed(PathPolicy):
         return self.entropy
 
     def on_ack(self, entropy: int, now: float, *, ecn: bool = False,
-               rtt: float | None = None) -> None:
+               rtt: float | None = None, released: Sequence[int] = ()) -> None:
         if ecn:
             self.counts["ecn"] += 1
 

@@ -11,9 +11,12 @@ uplinks; a NIC can do the same by changing the entropy it puts in the header (th
 source port the switches hash), which works for an in-order transport (RoCEv2) as for a
 sprayed one. LetFlow showed that even a *random* new path per flowlet balances load,
 because congested paths slow their flowlets down and so make them longer: what this
-policy does. ``gap`` (fabric seconds) defaults to 10 µs, a few base round trips of a
-400 Gb/s leaf-spine (~6.6 µs) — short enough to find flowlets in bursty traffic, long
-enough that the previous flowlet's packets have left the fabric.
+policy does, drawing each flowlet's entropy uniformly from the whole set (UET's 4096 by
+default: a new flowlet almost never reuses a recent one, so consecutive flowlets hash
+independently, as LetFlow's random choice assumes). ``gap`` (fabric seconds) defaults
+to 10 µs, a few base round trips of a 400 Gb/s leaf-spine (~6.6 µs) — short enough to
+find flowlets in bursty traffic, long enough that the previous flowlet's packets have
+left the fabric.
 """
 
 from __future__ import annotations

@@ -574,3 +574,89 @@ def test_a_ports_addresses_share_one_ring(net):
             s.close()
     with pytest.raises(ValueError, match="cannot share"):
         FrameTx("b0", s4, 1500, ring=ring)
+
+
+@pytest.mark.parametrize("fam", [socket.AF_INET6, socket.AF_INET], ids=["v6", "v4"])
+def test_one_header_serves_every_source_port_of_a_sprayed_flow(net, fam):
+    """UET sprays over 4096 source ports: frames to one destination share one cached
+    header (no build, no route query per port — the route there is not multipath), and
+    each frame still leaves with its own source port, the flow label hashed from it
+    (IPv6) and a checksum the receiver accepts — single datagrams and a Run alike."""
+    src, dst = _addrs(fam)
+    main, fx = in_netns(net.a, lambda: (PortSocket(src, PORT, ifname="a0", mtu=1500),
+                                        FrameTx("a0", src, 1500, frames=256)))
+    rx = in_netns(net.b, lambda: PortSocket(dst, PORT + 2, ifname="b0", mtu=1500))
+    try:
+        if fam == socket.AF_INET6:
+            assert rx.enable_flowinfo()
+        _drain_resolved(fx, deque([(b"resolve", (dst, PORT + 2), TxMeta(49152))]), main)
+        unresolved = fx.counters()["unresolved"]
+        ports = [49152 + (i * 997) % 4096 for i in range(200)]  # 200 distinct
+        q: deque = deque((b"d%03d" % i + bytes(96), (dst, PORT + 2), TxMeta(p, ecn=2))
+                         for i, p in enumerate(ports[:100]))
+        run, want_run = _run(100, 88, ports[100:])
+        q.append((run, (dst, PORT + 2), None))
+        sent = 0
+        while q:
+            k = fx.drain(q, main, lambda ip: main)[0]
+            fx.kick()
+            sent += k
+            assert k, "nothing placed"
+        assert sent == 200
+        # the resolving datagram's header, the 100 datagrams', the Run's (another length)
+        assert len(fx._prefix) <= 3 and fx.counters()["unresolved"] == unresolved
+        out: deque = deque()
+        got: list = []
+        deadline = time.monotonic() + 5
+        while len(got) < 200 and time.monotonic() < deadline:
+            try:
+                rx.recv_batch(out, 256, 4096, {"rx_packets": 0, "rx_bytes": 0})
+            except BlockingIOError:
+                time.sleep(0.01)
+            got += [(bytes(d), a) for d, a, _ in out if bytes(d) != b"resolve"]
+            out.clear()
+        assert [d for d, _ in got] == [b"d%03d" % i + bytes(96) for i in range(100)] + want_run
+        assert [a[1] for _, a in got] == ports
+        if fam == socket.AF_INET6:
+            auto = [((p * 2654435761) ^ ((PORT + 2) << 4)) & 0xFFFFF or 1 for p in ports]
+            assert [a[2] for _, a in got] == auto  # as ip_udp makes it for each port
+    finally:
+        rx.close()
+        main.close()
+        fx.close()
+
+
+def test_where_the_route_is_multipath_headers_are_kept_per_source_port():
+    """A multipath route (a multi-homed host's ECMP): the next hop depends on the ports,
+    so the header cache asks the kernel per source port, as before; a single-path
+    route is asked once. (The kernel's side: ``Rtnl.multipath`` and ``Rtnl.route``,
+    stubbed here; no namespace needed.)"""
+    from emu.nic import frames as F
+
+    class Rtnl:
+        def __init__(self, multi: bool) -> None:
+            self.multi, self.routes = multi, 0
+
+        def multipath(self, dst: str) -> bool:
+            return self.multi
+
+        def route(self, dst: str, *, sport: int, dport: int) -> tuple[int, str]:
+            self.routes += 1
+            return 7, "fd00::1" if sport % 2 else "fd00::2"
+
+    for multi in (False, True):
+        fx = object.__new__(F.FrameTx)
+        fx.family, fx.src, fx.mac, fx.ttl, fx.ifindex = socket.AF_INET6, bytes(16), bytes(6), 64, 7
+        fx._pseudo = F._sum16(fx.src) + socket.IPPROTO_UDP
+        fx._prefix, fx._multi, fx._retry = {}, {}, {}
+        fx._neigh = {"fd00::1": b"\x02" * 6, "fd00::2": b"\x04" * 6}
+        fx.c = {"unresolved": 0, "resolves": 0}
+        fx.rtnl = rt = Rtnl(multi)
+        hdrs = [fx._prefix_for(("fd01::9", 4793), 100, TxMeta(p)) for p in range(49152, 49252)]
+        macs = {h[0][10:16] for h in hdrs}  # the frame's destination MAC: the next hop
+        if multi:
+            assert rt.routes == 100 and macs == {b"\x02" * 6, b"\x04" * 6}
+            assert all(h[0][10:16] == (b"\x02" if p % 2 else b"\x04") * 6
+                       for h, p in zip(hdrs, range(49152, 49252), strict=True))
+        else:
+            assert rt.routes == 1 and len(macs) == 1 and len(fx._prefix) == 1

@@ -157,6 +157,53 @@ def test_entropy_sockets_open_up_front_and_carry_their_source_port():
         rx.close()
 
 
+def test_a_large_entropy_set_opens_a_bounded_number_of_sockets_and_folds_the_rest():
+    """UET's 4096 entropies on the socket path: sockets for the first ``limit`` only
+    (here 2 of 5, by default 64 of 4096), and the set's other members leave from one of
+    those — a port of the set, so the peer's echo is still one the engine knows —
+    counted ``tx_entropy_folded``; no socket is opened mid-burst, nothing falls back to
+    the port's own source port."""
+    c, rx, port = tx_counters_and_receiver()
+    c["tx_entropy_folded"] = 0
+    ps = PortSocket("::1", 0, mtu=65536, gro=False)
+    tx = TxPath([ps], c, max_queue=100)
+    free = []
+    for _ in range(5):
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as t:
+            t.bind(("::1", 0))
+            free.append(t.getsockname()[1])
+    try:
+        assert tx.preopen(free, limit=2) == 2
+        opened = len(tx.sockets())
+        tx.put([(b"x%d" % e, ("::1", port), TxMeta(e)) for e in free])
+        tx.flush()
+        got = [rx.recvfrom(100)[1][1] for _ in free]
+        assert got[:2] == free[:2] and set(got) <= set(free[:2])
+        assert c["tx_entropy_folded"] == 3 and c["tx_entropy_fallback"] == 0
+        assert len(tx.sockets()) == opened
+    finally:
+        tx.close()
+        ps.close()
+        rx.close()
+
+
+def test_preopen_of_the_default_uet_set_stops_at_64():
+    from emu.nic.txpath import PREOPEN_MAX
+    from emu.transports.uet.engine import ENTROPY_BASE, ENTROPY_COUNT
+
+    c, rx, _ = tx_counters_and_receiver()
+    ps = PortSocket("::1", 0, mtu=65536, gro=False)
+    tx = TxPath([ps], c, max_queue=10)
+    try:
+        n = tx.preopen(range(ENTROPY_BASE, ENTROPY_BASE + ENTROPY_COUNT))
+        # (a port of the first 64 another process holds is skipped, not replaced)
+        assert PREOPEN_MAX == 64 and 0 < n <= 64 and len(tx.sockets()) == 1 + n
+    finally:
+        tx.close()
+        ps.close()
+        rx.close()
+
+
 def test_ports_are_busy_while_every_paced_port_still_has_frames_to_serialize():
     """What decides whether a RoCEv2 pacer served late cost link time (pacer_late): while
     every port's serializer still has frames, it did not."""

@@ -11,7 +11,7 @@ The EV on the wire: in the QP's EV profile's format (:mod:`emu.transports.mrc.ev
 In the UDP format, the default, a packet's EV *is* its UDP source port
 (``TxMeta.entropy``), so every switch's ECMP hash sees it and the receiver reads it
 back from the source port to echo it; the default profile therefore generates ports
-53248–65535 (a port is never 0 or well known, and UET's entropies, 49152–49215, stay
+53248–65535 (a port is never 0 or well known, and UET's entropies, 49152–53247, stay
 out of the way: :data:`DEFAULT_PROFILE`). STEV adds the IPv6 flow label; SRv6 also
 an outer IPv6 header naming the EV's whole path, from the controller's path table
 (``srv6_paths``, injected). ``ev_format`` picks the built-in profile's format.
@@ -74,7 +74,8 @@ DEFAULT_EV_SET = 128
 #: the receive window offered to the peer, in packets (16 MPR units)
 DEFAULT_MPR = 16 * MPR_UNIT
 #: the default EV profile: source ports 53248-65535, in order. Why not from 49152: the
-#: daemon's UET engine binds its entropies 49152-49215 on the same addresses, and where a
+#: daemon's UET engine sprays over 49152-53247 on the same addresses (binding the first
+#: 64 where it sends by socket: emu.nic.txpath.TxPath.preopen), and where a
 #: packet must leave by socket (a next hop not yet resolved, no frame ring) an EV that
 #: cannot be bound went out from the engine's own port instead — 15 of a demo run's
 #: first packets on a fresh plane carried source port 4971, not their EV

@@ -18,6 +18,9 @@ requests and CPs go to the target half (:mod:`.target`), ACKs and NACKs to
 the initiator half (:mod:`.pds`). Each data packet leaves with a fresh
 entropy (UDP source port) drawn from ``entropies`` with the injected RNG —
 oblivious spraying (uet.md: Spraying); replies echo the entropy they answer.
+The set is large by default — :data:`ENTROPY_COUNT` ports from
+:data:`ENTROPY_BASE` (see there why) — and costs nothing per entropy: a
+``range``, and each entropy's :class:`TxMeta` made on its first use.
 
 Trimmed packets: the daemon passes ``trimmed=True`` when a datagram arrived
 with a trimmed DSCP (``emu nicd --trimmed-dscp``, default the switch's 30/31);
@@ -28,7 +31,7 @@ its SES header declares (a switch with a DSCP the NIC was not told about).
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Container, Hashable, Sequence
 from typing import Any
 
 from emu.core.cq import WcStatus, WorkCompletion
@@ -74,6 +77,63 @@ _CP_TYPE = PDS_TYPE["CP"]
 _RUDI_REQ, _RUDI_RESP, _UUD_REQ = PDS_TYPE["RUDI_REQ"], PDS_TYPE["RUDI_RESP"], PDS_TYPE["UUD_REQ"]
 _MAX_MSG = 1 << 32
 _MAX_SEG = (1 << 14) - 1  # payload_length is 14 bits
+#: the first UDP source port of the default entropy set (the IANA dynamic range's start)
+ENTROPY_BASE = 49152
+#: entropies in the default set, ports 49152-53247 (engine option ``entropy_count``).
+#: Why this many: a switch's ECMP hash sends each entropy to one uplink, so a sprayed
+#: flow's share of an uplink is the share of its *set* the hash puts there. With the 64
+#: ports the engine once had, that share was binomial — over 4 spines a standard
+#: deviation of 22 % of an even share per flow, and a leaf's four flows up to 25 % apart
+#: however long they ran (``scenarios/ecmp-vs-spray.toml``); with 4096 it is 2.7 %, as a
+#: UET NIC spraying over the 16-bit entropy field would get. Why not more: MRC's default EVs
+#: start at 53248 (:data:`emu.transports.mrc.engine.DEFAULT_PROFILE`) on the same
+#: addresses, so the two transports' source ports never meet
+ENTROPY_COUNT = 4096
+#: the most ``entropy_count`` may ask for: up to MRC's first port (another set: ``entropies``)
+ENTROPY_COUNT_MAX = 53248 - ENTROPY_BASE
+#: TxMetas by (DSCP, ECN), then entropy: made on first use and shared by every engine
+#: of the process (a TxMeta is immutable). Why: a meta per entropy of a 4096-entry set
+#: made eagerly cost ~6 ms and ~0.6 MB per engine, and a worker process serves dozens of
+#: hosts; shared, a process holds each (entropy, DSCP, ECN) once. Bounded by the 16-bit
+#: port space (cleared past :data:`_METAS_MAX`, should anything else arrive)
+_METAS: dict[tuple[int, int], dict[int, TxMeta]] = {}
+_METAS_MAX = 1 << 16
+
+
+def _metas(dscp: int, ecn: int) -> dict[int, TxMeta]:
+    """The process's shared cache of TxMetas for one (DSCP, ECN) (see :data:`_METAS`)."""
+    return _METAS.setdefault((dscp, ecn), {})
+
+
+def _meta(cache: dict[int, TxMeta], entropy: int, dscp: int, ecn: int) -> TxMeta:
+    """``cache``'s TxMeta for ``entropy``, made (and kept) on a miss."""
+    m = cache.get(entropy)
+    if m is None:
+        if len(cache) >= _METAS_MAX:
+            cache.clear()
+        m = cache[entropy] = TxMeta(entropy, dscp, ecn)
+    return m
+
+
+def entropy_ports(entropies: Sequence[int] | None, count: int | None) -> Sequence[int]:
+    """The engine's entropy set: ``entropies`` as given (a range kept, anything else a
+    tuple without repeats), else ``count`` ports from :data:`ENTROPY_BASE`
+    (default :data:`ENTROPY_COUNT`) as a ``range``."""
+    if entropies and count is not None:
+        raise ValueError("give entropies (the ports) or entropy_count (how many from "
+                         f"{ENTROPY_BASE}), not both")
+    if entropies:
+        ents: Sequence[int] = (entropies if isinstance(entropies, range)
+                               else tuple(dict.fromkeys(int(e) for e in entropies)))
+        ends = (ents[0], ents[-1]) if isinstance(ents, range) else (min(ents), max(ents))
+        if any(not 0 < e < 65536 for e in ends):
+            raise ValueError("entropies are UDP source ports 1..65535")
+        return ents
+    n = ENTROPY_COUNT if count is None else count
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= ENTROPY_COUNT_MAX:
+        raise ValueError(f"entropy_count must be 1..{ENTROPY_COUNT_MAX} (ports from "
+                         f"{ENTROPY_BASE}, below MRC's EVs), got {count!r}")
+    return range(ENTROPY_BASE, ENTROPY_BASE + n)
 
 
 class UetEngine(Engine):
@@ -88,7 +148,9 @@ class UetEngine(Engine):
     (a new PDC's first window is all SYNs, slow at the target), instead of ``rto``;
     ``nack_retx_delay`` is the wait before resending after a non-trim
     "retransmit" NACK (resource shortage, window) so a busy target is not
-    hammered. ``cc`` (None, ``"nscc"``, ``"rccc"``, with ``cc_params``) limits
+    hammered. ``entropies`` (UDP source ports) is the set data packets spray over, or
+    ``entropy_count`` ports from 49152 (default 4096: :data:`ENTROPY_COUNT`, why so many);
+    give one or neither. ``cc`` (None, ``"nscc"``, ``"rccc"``, with ``cc_params``) limits
     each PDC's bytes in flight or to granted credit; ``paths`` (``"oblivious"``
     default, ``"reps"``, ``"fixed"``, with ``path_params``) picks each data
     packet's entropy; ``line_rate`` (bits/s) is the port rate the controllers
@@ -120,6 +182,7 @@ class UetEngine(Engine):
     def __init__(self, memory: MemoryTable, rng: RandomBits, *, mtu: int = 4096, mpr: int = 1,
                  rto: float = 2e-3, max_retries: int = 5, nack_retx_delay: float = 100e-6,
                  ack_bytes: int = D.ACK_BYTES, entropies: Sequence[int] | None = None,
+                 entropy_count: int | None = None,
                  job_id: int = 0, dscp: int = D.DSCP_DATA, ctrl_dscp: int = D.DSCP_CTRL,
                  ecn: int = ECN_ECT0, port: int = D.UDP_PORT, local_addr: Addr | None = None,
                  trace: Trace = NULL_TRACE, first_pdcid: int = 1,
@@ -161,9 +224,11 @@ class UetEngine(Engine):
         self.loss_threshold = loss_threshold
         self.loss_probes = loss_probes
         self.ack_bytes = ack_bytes
-        self.entropies = tuple(entropies) if entropies else tuple(range(49152, 49152 + 64))
-        if any(not 0 < e < 65536 for e in self.entropies):
-            raise ValueError("entropies are UDP source ports 1..65535")
+        #: the UDP source ports data packets spray over (a range by default)
+        self.entropies = entropy_ports(entropies, entropy_count)
+        #: membership of the set: a range answers it itself
+        self._ent_set: Container[int] = (self.entropies if isinstance(self.entropies, range)
+                                         else frozenset(self.entropies))
         self.job_id = job_id
         self.port = port
         self.local_addr = local_addr
@@ -174,9 +239,10 @@ class UetEngine(Engine):
         #: :meth:`receive_datagram`)
         self.rx_at = 0.0
         self.stats: defaultdict[str, int] = defaultdict(int)
-        self._data_meta = {e: TxMeta(e, dscp, ecn) for e in self.entropies}
-        self._ctrl_metas: dict[int, TxMeta] = {}
-        self._ctrl_dscp = ctrl_dscp
+        # TxMetas made on first use, shared by the process's engines (_METAS: why)
+        self._dscp, self._ecn, self._ctrl_dscp = dscp, ecn, ctrl_dscp
+        self._data_metas = _metas(dscp, ecn)
+        self._ctrl_metas = _metas(ctrl_dscp, ECN_NOT_ECT)
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytearray, Addr, TxMeta]] = []
         #: canonical host text of a peer address (cached)
@@ -551,28 +617,26 @@ class UetEngine(Engine):
         replies pass the entropy they echo."""
         if entropy is None:
             entropy = self.flowctl.default.choose(self.now)
-            meta = self._ctrl_meta(entropy) if ctrl else self._data_meta[entropy]
-        elif ctrl or entropy not in self._data_meta:
+        if ctrl or entropy not in self._ent_set:  # (outside the set: an echo, a reply's meta)
             meta = self._ctrl_meta(entropy)
         else:
-            meta = self._data_meta[entropy]
+            meta = self._data_metas.get(entropy) or _meta(self._data_metas, entropy,
+                                                          self._dscp, self._ecn)
         self._out.append((buf, (addr[0], self.port) if ctrl else addr, meta))
 
     def emit_run(self, heads: bytearray, payload: memoryview, seg: int,
                  entropies: list[int], addr: Any) -> None:
         """Queue a run of data packets (:class:`~emu.core.datagram.Run`), packet ``i``
         on ``entropies[i]``."""
-        dm = self._data_meta
-        metas = [dm[e] if e in dm else self._ctrl_meta(e) for e in entropies]
+        dm, known = self._data_metas, self._ent_set
+        get = dm.get
+        metas = [(get(e) or _meta(dm, e, self._dscp, self._ecn)) if e in known
+                 else self._ctrl_meta(e) for e in entropies]
         self._out.append((Run(heads, FP.REQ_SIZE, payload, seg, metas), addr, None))
 
     def _ctrl_meta(self, entropy: int) -> TxMeta:
-        m = self._ctrl_metas.get(entropy)
-        if m is None:
-            if len(self._ctrl_metas) > 4096:
-                self._ctrl_metas.clear()
-            m = self._ctrl_metas[entropy] = TxMeta(entropy, self._ctrl_dscp, ECN_NOT_ECT)
-        return m
+        return self._ctrl_metas.get(entropy) or _meta(self._ctrl_metas, entropy,
+                                                      self._ctrl_dscp, ECN_NOT_ECT)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         self.now = now

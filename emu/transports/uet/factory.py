@@ -21,9 +21,10 @@ from emu.transports.uet.verbs import UetVerbs
 
 #: UetEngine keyword arguments a daemon may pass through its engine options.
 ENGINE_OPTIONS = ("mtu", "mpr", "rto", "max_retries", "nack_retx_delay", "ack_bytes",
-                  "entropies", "job_id", "dscp", "ctrl_dscp", "ecn", "cc", "cc_params", "paths",
-                  "path_params", "line_rate", "gather", "runs", "ack_coalesce", "idle_timeout",
-                  "rto_max", "base_rtt", "tx_hold", "loss_threshold", "loss_probes")
+                  "entropies", "entropy_count", "job_id", "dscp", "ctrl_dscp", "ecn", "cc",
+                  "cc_params", "paths", "path_params", "line_rate", "gather", "runs",
+                  "ack_coalesce", "idle_timeout", "rto_max", "base_rtt", "tx_hold",
+                  "loss_threshold", "loss_probes")
 #: RTO of engines built for daemons: the spec's upper bound (uet.md: Retransmit, 1–5 ms).
 #: A daemon pair's unloaded round trip is a few hundred µs on a small VM, not the
 #: fabric's ~10 µs, so the shortest RTOs would fire on data that is merely queued.

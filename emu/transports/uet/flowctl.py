@@ -32,6 +32,7 @@ exactly as the engine always did.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +81,10 @@ class FlowCtl:
         self.path_params = dict(path_params or {})
         self.line_rate = line_rate
         self.credit_retry = credit_retry
-        ents = tuple(dict.fromkeys(host.entropies))
-        self.entropies = ents
+        ents = host.entropies  # a range (the default set) is kept: every flow shares it
+        if not isinstance(ents, range):
+            ents = tuple(dict.fromkeys(ents))
+        self.entropies: Sequence[int] = ents
         #: draws for packets with no PDC (RUDI, UUD): oblivious, the engine's historic draw
         self.default = P.create("oblivious", ents, host.rng)
         self.flows: dict[int, Flow] = {}
@@ -120,9 +123,9 @@ class FlowCtl:
         if f is None:
             c = None if self.cc_name is None else CC.create(self.cc_name, self.line_rate,
                                                             self.h.now, **self._cc_kw())
-            f = self.flows[pdc.pdcid] = Flow(c, P.create(self.paths_name, self.entropies,
-                                                         self.h.rng, self.h.now,
-                                                         **self.path_params))
+            path = P.create(self.paths_name, self.entropies, self.h.rng, self.h.now,
+                            **self.path_params)
+            f = self.flows[pdc.pdcid] = Flow(c, path, PathLedger(path.wants_released))
         return f
 
     def forget(self, pdcid: int) -> None:
@@ -263,7 +266,11 @@ class FlowCtl:
         acked, rtt = f.ledger.feedback(self.h.rx_at)  # the sample ends at arrival …
         if rtt is not None:
             rtt = D.held_out(rtt, ack)  # … less what the target held it
-        if entropy is not None:
+        if f.path.wants_released:
+            released = f.ledger.take_entropies()
+            if entropy is not None:
+                f.path.on_ack(entropy, now, ecn=ecn, rtt=rtt, released=released)
+        elif entropy is not None:
             f.path.on_ack(entropy, now, ecn=ecn, rtt=rtt)
         if f.cc is not None and (acked or ecn):
             f.cc.on_ack(acked, now, ecn_echo=ecn, rtt=rtt)

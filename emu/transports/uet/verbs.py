@@ -71,7 +71,8 @@ class UetVerbs:
         self.get_timer = engine.get_timer
         self.handle_timer = engine.handle_timer
         self.pause = engine.pause
-        #: the UDP source ports the engine sprays over (the daemon opens their sockets up front)
+        #: the UDP source ports the engine sprays over (a socket-path daemon opens sockets for
+        #: the first 64 up front and folds the rest onto them: TxPath.preopen)
         self.entropies = engine.entropies
         self._peer: dict[int, dict[str, Any]] = {}
         self._order: dict[int, deque[int]] = {}

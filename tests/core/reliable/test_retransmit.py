@@ -64,3 +64,15 @@ def test_ledger_tracks_paths_bytes_and_ack_feedback():
     assert led.feedback(4.0) == (0, None)  # reported once
     led.reset()
     assert led.in_flight == 0 and not led.sent
+    assert led.take_entropies() == []  # not kept unless asked
+
+
+def test_ledger_keeps_the_entropies_released_for_a_policy_that_asks():
+    """REPS recycles the path of every packet a clean ACK released (emu.paths.reps)."""
+    led = PathLedger(keep_entropies=True)
+    led.sent_many(10, [7, 8, 9], 100, now=1.0)
+    led.released([Rec(10, 0.0), Rec(12, 0.0), Rec(50, 0.0)])
+    assert led.take_entropies() == [7, 9] and led.take_entropies() == []
+    led.released([Rec(11, 0.0)])
+    led.reset()  # a restart: what was released and not reported is gone
+    assert led.take_entropies() == []
