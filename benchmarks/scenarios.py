@@ -40,7 +40,7 @@ def main() -> int:
         if unknown:
             ap.error(f"no shipped scenario {', '.join(unknown)} (have {', '.join(names)})")
         names = [n for n in names if n in want]
-    results, summary = [], []
+    summary: list[tuple[str, str, float]] = []
     t0 = time.monotonic()
     if a.replot:
         return replot(names, a.out)
@@ -57,13 +57,9 @@ def main() -> int:
             verdict = json.loads(p.stdout)["verdict"]
         except (ValueError, KeyError):
             verdict = f"ERROR (exit {p.returncode})"
-        results.append((name, out))
         summary.append((name, verdict, wall))
         print(f"    {verdict} in {wall:.0f} s", file=sys.stderr, flush=True)
-    when = datetime.date.today().isoformat()
-    machine = f"{os.cpu_count()} cores, Linux {platform.release()}"
-    page = a.out.rstrip("/") + ".md"
-    gallery.build(results, page, when, machine)
+    page = build_gallery(a.out, datetime.date.today().isoformat())
     print(f"{'scenario':<22} {'verdict':<8} {'wall s':>7}")
     for name, verdict, wall in summary:
         print(f"{name:<22} {verdict:<8} {wall:>7.0f}")
@@ -71,11 +67,22 @@ def main() -> int:
     return 0 if all(v == "PASS" for _, v, _ in summary) else 1
 
 
+def build_gallery(base: str, when: str) -> str:
+    """``BASE.md`` from every shipped scenario with results under ``BASE/NAME`` — not only
+    the ones this run ran: ``--only trimming`` must not drop the other six from the
+    page. Returns the page's path."""
+    results = [(n, os.path.join(base, n)) for n in (p.stem for p in spec.shipped())
+               if os.path.exists(os.path.join(base, n, "results.json"))]
+    page = base.rstrip("/") + ".md"
+    gallery.build(results, page, when, f"{os.cpu_count()} cores, Linux {platform.release()}")
+    return page
+
+
 def replot(names: list[str], base: str) -> int:
     """Redraw from the results already there; the gallery keeps their dates' figures."""
     from emu.apps.scenario import plots
 
-    results = []
+    n = 0
     for name in names:
         out = os.path.join(base, name)
         try:
@@ -87,11 +94,9 @@ def replot(names: list[str], base: str) -> int:
         sc = spec.load(name)
         for p in sc.plots:
             plots.draw(sc, p, doc["rows"], out)
-        results.append((name, out))
-    page = base.rstrip("/") + ".md"
-    machine = f"{os.cpu_count()} cores, Linux {platform.release()}"
-    gallery.build(results, page, "redrawn " + datetime.date.today().isoformat(), machine)
-    print(f"redrew {len(results)} scenarios; gallery {os.path.relpath(page, ROOT)}")
+        n += 1
+    page = build_gallery(base, "redrawn " + datetime.date.today().isoformat())
+    print(f"redrew {n} scenarios; gallery {os.path.relpath(page, ROOT)}")
     return 0
 
 

@@ -33,12 +33,15 @@ def section(doc: dict[str, Any], out_dir: str, base: str) -> str:
     if doc.get("anchor"):
         lines.append(f"*Anchor:* {doc['anchor']}. *Question:* {doc.get('question', '')}")
         lines.append("")
-    scales = ", ".join(f"{c['time_scale']:g}" for c in doc.get("clusters", []))
+    scales = ", ".join(f"{x:g}" for x in sorted({c["time_scale"]
+                                                  for c in doc.get("clusters", [])}))
+    credible = ("every result credible" if doc["credible"] else
+                f"{sum(bool(r.get('credible')) for r in doc['rows'])} of them credible "
+                "and the others NOT credible (emulator overload)")
     lines.append(f"`emu run {doc['scenario']}` — **{doc['verdict']}** in {doc['wall_s']} s "
                  f"of wall time at time scale {scales or '-'}; "
-                 f"{len(doc['rows'])} points, every result "
-                 f"{'credible' if doc['credible'] else 'NOT credible (emulator overload)'}"
-                 f", every flow {'verified' if doc['complete'] else 'NOT completed'}.")
+                 f"{len(doc['rows'])} points, {credible}, every flow "
+                 f"{'verified' if doc['complete'] else 'NOT completed'}.")
     lines.append("")
     lines.append("| check | result | figures |")
     lines.append("|---|---|---|")
