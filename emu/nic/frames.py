@@ -111,6 +111,18 @@ _VNET = struct.Struct("=BBHHHH")
 IPPROTO_IPV6 = 41
 
 
+def port_label(sport: int, dport: int) -> int:
+    """The IPv6 flow label hashed from the UDP ports (never 0), like the kernel's
+    automatic labels: one rule for a header built whole (:func:`ip_udp`) and for a
+    cached one given its frame's own source port (:func:`_set_sport`)."""
+    return ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
+
+
+def _ip6_word(tos: int, label: int) -> int:
+    """An IPv6 header's first word: version 6, traffic class, flow label."""
+    return (6 << 28) | (tos << 20) | (label & 0xFFFFF)
+
+
 def ip_udp(src: bytes, dst: bytes, sport: int, dport: int, n: int, tos: int,
            label: int | None, outer: bytes | None, ttl: int,
            pseudo_base: int | None = None) -> tuple[bytes, bytes]:
@@ -127,9 +139,7 @@ def ip_udp(src: bytes, dst: bytes, sport: int, dport: int, n: int, tos: int,
         pseudo_base = _sum16(src) + socket.IPPROTO_UDP
     udp = _UDP.pack(sport, dport, ulen, _fold(pseudo_base + _sum16(dst) + ulen))
     if len(src) == 16:
-        if label is None:
-            label = ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
-        word = (6 << 28) | (tos << 20) | (label & 0xFFFFF)
+        word = _ip6_word(tos, port_label(sport, dport) if label is None else label)
         ip = _IP6.pack(word, ulen, socket.IPPROTO_UDP, ttl, src, dst)
         if outer is not None:
             ip = _IP6.pack(word, 40 + ulen, IPPROTO_IPV6, ttl, src, outer) + ip
@@ -150,7 +160,7 @@ def _set_sport(mv: Any, o: int, e: int, hdr: tuple[bytes, int, tuple[int, ...]],
     _PORT.pack_into(mv, e - 8, sport)
     word = hdr[1]
     if word:
-        word |= ((sport * 2654435761) ^ (dport << 4)) & 0xFFFFF or 1
+        word |= port_label(sport, dport)
         for at in hdr[2]:
             _WORD.pack_into(mv, o + at, word)
 
@@ -500,7 +510,7 @@ class FrameTx:
             return None
         word, at = 0, ()
         if self.family == socket.AF_INET6 and meta.label is None:
-            word = (6 << 28) | (meta.tos << 20)
+            word = _ip6_word(meta.tos, 0)
             at = (VNET_LEN + 14,) if meta.outer is None else (VNET_LEN + 14, VNET_LEN + 54)
         hdr = (pre, word, at)
         self._keep(key, hdr)
