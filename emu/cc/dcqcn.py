@@ -32,6 +32,13 @@ such events since the last cut and ``F = fast_recovery_steps``:
 Mellanox model does, rather than QCN's growing ``i·R_HAI``.) Nothing runs
 once the rate is back at line rate, so an idle flow schedules no timers.
 
+The defaults are the paper's (``specs/rocev2.md``), chosen at 40 Gb/s. A 400 Gb/s
+NIC runs other constants: NVIDIA ConnectX updates α every 1 µs with g = 5/1024 and
+lets its notification point send a CNP every 4 µs (``g``, ``alpha_period`` here, the
+RoCE engine's ``cnp_interval``; ``scenarios/incast.toml`` sets all three). Take such a
+set whole: ConnectX's α with the paper's 50 µs between CNPs decays α to nothing
+between cuts, and a 4 -> 1 incast outgrew an 8 MB port (tests/cc/test_dcqcn_incast.py).
+
 Defaults and why — all rates scale with the emulated ``line_rate`` so the
 dynamics look the same on a 10 Gb/s and a 400 Gb/s emulated link:
 
@@ -94,7 +101,10 @@ class Dcqcn(CongestionControl):
         self._rate = self.line_rate
         self.target = self.line_rate
         self._alpha = alpha_init
-        self._alpha_ref = now  # α is exact as of this time; decays per whole period after
+        # α is exact as of this time and decays per whole period after; None until the
+        # first CNP: a flow's α starts then, at alpha_init (ConnectX's
+        # initial_alpha_value, "used when receiving the first CNP for a flow")
+        self._alpha_ref: float | None = None
         self._last_cut = -math.inf
         self._t = 0  # timer increase events since the last cut
         self._b = 0  # byte-counter increase events since the last cut
@@ -112,6 +122,8 @@ class Dcqcn(CongestionControl):
 
     def alpha_at(self, now: float) -> float:
         """α at ``now``: decayed once per full ``alpha_period`` since the last update."""
+        if self._alpha_ref is None:
+            return self._alpha
         n = int((now - self._alpha_ref) / self.alpha_period)
         if n <= 0:
             return self._alpha

@@ -43,13 +43,18 @@ from emu.topology.model import Topology
 #: This is the floor, in wall time: it covers the daemon's own stalls, which are wall.
 TX_LEAD = 2e-3
 #: Dilated, the lead is the port's transmit FIFO in fabric time (the same at every scale,
-#: so a fabric result does not depend on it: DESIGN.md, Fabric time), this long — ~50 KB at
-#: 400 Gb/s, a dozen 4 KiB frames: what a NIC's on-chip transmit buffer holds — and never
-#: less than TX_LEAD of wall time nor more than TX_LEAD_MAX (the kernel tbf's queue holds
-#: 20 ms of its rate: emu.fabric.linkctl.tbf_sizes). Why: at a scale of thousands, 2 ms
-#: of wall is a fraction of a frame's fabric time per packet… and a hypervisor's steal of
-#: a few ms left the port idle (tx_late) in one of two default UET write-bw runs
-TX_FIFO = 1e-6
+#: so a fabric result does not depend on it: DESIGN.md, Fabric time), this long — ~100 KB
+#: at 400 Gb/s, two dozen 4 KiB frames: what a NIC's on-chip transmit buffer holds — and
+#: never less than TX_LEAD of wall time nor more than TX_LEAD_MAX (the kernel tbf's queue
+#: holds 20 ms of its rate: emu.fabric.linkctl.tbf_sizes). Why: at a scale of thousands,
+#: 2 ms of wall is a fraction of a frame's fabric time per packet… and a hypervisor's steal
+#: of a few ms left the port idle (tx_late) in one of two default UET write-bw runs. Why
+#: 2 µs and not 1: the FIFO is also the time a RoCEv2 QP's pacer may be served late
+#: (QueuePair.lead, BURST_SHARE_OF_FIFO), and a daemon serving three hosts of a 4 -> 1
+#: incast (emu run incast) was late by more than 1 µs x 5900-8900 in 6 of 6 DCQCN points
+#: (pacer_late 1-21 each), by more than 2 µs in 0 of 8; pair write-bw is the same with
+#: either (RoCEv2 390.5-391.1 and UET 386.3-388.4 Gb/s, four runs of each, same session)
+TX_FIFO = 2e-6
 TX_LEAD_MAX = 16e-3
 
 

@@ -176,8 +176,10 @@ def render(doc: dict[str, Any], files: list[str]) -> str:
     lines = [f"{doc['scenario']}: {doc['title']}"]
     if rows:
         vars_ = rows[0]["_vars"]
-        cols = vars_ + ["jct_us", "fct_p99_us", "goodput_gbps", "jain", "retransmits",
-                        "verified", "credible"]
+        steady = ["steady_goodput_gbps", "steady_jain"]
+        cols = vars_ + ["jct_us", "fct_p99_us", "goodput_gbps", "jain"] + (
+            steady if any(r.get(steady[0]) is not None for r in rows) else []) + [
+            "retransmits", "verified", "credible"]
         table = [cols] + [[_cell(r.get(c)) if c != "verified" else f"{r['verified']}/"
                            f"{r['flows']}" for c in cols] for r in rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(cols))]

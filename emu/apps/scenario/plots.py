@@ -22,6 +22,8 @@ LABELS = {
     "flow_goodput_min_gbps": "slowest flow's goodput (Gb/s, fabric)",
     "flow_goodput_max_gbps": "fastest flow's goodput (Gb/s, fabric)",
     "jain": "Jain's fairness index",
+    "steady_goodput_gbps": "aggregate goodput after convergence (Gb/s, fabric)",
+    "steady_jain": "Jain's fairness index after convergence",
     "retransmits": "packets retransmitted",
     "retransmitted_fraction": "share of packets retransmitted",
     "rto_retransmits": "retransmissions on timeout",

@@ -379,6 +379,9 @@ def _brief(row: dict[str, Any]) -> str:
         parts.append(f"{row['goodput_gbps']:.1f} Gb/s")
     if row.get("jain") is not None and row["flows"] > 1:
         parts.append(f"Jain {row['jain']:.3f}")
+    if row.get("steady_goodput_gbps") is not None:
+        parts.append(f"after convergence {row['steady_goodput_gbps']:.1f} Gb/s, "
+                     f"Jain {row['steady_jain']:.3f}")
     parts.append(f"verified {row['verified']}/{row['flows']}")
     if row["retransmits"]:
         parts.append(f"retx {row['retransmits']}")

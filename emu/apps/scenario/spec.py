@@ -26,6 +26,7 @@ TRANSPORTS = ("roce", "uet", "mrc")
 #: the per-point metrics a check or a plot may name (:mod:`emu.apps.scenario.metrics`)
 METRICS = ("jct_us", "fct_p50_us", "fct_p99_us", "fct_max_us", "fct_mean_us",
            "goodput_gbps", "flow_goodput_min_gbps", "flow_goodput_max_gbps", "jain",
+           "steady_goodput_gbps", "steady_jain",
            "retransmits", "retransmitted_fraction", "rto_retransmits", "trim_nacks",
            "marked", "trimmed", "dropped", "queue_max_bytes", "spine_imbalance",
            "stall_us", "verified", "flows", "credible", "overload", "wall_s")

@@ -64,3 +64,38 @@ def test_a_run_with_an_unfinished_flow_has_no_completion_figures():
 def test_an_unverified_flow_makes_the_run_incomplete():
     res = WorkloadResult("roce", 1.0, [flow("h1", 0.0, [1e-6, 3e-6], verified=False)])
     assert not res.complete and res.jct is None
+
+
+def test_bytes_at_joins_completions_by_straight_lines_from_the_start():
+    r = flow("h1", 1e-6, [2e-6, 3e-6, 5e-6])  # 1000 bytes each
+    assert metrics.bytes_at(r, 0.5e-6) == 0
+    assert metrics.bytes_at(r, 1.5e-6) == pytest.approx(500)
+    assert metrics.bytes_at(r, 3e-6) == pytest.approx(2000)
+    assert metrics.bytes_at(r, 4e-6) == pytest.approx(2500)
+    assert metrics.bytes_at(r, 9e-6) == pytest.approx(3000)
+
+
+def test_steady_figures_leave_out_the_ramp_and_the_tail():
+    """Two flows share a port at 8 Gb/s each (1 KB per µs) while both run; then the
+    first finishes and the second, alone, crawls at 2 Gb/s while it recovers: the
+    whole-run aggregate counts the crawl, the steady one does not."""
+    us_ = 1e-6
+    a = flow("h1", 0.0, [(k + 1) * us_ for k in range(8)], size=8000)
+    b = flow("h2", 0.0, [(k + 1) * us_ for k in range(8)] + [12 * us_, 16 * us_],
+             size=10000)
+    s = metrics.summary(WorkloadResult("roce", 1.0, [a, b]))
+    assert s["steady_goodput_gbps"] == pytest.approx(16.0)  # over [2, 8] µs
+    assert s["steady_jain"] == pytest.approx(1.0)
+    assert s["goodput_gbps"] == pytest.approx(18000 * 8 / 16e-6 / 1e9)  # 9 Gb/s
+    assert s["jain"] < 0.95  # 8 against 5 Gb/s over each flow's life
+
+
+def test_steady_figures_need_two_overlapping_complete_flows():
+    one = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6])])
+    assert metrics.steady(one)["steady_goodput_gbps"] is None
+    apart = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6]),
+                                        flow("h2", 3e-6, [4e-6, 5e-6])])
+    assert metrics.steady(apart) == {"steady_goodput_gbps": None, "steady_jain": None}
+    unverified = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6]),
+                                             flow("h2", 0.0, [1e-6, 2e-6], verified=False)])
+    assert metrics.steady(unverified)["steady_jain"] is None

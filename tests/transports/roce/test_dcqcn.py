@@ -51,6 +51,17 @@ def test_cnp_cuts_by_alpha_over_two_and_raises_alpha():
     assert d.alpha == pytest.approx((1 - G) * a10 + G)
 
 
+def test_alpha_starts_at_the_first_cnp_however_long_the_flow_ran_before():
+    """A flow has no α until its first CNP (ConnectX's initial_alpha_value is "used
+    when receiving the first CNP for a flow"): a QP that ran uncongested for a second
+    still halves on its first CNP, whatever the α period."""
+    for period in (55e-6, 1e-6):
+        d = Dcqcn(LINE, 0.0, alpha_period=period)
+        assert d.alpha_at(1.0) == 1.0
+        d.on_cnp(1.0)
+        assert d.rate == LINE / 2
+
+
 def test_cuts_are_rate_limited_but_alpha_still_updates():
     d = Dcqcn(LINE, 0.0, min_cut_interval=4e-6)
     d.on_cnp(0.0)
