@@ -10,6 +10,7 @@ Every transport (RoCEv2 RC, UET, MRC) builds on these modules:
 * :mod:`emu.core.cq` — completion queues with verbs status codes
 * :mod:`emu.core.trace` — qlog-like JSON-lines event trace
 * :mod:`emu.core.timers` — named deadlines for one-timer sans-IO endpoints
+* :mod:`emu.core.portsched` — a port's line-rate wire: how far output may run ahead
 * :mod:`emu.core.verbs` — work requests (``SendWR``, ``RecvWR``, ``Sge``) every engine takes
 
 Rule (``DESIGN.md``): nothing here imports trio, socket, scapy, time or random;

@@ -41,6 +41,7 @@ from emu.transports.mrc.evwire import EVWire, PathTable, ranks
 from emu.transports.mrc.initiator import InitiatorQP, timeout_of
 from emu.transports.mrc.profiles import ProfileError, Profiles
 from emu.transports.mrc.target import TargetQP, trimmed_reason
+from emu.transports.mrc.txlead import PortLead
 from emu.wire.codec.ev import DEFAULT_SPLIT, EVMode, EVSplit, parse_split
 from emu.wire.codec.mrc import (
     EETH,
@@ -126,7 +127,8 @@ class _Qp:
 class MrcEngine(Engine):
     """Every MRC QP of a NIC. ``line_rate`` (bits/s) and ``base_rtt`` (s) size NSCC's
     window (``cc=None``: the MPR window alone); ``planes``: the NIC's ports an EV set
-    is split over."""
+    is split over. Behind a paced port (``tx_hold``: its FIFO, s; ``frame_overhead``: its
+    bytes per datagram) output keeps within each port's FIFO (:mod:`.txlead`)."""
 
     #: the daemon hands over each datagram's IPv6 flow label (STEV and SRv6 EVs)
     reads_flow_label = True
@@ -139,7 +141,8 @@ class MrcEngine(Engine):
                  timeout: int = 14, retry_linear: int = 7, retry_exp: int = 25,
                  loss_threshold: int = 16, profile: EVProfile | None = None,
                  ev_min_active: int = 1, trace: Trace = NULL_TRACE, ev_format: str = "udp",
-                 ev_split: str = "16+16", srv6_paths: PathTable | None = None) -> None:
+                 ev_split: str = "16+16", srv6_paths: PathTable | None = None,
+                 tx_hold: float = 0.0, frame_overhead: int = 0) -> None:
         if cc not in ("nscc", None):
             raise ValueError(f"MRC congestion control is nscc or none, not {cc!r}")
         try:
@@ -150,6 +153,7 @@ class MrcEngine(Engine):
         if profile is None:  # ev_split: where STEV/SRv6 put the EV (specs/mrc.md disagree)
             profile = default_profile(fmt, parse_split(ev_split))
         timeout_of(timeout)
+        self.lead = PortLead.of(planes, line_rate, tx_hold, frame_overhead)
         self.memory = memory
         self.rng = rng
         self.local_addr = local_addr
@@ -274,6 +278,7 @@ class MrcEngine(Engine):
             ccp.setdefault("base_rtt", self.base_rtt)
             cc = None if algo == "none" else Nscc(self.line_rate, now, mtu=pmtu,
                                                   trimming=True, **ccp)
+            gate = None if self.lead is None else self.lead.gate(evs, addrs[:planes], pmtu)
             qp.ini = InitiatorQP(qpn, peer, self.memory, evs, start_psn=qp.sq_psn, pmtu=pmtu,
                                  mpr=peer_mpr, timeout=int(a.get("timeout", self.timeout)),
                                  retry_linear=int(a.get("retry_linear", self.retry_linear)),
@@ -283,7 +288,7 @@ class MrcEngine(Engine):
                                  trace=self.trace,
                                  # DYNAMIC_MPR is in force only when both ends enable it
                                  dynamic_mpr=bool(a.get("dynamic_mpr", False))
-                                 and bool(remote.get("dynamic_mpr", False)))
+                                 and bool(remote.get("dynamic_mpr", False)), gate=gate)
             if self.trace.enabled:
                 evs.listener = self._ev_tracer(qpn)
             qp.tgt = TargetQP(qpn, peer, self.memory, start_psn=peer_psn,
@@ -395,13 +400,16 @@ class MrcEngine(Engine):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
+        lead = self.lead  # what is not held back still takes its port's time
         for data, dest, ev in self._endpoint_out:
+            if lead is not None:
+                lead.charge_to(dest[0], len(data), now)
             # from the engine's own port: an endpoint operation is the NIC's, not a QP's EV
             # (an EV_PROBE and its answer: the EV it probes)
             out.append((data, dest, TxMeta(self._port, DSCP_CONTROL, ECN_NOT_ECT) if ev is None
                         else self._ewire.meta(ev, str(dest[0]), DSCP_CONTROL, ECN_NOT_ECT)))
         self._endpoint_out.clear()
-        for qp in self._qps.values():
+        for qp in self._qps.values() if lead is None else lead.turns(self._qps):
             if qp.dest is None or qp.tgt is None or qp.ini is None or qp.dests is None:
                 continue
             reply, port, wire = qp.reply or {}, qp.dest[1], qp.wire
@@ -416,6 +424,8 @@ class MrcEngine(Engine):
                 if back in dead:
                     live = self._live_dest(qp)
                     back = live[0] if live is not None else back
+                if lead is not None:
+                    lead.charge_to(back, len(data), now)
                 out.append((data, (back, port), wire.meta(ev or qp.ini.evs.slots[0].ev, back,
                                                           DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:

@@ -9,12 +9,15 @@ from typing import Any
 
 from emu.transports.mrc.engine import UDP_PORT, MrcEngine
 
-#: MrcEngine keyword arguments a daemon may pass through ``--engine-opt mrc.K=V``
+#: MrcEngine keyword arguments a daemon may pass through ``--engine-opt mrc.K=V`` (the
+#: daemon itself passes ``line_rate``, ``tx_hold`` and ``frame_overhead`` for a paced port)
 ENGINE_OPTIONS = ("line_rate", "base_rtt", "cc", "pmtu", "ev_set", "planes", "mpr", "timeout",
                   "retry_linear", "retry_exp", "loss_threshold", "ev_min_active", "ev_format",
-                  "ev_split")
+                  "ev_split", "tx_hold", "frame_overhead")
 #: SRv6's outer IPv6 header: what the srv6 EV format adds to every packet
 SRV6_OVERHEAD = 40
+#: IPv6's header is this much longer than IPv4's
+IPV6_EXTRA = 40 - 20
 #: IP + UDP + BTH + METH + RETH + ImmDt + ICRC around a PMTU-sized payload (IPv6)
 PMTU_OVERHEAD = 40 + 8 + 12 + 4 + 16 + 4 + 4
 PMTUS = (256, 512, 1024, 2048, 4096)
@@ -41,6 +44,13 @@ def create_engine(ctx: Any) -> MrcEngine:
     if fmt != "udp":  # the flow label carries part of every EV: IPv6 only
         addrs = [a for a in addrs if ":" in a] + [a for a in addrs if ":" not in a]
     local = (addrs[0], int(getattr(ctx, "port", UDP_PORT))) if addrs else None
+    if "frame_overhead" in raw and local is not None:
+        # the daemon's bytes per frame are for its first address's family; the STEV and
+        # SRv6 formats send over IPv6 whatever that is, SRv6 in an outer header too —
+        # the engine's schedule of the port (txlead) must be the port's own
+        first = str((getattr(ctx, "addresses", None) or [local[0]])[0])
+        opts["frame_overhead"] = int(raw["frame_overhead"]) + IPV6_EXTRA * (
+            (":" in local[0]) - (":" in first)) + (SRV6_OVERHEAD if fmt == "srv6" else 0)
     # one plane per NIC port: each port's address of the family the QPs use (the first's)
     v6 = bool(addrs) and ":" in addrs[0]
     planes = [next((a for a in p if (":" in a) == v6), None)

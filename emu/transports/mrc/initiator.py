@@ -33,6 +33,12 @@ What MRC's sender does (``specs/mrc.md``, Behaviour):
   not from the SACKs: a packet can be SACKed but its message transport-NAKed
   (REM_ACCESS_ERR, the QP fails as in RC).
 
+* **Behind a paced port** (``gate``, :mod:`emu.transports.mrc.txlead`): resends, ACK
+  requests and new packets go only while they fit the port's FIFO ahead of its wire;
+  what the window allows and the FIFO does not stays here (``held``) until the
+  deadline the gate gives. The local ACK timeout is ``tx_hold`` longer, as a packet
+  may wait that long in its port before the wire (UET's rule: ``UetEngine``, ``tx_hold``).
+
 Sans-IO: :meth:`InitiatorQP.pull` returns ``(datagram, ev)`` pairs; the
 engine reads :meth:`InitiatorQP.deadline` for its timer.
 """
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emu.cc.nscc import Nscc
 from emu.core.cq import WcStatus, WorkCompletion
@@ -81,6 +87,9 @@ from emu.wire.codec.roce import (
     aeth_kind,
     encode_packet,
 )
+
+if TYPE_CHECKING:
+    from emu.transports.mrc.txlead import QpGate
 
 #: the local ACK timeout's unit (mrc.h): 1.024 µs × 2^timeout
 TIMEOUT_UNIT = 1.024e-6
@@ -146,7 +155,7 @@ class InitiatorQP:
                  retry_exp: int = RETRY_EXP_MAX, loss_threshold: int = 16,
                  cc: Nscc | None = None, pd: ProtectionDomain | None = None,
                  max_send_wr: int = 1024, trace: Trace = NULL_TRACE,
-                 dynamic_mpr: bool = False) -> None:
+                 dynamic_mpr: bool = False, gate: QpGate | None = None) -> None:
         if not 0 <= retry_linear <= RETRY_LINEAR_MAX or not 0 <= retry_exp <= RETRY_EXP_MAX:
             raise ValueError(f"retries: linear 0..{RETRY_LINEAR_MAX}, exponential "
                              f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
@@ -161,7 +170,15 @@ class InitiatorQP:
         self.mpr = mpr
         #: DYNAMIC_MPR (both peers enabled it): the window follows each SACK's ``mpr``
         self.dynamic_mpr = dynamic_mpr
-        self.rto = timeout_of(timeout)
+        #: the ports' FIFOs ahead of their wire (None: unpaced, all the windows allow goes)
+        self.gate = gate
+        #: how long a datagram may wait in its port's FIFO before the wire (the daemon's
+        #: ``tx_hold``, the gate's): every age judged from a send — the timeout, a tail
+        #: packet's — counts from the wire, not from the hand-over
+        self.tx_hold = 0.0 if gate is None else gate.hold
+        self.rto = timeout_of(timeout) + self.tx_hold
+        #: the gate held back what the windows allow: :meth:`deadline` says when to resume
+        self.held = False
         self.retry_linear = retry_linear
         self.retry_exp = retry_exp
         self.loss_threshold = loss_threshold
@@ -198,7 +215,7 @@ class InitiatorQP:
             "retx_plane", "retx_oor", "rx_sacks", "rx_nacks", "rx_naks", "rx_acks", "rto",
             "tx_mpr_full", "tx_cwnd_full", "rx_stale_ack", "tx_probes", "probe_ok",
             "probe_lost", "ack_requests", "mpr_changes", "evs_port_down",
-            "rx_echo_unknown_ev"), 0)
+            "rx_echo_unknown_ev", "tx_lead_held"), 0)
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -229,21 +246,31 @@ class InitiatorQP:
     # -- sending -------------------------------------------------------------------------
 
     def pull(self, now: float) -> list[tuple[bytearray, int]]:
-        """What may go now: owed resends first, then new packets within MPR and NSCC."""
+        """What may go now: owed resends first, then new packets within MPR and NSCC —
+        and, behind a paced port, within its FIFO (:meth:`_held`; probes, which are
+        small, are not held but are charged to it)."""
         out: list[tuple[bytearray, int]] = []
+        self.held = False
         if self.error is not None:
             return out
+        gate = self.gate
         if self.next_probe is not None and self.next_probe <= now:
-            out += self._probes(now)
-        if self.ack_request_due:
+            probes = self._probes(now)
+            if gate is not None:
+                for d, ev in probes:
+                    gate.sent(ev, len(d), now)
+            out += probes
+        if self.ack_request_due and not self._held(now):
             req = self._ack_request()
             if req is not None:
-                out.append(req)
+                out.append(self._charged(req, now))
         sb = self.sb
         while sb.retx:
+            if self._held(now):
+                return out  # owed resends first: nothing new overtakes them
             pkt = sb.unacked.get(sb.retx.pop())
             if pkt is not None:
-                out.append(self._resend(pkt, now))
+                out.append(self._charged(self._resend(pkt, now), now))
         while self.queue:
             if sb.span >= self.mpr - 1:  # the peer takes [cack + 1, cack + MPR)
                 self.stats["tx_mpr_full"] += 1
@@ -252,8 +279,29 @@ class InitiatorQP:
             if cwnd is not None and self.in_flight >= cwnd:
                 self.stats["tx_cwnd_full"] += 1
                 break
-            out.append(self._send_new(self.queue[0], now))
+            if self._held(now):
+                break
+            out.append(self._charged(self._send_new(self.queue[0], now), now))
         return out
+
+    def _held(self, now: float) -> bool:
+        """Whether the port's FIFO holds the next data packet back (a full packet no
+        longer fits: :class:`~emu.transports.mrc.txlead.QpGate`); noted in :attr:`held`
+        (and counted once a turn, ``tx_lead_held``) so that :meth:`deadline` brings the QP
+        back when it fits. Never without a gate."""
+        gate = self.gate
+        if gate is None or gate.open(now):
+            return False
+        if not self.held:
+            self.held = True
+            self.stats["tx_lead_held"] += 1
+        return True
+
+    def _charged(self, item: tuple[bytearray, int], now: float) -> tuple[bytearray, int]:
+        """``item`` (a datagram and its EV), charged to its plane's port when paced."""
+        if self.gate is not None:
+            self.gate.sent(item[1], len(item[0]), now)
+        return item
 
     def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int]:
         off = msg.next_offset
@@ -441,7 +489,7 @@ class InitiatorQP:
             rec = sb.unacked.get(psn)
             if not self._gone(rec, now, tail):
                 if tail and rec is not None:  # overtaken, or lost: known at this time
-                    t = rec.sent_at + 2 * self.rtt_max
+                    t = self._tail_due(rec)
                     self.recheck_at = t if self.recheck_at is None else min(t, self.recheck_at)
                 continue  # overtaken by other paths, not lost on its own: wait
             if sb.retx.at_once(psn):
@@ -460,7 +508,8 @@ class InitiatorQP:
         own EV (its path, a FIFO) arrived, or its EV is out of use (retired, denied, on a
         plane that is down: nothing later will come on it), or — at a transfer's tail,
         where nothing later may ever go on its EV — it went out more than twice the
-        longest round trip sampled ago (the slowest path's queue had time to deliver it).
+        longest round trip sampled ago (the slowest path's queue had time to deliver it),
+        and its port's FIFO (``tx_hold``) had time to put it on the wire.
 
         Why not the count alone: planes (and paths) reorder by their queues' difference,
         and that difference can be far more than any threshold — a plane that comes back
@@ -474,7 +523,13 @@ class InitiatorQP:
         e = self.evs.by_ev.get(rec.ev)
         if e is None or not e.usable or e.plane in self.evs.down:
             return True
-        return tail and now - rec.sent_at >= 2 * self.rtt_max
+        return tail and now >= self._tail_due(rec)
+
+    def _tail_due(self, rec: TxPacket) -> float:
+        """When a tail packet still unaccounted for is lost (:meth:`_gone`) — the time
+        :attr:`recheck_at` looks again, computed once so both agree: ``now - sent_at``
+        could round below the sum at that very time, and the recheck came due for ever."""
+        return rec.sent_at + 2 * self.rtt_max + self.tx_hold
 
     def plane_lost(self, plane: int, now: float) -> int:
         """``plane`` went down (this NIC's port or the peer's): every packet outstanding on
@@ -584,9 +639,15 @@ class InitiatorQP:
         r = self.recheck_at
         if r is not None and (d is None or r < d):
             d = r
+        if self.held and self.gate is not None:  # the port has room again
+            r = self.gate.resume_at()
+            if d is None or r < d:
+                d = r
         return d if self.error is None else None
 
     def on_timer(self, now: float) -> None:
+        if self.held and self.gate is not None and self.gate.resume_at() <= now:
+            self.held = False  # the next pull decides anew (not due again while paused)
         sb = self.sb
         if self.recheck_at is not None and self.recheck_at <= now:
             self._find_losses(now)
