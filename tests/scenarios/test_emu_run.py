@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespace
 #: finding about a transport or about the auto scale (docs/scenarios.md), not a broken
 #: tool. Incast's utilisation bar (349 Gb/s after convergence) is not held here: 2 MiB
 #: flows end before DCQCN has recovered from its first cuts (161 Gb/s after convergence
-#: in --quick against 344-359 with the full run's 16 MiB); the verdict says so
+#: in --quick against 388-392 with the full run's 64 MiB); the verdict says so
 QUICK_PASSES = {
     "incast": {"fair shares after convergence: Jain's index >= 0.9 for every transport and N"}}
 #: … and whose --quick variant also runs at twice its scale (``--scale-check``): the
