@@ -42,7 +42,7 @@ from typing import Any
 from emu.fabricclock import check_scale
 from emu.topology import addressing, sections
 from emu.topology.generators import GENERATORS, Builder, Size
-from emu.topology.locate import Locator, line_index
+from emu.topology.locate import Locator, line_index, toml_syntax
 from emu.topology.model import MAX_IFNAME, Topology, TopologyError
 from emu.topology.settings import (
     apply_overrides,
@@ -93,10 +93,7 @@ def loads(text: str, source: str = "<string>",
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        msg = re.sub(r"\s*\(at line.*\)", "", str(e)).replace("\n", " ")
-        where = f"{source}:{m.group(1)}:{m.group(2)}" if m else source
-        raise TopologyError(where, f"TOML syntax: {msg}") from None
+        raise TopologyError(*toml_syntax(source, e)) from None
     loc = Locator(source, line_index(text))
     _apply_set(data, overrides, loc)
     return _build(data, loc, name, stem, check_size)

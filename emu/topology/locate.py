@@ -23,6 +23,15 @@ def _split_key(key: str) -> list[str]:
     return [part.strip().strip("\"'") for part in key.split(".")]
 
 
+def toml_syntax(source: str, err: Exception) -> tuple[str, str]:
+    """Where a ``tomllib.TOMLDecodeError`` points (``source:line:column``, or ``source``
+    when it names no position) and its message on one line, for ``TopologyError`` and
+    ``ScenarioError`` alike: tomllib puts the position at the end of the message."""
+    m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
+    msg = re.sub(r"\s*\(at line.*\)", "", str(err)).replace("\n", " ")
+    return (f"{source}:{m.group(1)}:{m.group(2)}" if m else source), f"TOML syntax: {msg}"
+
+
 def line_index(text: str) -> dict[str, int]:
     """Map key paths (``link[2].a_to_b.rate``, 0-based arrays) to 1-based line numbers."""
     index: dict[str, int] = {}

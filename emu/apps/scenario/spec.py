@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emu.topology.locate import line_index
+from emu.topology.locate import line_index, toml_syntax
 
 TRANSPORTS = ("roce", "uet", "mrc")
 #: the per-point metrics a check or a plot may name (:mod:`emu.apps.scenario.metrics`)
@@ -180,10 +180,7 @@ def load(name: str, quick: bool = False) -> Scenario:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        msg = re.sub(r"\s*\(at line.*\)", "", str(e)).replace("\n", " ")
-        raise ScenarioError(f"{path}:{m.group(1)}" if m else str(path),
-                            f"TOML syntax: {msg}") from None
+        raise ScenarioError(*toml_syntax(str(path), e)) from None
     lines = line_index(text)
     if quick:
         q = data.pop("quick", {})

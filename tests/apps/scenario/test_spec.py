@@ -82,8 +82,8 @@ def test_a_broken_file_gets_one_line_naming_file_line_and_key(tmp_path, old, new
     assert "\n" not in msg and where in msg and says in msg, msg
 
 
-def test_toml_syntax_errors_name_the_line(tmp_path):
-    with pytest.raises(spec.ScenarioError, match=r"s\.toml:3: TOML syntax"):
+def test_toml_syntax_errors_name_the_line_and_column(tmp_path):
+    with pytest.raises(spec.ScenarioError, match=r"s\.toml:3:5: TOML syntax"):
         spec.load(write(tmp_path, '[scenario]\ntitle = "t"\nx = = 1\n'))
 
 
