@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from emu.cc.nscc import Nscc
 from emu.core.cq import WcStatus, WorkCompletion
@@ -56,10 +56,10 @@ from emu.core.psn import PSN24
 from emu.core.reliable.scoreboard import Scoreboard
 from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import SendWR, WrOpcode
+from emu.transports.mrc import fastpath
 from emu.transports.mrc.evset import EVSet, SackHint
 from emu.wire import mrc_defs
 from emu.wire.codec.mrc import (
-    METH,
     MPR_UNIT,
     MRC_RELIABILITY_PROBE,
     MRC_WRITE_FIRST,
@@ -81,8 +81,6 @@ from emu.wire.codec.roce import (
     AETH_ACK,
     AETH_NAK,
     BTH,
-    RETH,
-    ImmDt,
     RocePacket,
     aeth_kind,
     encode_packet,
@@ -110,6 +108,8 @@ PROBE_RTTS = 8
 #: many timeouts' worth of the base round trip, not at once
 OOR_BACKOFF = 0.25
 _M16, _M24 = 0xFFFF, 0xFFFFFF
+#: SETH.m as a hint (``mrc_defs.seth_read`` gives 0, 1 or 2): a tuple index, not an enum call
+_HINTS = tuple(SackHint)
 
 
 def timeout_of(code: int) -> float:
@@ -129,6 +129,7 @@ class TxMessage:
     data: memoryview | bytes
     next_offset: int = 0
     last: TxPacket | None = None  # its last packet, once sent (said again to ask for an ACK)
+    total: int = 0  # len(data)
 
 
 @dataclass(slots=True)
@@ -161,6 +162,7 @@ class InitiatorQP:
                              f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
         if pmtu < 256:
             raise ValueError(f"path MTU {pmtu} is below 256 bytes")
+        fastpath.check_qp(peer_qpn)  # every packet's BTH carries it (.fastpath)
         self.qpn = qpn
         self.peer = peer_qpn
         self.memory = memory
@@ -238,8 +240,10 @@ class InitiatorQP:
         except MemoryAccessError as e:
             raise ValueError(f"bad SGE: {e}") from None
         total = sum(len(v) for v in views)
+        # what each of its packets carries fits the wire (checked once, not per packet)
+        fastpath.check_message(wr.remote_addr, wr.rkey, total, wr.imm)
         data = views[0] if len(views) == 1 else gather(views, 0, total)
-        msg = TxMessage(wr, self.next_msn, data)
+        msg = TxMessage(wr, self.next_msn, data, total=total)
         self.next_msn = (self.next_msn + 1) & _M16
         self.queue.append(msg)
 
@@ -342,27 +346,27 @@ class InitiatorQP:
         return self._encode(pkt, rtx=True), pkt.ev
 
     def _encode(self, pkt: TxPacket, rtx: bool) -> bytearray:
+        """A data packet (:func:`.fastpath.data`: its fields were checked when the QP and
+        the message were made)."""
         msg = pkt.msg
-        total = len(msg.data)
-        first, last = pkt.offset == 0, pkt.offset + pkt.length >= total
-        imm = msg.wr.imm is not None
+        wr = msg.wr
+        off = pkt.offset
+        end = off + pkt.length
+        total = msg.total
+        first, last = off == 0, end >= total
+        imm = wr.imm
         if first and last:
-            op = MRC_WRITE_ONLY_IMM if imm else MRC_WRITE_ONLY
+            op = MRC_WRITE_ONLY if imm is None else MRC_WRITE_ONLY_IMM
         elif first:
             op = MRC_WRITE_FIRST
         elif last:
-            op = MRC_WRITE_LAST_IMM if imm else MRC_WRITE_LAST
+            op = MRC_WRITE_LAST if imm is None else MRC_WRITE_LAST_IMM
         else:
             op = MRC_WRITE_MIDDLE
-        hdrs: list[Any] = [METH(rqmsn=0, msn=msg.msn),
-                           RETH(va=msg.wr.remote_addr + pkt.offset, rkey=msg.wr.rkey,
-                                dmalen=total)]
-        if last and imm:
-            hdrs.append(ImmDt(imm=msg.wr.imm or 0))
         ackreq = int(last or len(self.sb.unacked) >= self.mpr // 2)
-        bth = BTH(opcode=op, dqpn=self.peer, psn=pkt.psn & _M24, ackreq=ackreq, rtx=int(rtx),
-                  padcount=(-pkt.length) & 3)
-        return encode_packet(bth, hdrs, msg.data[pkt.offset:pkt.offset + pkt.length])
+        return fastpath.data(op, self.peer, pkt.psn & _M24, ackreq, int(rtx), msg.msn,
+                             wr.remote_addr + off, wr.rkey, total, imm if last else None,
+                             msg.data[off:end])
 
     # -- probes --------------------------------------------------------------------------
 
@@ -426,29 +430,38 @@ class InitiatorQP:
     # -- feedback ------------------------------------------------------------------------
 
     def on_sack(self, pkt: RocePacket, now: float) -> None:
-        """A RELIABILITY_SACK: release what it covers, tell the EV set and NSCC, owe
-        resends for what it shows lost."""
+        """A RELIABILITY_SACK, decoded (the general path: the engine's fast path reads the
+        same fields from the datagram, :func:`.fastpath.read_sack`, and calls
+        :meth:`sack`)."""
         seth = pkt.header(SETH)
-        if not isinstance(seth, SETH) or self.error is not None:
+        if isinstance(seth, SETH):
+            self.sack(seth.m, seth.pr, seth.ack_psn_offset, seth.ev, seth.cack_psn,
+                      seth.cc_flags, seth.mpr, seth.sack_offset, seth.sack_bitmap, now)
+
+    def sack(self, m: int, pr: int, ack_psn_offset: int, ev: int, cack_psn: int,
+             cc_flags: int, mpr: int, sack_offset: int, bitmap: int, now: float) -> None:
+        """A SACK's SETH fields: release what it covers, tell the EV set and NSCC, owe
+        resends for what it shows lost."""
+        if self.error is not None:
             return
         self.stats["rx_sacks"] += 1
-        if seth.pr:  # a probe's answer: that path works
-            if self.probes.pop(seth.ev, None) is not None:
+        if pr:  # a probe's answer: that path works
+            if self.probes.pop(ev, None) is not None:
                 self.stats["probe_ok"] += 1
                 if self.trace.enabled:
-                    self.trace.event("probe_answered", now, qp=self.qpn, ev=seth.ev)
-                self.evs.on_probe(seth.ev, now, answered=True)
+                    self.trace.event("probe_answered", now, qp=self.qpn, ev=ev)
+                self.evs.on_probe(ev, now, answered=True)
             return
         sb = self.sb
-        cack = sb.ext(seth.cack_psn)
-        acked_psn = cack + seth.ack_psn_offset
+        cack = sb.ext(cack_psn)
+        acked_psn = cack + ack_psn_offset
         rtt = sb.round_trip(acked_psn, now)
         if rtt is not None:  # smoothed as TCP's SRTT (RFC 6298, alpha 1/8)
             self.srtt = rtt if self.srtt is None else self.srtt + (rtt - self.srtt) / 8
             self.rtt_max = max(self.rtt_max, rtt)
         released = sb.ack_through(cack)
-        if seth.sack_bitmap:
-            released += sb.sack(cack + seth.sack_offset, seth.sack_bitmap)
+        if bitmap:
+            released += sb.sack(cack + sack_offset, bitmap)
         nbytes = 0
         delivered = self.ev_delivered
         for p in released:
@@ -457,15 +470,15 @@ class InitiatorQP:
                 delivered[p.ev] = p.seq
         self.in_flight -= nbytes
         # the CE echo and the skip hint, where the M-field setting puts them (mrc_defs)
-        ce, m = mrc_defs.seth_read(seth.m, seth.cc_flags)
-        hint = SackHint(m)
-        if self.dynamic_mpr and seth.mpr and seth.mpr * MPR_UNIT != self.mpr:
-            self.mpr = seth.mpr * MPR_UNIT
+        ce, h = mrc_defs.seth_read(m, cc_flags)
+        hint = _HINTS[h]
+        if self.dynamic_mpr and mpr and mpr * MPR_UNIT != self.mpr:
+            self.mpr = mpr * MPR_UNIT
             self.stats["mpr_changes"] += 1
         if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
-            self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
+            self.trace.ack_received(now, qp=self.qpn, cack=cack_psn, ev=ev,
                                     ce=ce, hint=hint.name, released=len(released))
-        if not self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce):
+        if not self.evs.on_sack(ev, now, hint=hint, ecn=ce):
             # an echo naming no EV of ours: the peer rebuilt the EV from the wire another
             # way (specs/mrc.md: the STEV split), so no feedback reaches a path
             self.stats["rx_echo_unknown_ev"] += 1
