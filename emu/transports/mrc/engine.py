@@ -461,10 +461,9 @@ class MrcEngine(ControllerCalls, Engine):
                 out.append((data, (back, port), wire.meta(ev or qp.ini.evs.slots[0].ev, back,
                                                           DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:
-                by_ev, dests = qp.ini.evs.by_ev, qp.dests
-                for data, ev in qp.ini.pull(now):
-                    e = by_ev.get(ev)
-                    dest = dests[e.plane] if e is not None and e.plane < len(dests) else qp.dest
+                dests = qp.dests  # an EV of plane p goes to the peer's plane-p address
+                for data, ev, plane in qp.ini.pull(now):
+                    dest = dests[plane]
                     out.append((data, dest, wire.meta(ev, dest[0], DSCP_DATA, ECN_ECT0)))
             self._completions(qp)
         self.stats["tx_datagrams"] += len(out)

@@ -249,11 +249,11 @@ class InitiatorQP:
 
     # -- sending -------------------------------------------------------------------------
 
-    def pull(self, now: float) -> list[tuple[bytearray, int]]:
-        """What may go now: owed resends first, then new packets within MPR and NSCC —
-        and, behind a paced port, within its FIFO (:meth:`_held`; probes, which are
-        small, are not held but are charged to it)."""
-        out: list[tuple[bytearray, int]] = []
+    def pull(self, now: float) -> list[tuple[bytearray, int, int]]:
+        """What may go now, as ``(datagram, EV, its plane)``: owed resends first, then new
+        packets within MPR and NSCC — and, behind a paced port, within its FIFO
+        (:meth:`_held`; probes, which are small, are not held but are charged to it)."""
+        out: list[tuple[bytearray, int, int]] = []
         self.held = False
         if self.error is not None:
             return out
@@ -261,8 +261,8 @@ class InitiatorQP:
         if self.next_probe is not None and self.next_probe <= now:
             probes = self._probes(now)
             if gate is not None:
-                for d, ev in probes:
-                    gate.sent(ev, len(d), now)
+                for d, _, plane in probes:
+                    gate.charge(plane, len(d), now)
             out += probes
         if self.ack_request_due and not self._held(now):
             req = self._ack_request()
@@ -275,17 +275,17 @@ class InitiatorQP:
             pkt = sb.unacked.get(sb.retx.pop())
             if pkt is not None:
                 out.append(self._charged(self._resend(pkt, now), now))
-        while self.queue:
+        queue, cc, stats = self.queue, self.cc, self.stats
+        while queue:
             if sb.span >= self.mpr - 1:  # the peer takes [cack + 1, cack + MPR)
-                self.stats["tx_mpr_full"] += 1
+                stats["tx_mpr_full"] += 1
                 break
-            cwnd = self.cc.cwnd if self.cc is not None else None
-            if cwnd is not None and self.in_flight >= cwnd:
-                self.stats["tx_cwnd_full"] += 1
+            if cc is not None and self.in_flight >= cc.cwnd:
+                stats["tx_cwnd_full"] += 1
                 break
             if self._held(now):
                 break
-            out.append(self._charged(self._send_new(self.queue[0], now), now))
+            out.append(self._charged(self._send_new(queue[0], now), now))
         return out
 
     def _held(self, now: float) -> bool:
@@ -301,41 +301,45 @@ class InitiatorQP:
             self.stats["tx_lead_held"] += 1
         return True
 
-    def _charged(self, item: tuple[bytearray, int], now: float) -> tuple[bytearray, int]:
-        """``item`` (a datagram and its EV), charged to its plane's port when paced."""
+    def _charged(self, item: tuple[bytearray, int, int], now: float
+                 ) -> tuple[bytearray, int, int]:
+        """``item`` (a datagram, its EV and plane), charged to its plane's port when paced."""
         if self.gate is not None:
-            self.gate.sent(item[1], len(item[0]), now)
+            self.gate.charge(item[2], len(item[0]), now)
         return item
 
-    def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int]:
+    def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int, int]:
         off = msg.next_offset
-        total = len(msg.data)
+        total = msg.total
         n = min(self.pmtu, total - off)
-        msg.next_offset = off + n
+        msg.next_offset = end = off + n
         if off == 0:
             self.open.append(msg)
-        if msg.next_offset >= total:
+        if end >= total:
             self.queue.popleft()
         psn = self.sb.take(1)
-        ev = self.evs.next().ev
+        e = self.evs.next()
+        ev = e.ev
         self.tx_seq += 1
         pkt = TxPacket(psn, msg, off, n, ev, now, seq=self.tx_seq)
-        if msg.next_offset >= total:
+        if end >= total:
             msg.last = pkt
         self.sb.track(pkt)
         self.in_flight += n
-        self.stats["tx_packets"] += 1
-        self.stats["tx_bytes"] += n
+        stats = self.stats
+        stats["tx_packets"] += 1
+        stats["tx_bytes"] += n
         if self.trace.enabled:
             self.trace.packet_sent(now, qp=self.qpn, psn=psn & _M24, ev=ev, len=n)
         if self.cc is not None:
             self.cc.on_sent(n, now)
-        return self._encode(pkt, rtx=False), ev
+        return self._encode(pkt, rtx=False), ev, e.plane
 
-    def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int]:
+    def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int, int]:
         self.sb.resending(pkt, now)
         old = pkt.ev
-        pkt.ev = self.evs.next().ev  # another path than the one that lost it
+        e = self.evs.next()
+        pkt.ev = e.ev  # another path than the one that lost it
         pkt.trimmed = False
         self.tx_seq += 1
         pkt.seq = self.tx_seq
@@ -343,7 +347,7 @@ class InitiatorQP:
         if self.trace.enabled:
             self.trace.packet_retransmitted(now, qp=self.qpn, psn=pkt.psn & _M24, ev=pkt.ev,
                                             lost_on=old, len=pkt.length)
-        return self._encode(pkt, rtx=True), pkt.ev
+        return self._encode(pkt, rtx=True), pkt.ev, e.plane
 
     def _encode(self, pkt: TxPacket, rtx: bool) -> bytearray:
         """A data packet (:func:`.fastpath.data`: its fields were checked when the QP and
@@ -370,7 +374,7 @@ class InitiatorQP:
 
     # -- probes --------------------------------------------------------------------------
 
-    def _probes(self, now: float) -> list[tuple[bytearray, int]]:
+    def _probes(self, now: float) -> list[tuple[bytearray, int, int]]:
         """A RELIABILITY_PROBE on each retired (ASSUMED_BAD) EV not already being probed;
         a probe unanswered for a timeout is a miss. Probes consume no PSN."""
         out = []
@@ -389,7 +393,7 @@ class InitiatorQP:
             peth = PETH(probe_id=self.probe_id, spdcid=self.qpn & _M16, dpdcid=self.peer & _M16)
             bth = BTH(opcode=MRC_RELIABILITY_PROBE, dqpn=self.peer,
                       psn=self.sb.next_psn & _M24)
-            out.append((encode_packet(bth, [peth]), ev))
+            out.append((encode_packet(bth, [peth]), ev, self.evs.by_ev[ev].plane))
             self.probes[ev] = now
             self.evs.on_probe_sent(ev)
             self.stats["tx_probes"] += 1
@@ -398,7 +402,7 @@ class InitiatorQP:
         self._arm_probes(now)
         return out
 
-    def _ack_request(self) -> tuple[bytearray, int] | None:
+    def _ack_request(self) -> tuple[bytearray, int, int] | None:
         """The last packet of the oldest message still without its transport ACK, sent
         again (RTX, AckReq) on a usable EV: a target answers a duplicate asking for an ACK
         with its SACK and its last AETH (as an RC responder re-ACKs a duplicate)."""
@@ -407,8 +411,8 @@ class InitiatorQP:
         if last is None:
             return None
         self.stats["ack_requests"] += 1
-        ev = self.evs.next().ev
-        return self._encode(last, rtx=True), ev
+        e = self.evs.next()
+        return self._encode(last, rtx=True), e.ev, e.plane
 
     def _await_ack(self, now: float, progress: bool = False) -> None:
         """Note whether only transport ACKs are outstanding (every packet SACKed)."""

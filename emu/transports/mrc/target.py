@@ -324,7 +324,7 @@ class TargetQP:
 def _s16(x: int) -> int:
     """``x`` as the signed 16-bit offset SETH carries (clamped: a 64-bit bitmap and the
     window keep real offsets far inside it)."""
-    return max(-0x8000, min(0x7FFF, x))
+    return x if -0x8000 <= x <= 0x7FFF else (0x7FFF if x > 0 else -0x8000)
 
 
 def trimmed_reason(last_hop: bool) -> int:
