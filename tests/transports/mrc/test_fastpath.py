@@ -176,7 +176,7 @@ def test_the_fast_path_and_the_general_one_agree_on_mutated_datagrams(monkeypatc
     link.run()
     rng = random.Random(7)
     feed: list[tuple[bytes, tuple]] = []
-    for _, side, d, _, meta in link.wire:
+    for _, _, d, _, meta in link.wire:
         addr = (link.addr_a[0], meta.entropy)
         feed.append((d, addr))
         for _ in range(3):
