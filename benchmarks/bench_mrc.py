@@ -19,6 +19,10 @@ Everything is whole ``emu`` commands at their defaults on ``namespaces/multi-pla
   write again (≥ 90 % of the goodput before the failure; its EVs come back by probes).
 * **CPU per packet** — the two NIC daemons' CPU time (``/proc/PID/stat``) over the
   transports part's MRC command, per data packet, as ``bench-uet`` reports it.
+* **engine** (no root, no cluster: :mod:`engine_cpu`) — the CPU the MRC engines spend per
+  data packet at each end, sans-IO, beside UET's engines moving the same data in the
+  same run, built as the daemons build them; and a digest of every datagram either
+  sent, to tell whether a change kept the behaviour. ``--mib``, ``--evs``, ``--runs``.
 
 ``--routing srv6`` runs it all on the SRv6 fabric (``--set routing.mode=srv6``: MRC's
 EVs name whole paths in an outer IPv6 header; RoCEv2 and UET ride the same fabric's
@@ -40,6 +44,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import engine_cpu  # noqa: E402
 
 from emu.cluster import cluster as C  # noqa: E402
 from emu.fabric import state  # noqa: E402
@@ -268,16 +275,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small transfers (the test suite)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    ap.add_argument("--part", choices=("all", "transports", "failover"), default="all")
+    ap.add_argument("--part", choices=("all", "engine", "transports", "failover"),
+                    default="all")
+    ap.add_argument("--mib", type=int, default=None,
+                    help="engine part: MiB written (default 64, --quick 4)")
+    ap.add_argument("--evs", type=int, default=256, help="engine part: EVs per MRC QP")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="engine part: rounds of MRC then UET (default 3, --quick 1)")
     ap.add_argument("--routing", choices=("ecmp", "srv6"), default="ecmp",
                     help="the fabric's routing (default ecmp, as the topology file says; srv6: "
                          "MRC's EVs name whole paths)")
     a = ap.parse_args(argv)
     log = (lambda s: print(s, file=sys.stderr)) if a.json else print
-    name = random_cluster("bm")
-    n, mib = (16, 32) if a.quick else (128, 256)
     doc: dict[str, Any] = {"topology": "namespaces/multi-plane.toml", "quick": a.quick,
                            "routing": a.routing}
+    if a.part in ("all", "engine"):
+        doc["engine"] = engine_cpu.run(a.mib or (4 if a.quick else 64), evs=a.evs,
+                                       runs=a.runs or (1 if a.quick else 3), log=log)
+        if a.part == "engine":
+            if a.json:
+                print(json.dumps(doc, indent=2))
+            return 0
+    name = random_cluster("bm")
+    n, mib = (16, 32) if a.quick else (128, 256)
     t = time.monotonic()
     try:
         emu("up", str(TOPOLOGY), "--name", name,

@@ -192,7 +192,7 @@ class Nscc(CongestionControl):
         self._bound()
         if self._received > self.adjust_bytes or now - self._last_adjust > self.base_rtt:
             self._adjust(now)
-        self._bound()
+            self._bound()  # (bounded already unless adjusted: once per ACK, not twice)
 
     def on_loss(self, now: float) -> None:
         """A packet was lost (RTO, or a NACK meaning loss): quick adapt, else shed one MTU."""

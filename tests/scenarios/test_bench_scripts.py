@@ -341,6 +341,23 @@ def test_bench_switch_quick_measures_both_datapaths_against_forwarding():
             assert len(res["through"][mode][p]) == 1 and res["through"][mode][p][0] > 0
 
 
+def test_bench_mrc_engine_part_times_both_ends_sans_io():
+    """``bench-mrc --part engine --quick --json`` (no root, no cluster): MRC's and UET's
+    engine pairs moved their data, each end's CPU per data packet is there with the ratio,
+    and the digest of every datagram is the same in every run (seeded: the check that a
+    change kept the behaviour depends on it)."""
+    p = _run([sys.executable, str(ROOT / "benchmarks/bench_mrc.py"), "--part", "engine",
+              "--quick", "--json", "--runs", "2"])
+    res = json.loads(p.stdout)["engine"]
+    for tr in ("mrc", "uet"):
+        r = res[tr]
+        assert r["packets"] == 4 * 256 and r["datagrams"] > r["packets"]
+        assert r["sender_us"]["best"] > 0 and r["receiver_us"]["best"] > 0
+        assert len(r["digest"]) == 64
+    assert set(res["ratio"]) == {"sender_us", "receiver_us"}
+    assert "MRC / UET (medians)" in p.stderr
+
+
 @needs_root
 def test_bench_mrc_quick_compares_transports_and_times_a_plane_failure():
     """``scripts/bench-mrc --quick --json``: the three write-bw commands on the multi-plane

@@ -16,7 +16,7 @@ recorded datagrams live in ``tests/golden/<scenario>.bin.xz``.
 Re-record (only when a change is *meant* to alter the wire, which is then a
 wire change and not a refactoring)::
 
-    .venv/bin/python tests/support/golden_trace.py record
+    .venv/bin/python tests/support/golden_trace.py record [scenario ...]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ DIR = pathlib.Path(__file__).resolve().parents[1] / "golden"
 IMPAIR = {"loss": 0.02, "reorder": 0.05, "dup": 0.02, "ce": 0.05}
 TRIM_P = 0.04
 LIGHT = {"loss": 0.003, "reorder": 0.005, "dup": 0.002}  # bulk: mostly in order
-#: time in ps, side (0 a, 1 b), entropy (UDP source port), DSCP, ECN, UDP destination
-#: port, length — then the datagram
+#: time in ps, side (0 a, 1 b; MRC: plus twice the plane the destination address is on),
+#: entropy (UDP source port), DSCP, ECN, UDP destination port, length — then the datagram
 _REC = struct.Struct("!QBHBBHI")
 
 Record = tuple[int, int, int, int, int, int, bytes]
@@ -63,9 +63,12 @@ def _trim_hook(seed: int, p: float = TRIM_P) -> Callable[[bytes, tuple, tuple], 
     return lambda data, src, dst: rng.random() < p
 
 
-def _records(link: LossyLink) -> list[Record]:
+def _records(link: LossyLink, plane: Callable[[str], int] = lambda a: 0) -> list[Record]:
+    """The link's wire as records; ``plane``: the plane of a destination address (MRC's
+    planes are told apart by the address a datagram goes to)."""
     assert link.wire is not None
-    return [(round(t * 1e12), 0 if side == "a" else 1, m.entropy, m.dscp, m.ecn, addr[1], data)
+    return [(round(t * 1e12), (0 if side == "a" else 1) + 2 * plane(addr[0]), m.entropy,
+             m.dscp, m.ecn, addr[1], data)
             for t, side, data, addr, m in link.wire]
 
 
@@ -200,9 +203,104 @@ def uet_bulk(batch: bool = False) -> list[Record]:
                 False, BULK, LIGHT, 0.004, batch=batch)
 
 
+# -- MRC ------------------------------------------------------------------------------
+
+
+#: (bytes, with an immediate): WRITEs, WRITEs with immediate, an empty one
+MRC_MIXED = [(1, False), (40_000, False), (9_000, True), (0, False), (70_001, False),
+             (3_000, True), (100_000, False)]
+MRC_BULK = [(1 << 20, False), ((1 << 20) + 5, False), (300_001, True)]
+_MRC_A, _MRC_B = ["10.0.0.1", "10.1.0.1"], ["10.0.0.2", "10.1.0.2"]
+
+
+def _mrc_plane(addr: str) -> int:
+    return int(addr.split(".")[1])  # 10.<plane>.0.x
+
+
+def _mrc(seed: int, ekw: dict, plan: list, impair: dict, trim_p: float,
+         fail_at: int | None = None, rate: float | None = None,
+         delay: float = 5e-6) -> list[Record]:
+    """Two MRC engines of two planes each (a port per plane, the EV its source port),
+    over a seeded impaired link with the real switch trim; ``fail_at``: plane 1 fails at
+    both NICs once A has sent that many datagrams, and comes back once the rest is in."""
+    from lossy_link import trim_roce
+
+    from emu.core.memory import MemoryTable
+    from emu.core.verbs import RecvWR, SendWR, Sge
+    from emu.transports.mrc import MrcEngine
+
+    ma, mb = MemoryTable(random.Random(seed)), MemoryTable(random.Random(seed + 1))
+    kw = {"planes": 2, **ekw}
+    ea = MrcEngine(ma, random.Random(seed + 2), local_addr=(_MRC_A[0], 4971),
+                   local_addrs=_MRC_A, **kw)
+    eb = MrcEngine(mb, random.Random(seed + 3), local_addr=(_MRC_B[0], 4971),
+                   local_addrs=_MRC_B, **kw)
+    link = LossyLink(ea, eb, addr_a=(_MRC_A[0], 4971), addr_b=(_MRC_B[0], 4971), seed=seed,
+                     src_ports=True, delay=delay, rate=rate, trim=_trim_hook(seed, trim_p),
+                     trimmer=trim_roce,
+                     src_of=lambda side, dest: (_MRC_A if side == "a" else _MRC_B)[
+                         _mrc_plane(dest)], **impair)
+    qa, qb = ea.create_qp(send_cq="a.s", recv_cq="a.r"), eb.create_qp(send_cq="b.s",
+                                                                       recv_cq="b.r")
+    ia, ib = ea.query_qp(qa), eb.query_qp(qb)
+    ea.connect(qa, ib)
+    eb.connect(qb, ia)
+    link.wire = []
+    checks = []
+    for i, (size, imm) in enumerate(plan):
+        n = max(size, 1)
+        src, dst = register(ma, n), register(mb, n)
+        data = _pattern(seed + i, n)
+        src.view[:] = data
+        if imm:
+            eb.post_recv(qb, RecvWR(100 + i))
+        ea.post_send(qa, SendWR.write(i, [Sge(src.va, size, src.lkey)], dst.va, dst.rkey,
+                                      imm=0xC0DE0000 + i if imm else None))
+        checks.append((dst, data[:size]))
+    if fail_at is not None:
+        link.run(stop=lambda: link.sent["a"] >= fail_at)
+        for e in (ea, eb):
+            e.port_link(1, False, link.now)
+        link.run(stop=lambda: link.sent["a"] >= 2 * fail_at)
+        for e in (ea, eb):
+            e.port_link(1, True, link.now)
+    _run_and_check(link, len(plan), checks)
+    assert [w.imm for w in link.completions("b", "b.r")] == [
+        0xC0DE0000 + i for i, (_, imm) in enumerate(plan) if imm]
+    _impaired(link, "ce" in impair)
+    return _records(link, _mrc_plane)
+
+
+def mrc_impaired() -> list[Record]:
+    """MRC with NSCC behind a paced port (``tx_hold``), a small EV set that loss, trims
+    and timeouts keep replacing and probing, and plane 1 failing and coming back at both
+    NICs mid-transfer (resends at once, PORT_STATUS_UPDATEs, probes)."""
+    return _mrc(41, {"ev_set": 32, "pmtu": 1024, "line_rate": 10e9, "base_rtt": 20e-6,
+                     "timeout": 8, "tx_hold": 20e-6, "frame_overhead": 62},
+                MRC_MIXED, IMPAIR, TRIM_P, fail_at=60)
+
+
+def mrc_timeouts() -> list[Record]:
+    """MRC with a local ACK timeout shorter than its round trips under 5 % loss: timeouts
+    that retire EVs, resends by the timer, probes lost and answered, one plane's EVs
+    floored by ``ev_min_active`` (no ``tx_hold``: the whole window at once)."""
+    return _mrc(43, {"ev_set": 16, "pmtu": 1024, "line_rate": 10e9, "base_rtt": 20e-6,
+                     "timeout": 3, "ev_min_active": 4}, MRC_MIXED, {**IMPAIR, "loss": 0.05},
+                0.02)
+
+
+def mrc_bulk() -> list[Record]:
+    """MRC as the daemons run it on 400 Gb/s ports (2 fabric-µs FIFO, 256 EVs, PMTU
+    4096), bulk WRITEs with light loss: the bulk send and receive paths."""
+    return _mrc(42, {"ev_set": 256, "pmtu": 4096, "line_rate": 400e9, "base_rtt": 8e-6,
+                     "tx_hold": 2e-6, "frame_overhead": 42}, MRC_BULK, LIGHT, 0.004,
+                rate=800e9, delay=3e-6)
+
+
 SCENARIOS: dict[str, Callable[[], list[Record]]] = {
     "roce-icrc": roce_icrc, "roce-daemon": roce_daemon, "roce-bulk": roce_bulk,
     "uet-plain": uet_plain, "uet-daemon": uet_daemon, "uet-bulk": uet_bulk,
+    "mrc-impaired": mrc_impaired, "mrc-timeouts": mrc_timeouts, "mrc-bulk": mrc_bulk,
 }
 
 
@@ -230,15 +328,18 @@ def path(name: str) -> pathlib.Path:
     return DIR / f"{name}.bin.xz"
 
 
-def record() -> None:
+def record(names: list[str] | None = None) -> None:
+    """Record ``names`` (default: every scenario)."""
     DIR.mkdir(exist_ok=True)
     for name, fn in SCENARIOS.items():
+        if names and name not in names:
+            continue
         recs = fn()
         path(name).write_bytes(encode(recs))
         print(f"{name}: {len(recs)} datagrams, {path(name).stat().st_size} B stored")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["record"]:
-        sys.exit("usage: golden_trace.py record")
-    record()
+    if sys.argv[1:2] != ["record"] or not set(sys.argv[2:]) <= set(SCENARIOS):
+        sys.exit(f"usage: golden_trace.py record [{'|'.join(SCENARIOS)} ...]")
+    record(sys.argv[2:])

@@ -138,12 +138,13 @@ class Scoreboard(Generic[P]):
         oldest first."""
         unacked = self.unacked
         out = []
-        for p in list(unacked):  # PSN order: a prefix
-            if p > cack:
+        for p, pkt in unacked.items():  # PSN order: a prefix (not a copy of every key: a
+            if p > cack:  # sender that is SACKed per packet asks this per packet)
                 break
-            pkt = unacked.pop(p)
-            self._delivered(pkt)
             out.append(pkt)
+        for pkt in out:
+            del unacked[pkt.psn]
+            self._delivered(pkt)
         if out and self.retx.later:
             for pkt in out:
                 self.retx.forget(pkt.psn)

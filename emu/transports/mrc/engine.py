@@ -35,11 +35,13 @@ from emu.core.psn import PSN24, RandomBits
 from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import RecvWR, SendWR
 from emu.transports.base import Completion, Engine, Event, StateChanged, VerbsError
+from emu.transports.mrc.controller import ControllerCalls
 from emu.transports.mrc.evprofile import EVGenMode, EVProfile, GenField
 from emu.transports.mrc.evset import EVSet
 from emu.transports.mrc.evwire import EVWire, PathTable, ranks
+from emu.transports.mrc.fastpath import read_data, read_sack
 from emu.transports.mrc.initiator import InitiatorQP, timeout_of
-from emu.transports.mrc.profiles import ProfileError, Profiles
+from emu.transports.mrc.profiles import Profiles
 from emu.transports.mrc.target import TargetQP, trimmed_reason
 from emu.transports.mrc.txlead import PortLead
 from emu.wire.codec.ev import DEFAULT_SPLIT, EVMode, EVSplit, parse_split
@@ -124,7 +126,7 @@ class _Qp:
     tgt: TargetQP | None = None
 
 
-class MrcEngine(Engine):
+class MrcEngine(ControllerCalls, Engine):
     """Every MRC QP of a NIC. ``line_rate`` (bits/s) and ``base_rtt`` (s) size NSCC's
     window (``cc=None``: the MPR window alone); ``planes``: the NIC's ports an EV set
     is split over. Behind a paced port (``tx_hold``: its FIFO, s; ``frame_overhead``: its
@@ -346,6 +348,23 @@ class MrcEngine(Engine):
         a switch cut it (True, or the NACK reason its DSCP names)."""
         st = self.stats
         st["rx_datagrams"] += 1
+        if not trimmed:  # the bulk (WRITEs, SACKs) read in one struct call: .fastpath
+            f = read_data(data)
+            if f is not None:
+                got = self._rx(f[1], f[0], addr)
+                if got is not None:
+                    qp, ev = got
+                    qp.tgt.write(f[0], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], ev,  # type: ignore[union-attr]
+                                 now, ecn == ECN_CE)
+                    self._completions(qp)
+                return
+            s = read_sack(data)
+            if s is not None:
+                got = self._rx(s[0], MRC_RELIABILITY_SACK, addr)
+                if got is not None:
+                    got[0].ini.sack(s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9],  # type: ignore[union-attr]
+                                    now)
+                return
         try:  # a trimmed packet has only its headers: its BTH is all that is read
             pkt = None if trimmed else decode_packet(data)
             bth = BTH.decode(data, 0) if pkt is None else pkt.bth
@@ -355,25 +374,12 @@ class MrcEngine(Engine):
         if bth.opcode in (MRC_ENDPOINT_REQUEST, MRC_ENDPOINT_RESPONSE) and pkt is not None:
             self._endpoint(pkt, addr, now)
             return
-        qp = self._qps.get(bth.dqpn)
-        if qp is None:
-            st["rx_drop_unknown_qp"] += 1
-            return
-        if qp.ini is None or qp.tgt is None or qp.state != "RTS":
-            st["rx_drop_not_connected"] += 1
-            return
         op = bth.opcode
-        try:
-            ev = qp.wire.ev_of(addr) if qp.wire is not None else int(addr[1])
-        except ValueError:
-            st["rx_drop_bad_ev"] += 1  # an STEV/SRv6 QP reached over IPv4, say
+        got = self._rx(bth.dqpn, op, addr)
+        if got is None:
             return
-        if qp.reply is not None and (op in WRITE_OPCODES or op == MRC_RELIABILITY_PROBE):
-            qp.reply[ev] = str(addr[0])  # answers go back to the plane it came on
-            if op != MRC_RELIABILITY_PROBE:
-                # where the transport ACK goes: where data comes from now (a probe tries a
-                # path the sender does not use yet — one that may still be healing)
-                qp.last_data = qp.reply[ev]
+        qp, ev = got
+        assert qp.ini is not None and qp.tgt is not None
         if op in WRITE_OPCODES:
             if trimmed:
                 reason = NACK_TRIMMED if trimmed is True else int(trimmed)
@@ -397,6 +403,32 @@ class MrcEngine(Engine):
             qp.tgt.probe(pkt, ev, now)
         else:
             st["rx_drop_unsupported"] += 1  # an opcode a QP does not take
+
+    def _rx(self, qpn: int, op: int, addr: Addr) -> tuple[_Qp, int] | None:
+        """The connected QP a packet of opcode ``op`` from ``addr`` is for, and its EV;
+        where answers to it go (a WRITE or a probe: back to the plane it came on). None,
+        counted, for a QP that is unknown or not connected, or an EV its format cannot
+        hold."""
+        st = self.stats
+        qp = self._qps.get(qpn)
+        if qp is None:
+            st["rx_drop_unknown_qp"] += 1
+            return None
+        if qp.ini is None or qp.tgt is None or qp.state != "RTS":
+            st["rx_drop_not_connected"] += 1
+            return None
+        try:
+            ev = qp.wire.ev_of(addr) if qp.wire is not None else int(addr[1])
+        except ValueError:
+            st["rx_drop_bad_ev"] += 1  # an STEV/SRv6 QP reached over IPv4, say
+            return None
+        if qp.reply is not None and (op in WRITE_OPCODES or op == MRC_RELIABILITY_PROBE):
+            qp.reply[ev] = str(addr[0])  # answers go back to the plane it came on
+            if op != MRC_RELIABILITY_PROBE:
+                # where the transport ACK goes: where data comes from now (a probe tries a
+                # path the sender does not use yet — one that may still be healing)
+                qp.last_data = qp.reply[ev]
+        return qp, ev
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, Addr, TxMeta]]:
         out: list[tuple[bytes | bytearray, Addr, TxMeta]] = []
@@ -429,10 +461,9 @@ class MrcEngine(Engine):
                 out.append((data, (back, port), wire.meta(ev or qp.ini.evs.slots[0].ev, back,
                                                           DSCP_CONTROL, ECN_NOT_ECT)))
             if now >= self._paused_until:
-                by_ev, dests = qp.ini.evs.by_ev, qp.dests
-                for data, ev in qp.ini.pull(now):
-                    e = by_ev.get(ev)
-                    dest = dests[e.plane] if e is not None and e.plane < len(dests) else qp.dest
+                dests = qp.dests  # an EV of plane p goes to the peer's plane-p address
+                for data, ev, plane in qp.ini.pull(now):
+                    dest = dests[plane]
                     out.append((data, dest, wire.meta(ev, dest[0], DSCP_DATA, ECN_ECT0)))
             self._completions(qp)
         self.stats["tx_datagrams"] += len(out)
@@ -505,26 +536,6 @@ class MrcEngine(Engine):
         self._paused_until = until
 
     # -- the controller (emu mrc) --------------------------------------------------------
-
-    def qpns(self) -> list[int]:
-        return sorted(self._qps)
-
-    def ev_table(self, qpn: int) -> dict[str, Any]:
-        """The QP's EV set (``emu mrc qp``): state, peer, summary and one row per EV."""
-        qp = self._qp(qpn)
-        base = {"qpn": qpn, "state": qp.state, "peer": None if qp.ini is None else qp.ini.peer,
-                "dest": list(qp.dest) if qp.dest else None}
-        if qp.ini is None:
-            return {**base, "summary": None, "evs": []}
-        return {**base, "summary": qp.ini.evs.summary(), "evs": qp.ini.evs.table()}
-
-    def ev_events(self, qpn: int) -> tuple[list[dict[str, Any]], int]:
-        """The QP's EV state changes since the last poll, and how many were dropped."""
-        qp = self._qp(qpn)
-        if qp.ini is None:
-            return [], 0
-        events, dropped = qp.ini.evs.events()
-        return [e.to_dict() for e in events], dropped
 
     @property
     def ports_down(self) -> set[int]:
@@ -725,74 +736,6 @@ class MrcEngine(Engine):
             return rid
         self.stats["tx_ev_probes"] += 1
         return self._request(ERTH_EV_PROBE, dest, ev, now)
-
-    def probe_evs(self, n: int) -> list[int]:
-        """The EVs an EV_PROBE batch takes when the controller names none: the default EV
-        profile's first ``n`` (drawn, for an AUTO profile)."""
-        evp = self.profiles.for_qp("ev", None).ev
-        assert evp is not None
-        try:
-            return evp.draw(max(1, min(n, 256)), self.rng)
-        except ValueError as e:
-            raise VerbsError(str(e)) from None
-
-    def take_probe_results(self) -> list[dict[str, Any]]:
-        out = list(self.probe_results)
-        self.probe_results.clear()
-        return out
-
-    def profile_op(self, kind: str, action: str, name: str | None = None,
-                   spec: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The controller's profile calls (``emu mrc ev-profile|cc-profile``): ``list``,
-        ``create`` (with ``spec``), ``offline``, ``online``, ``delete``, ``default``."""
-        pr = self.profiles
-        try:
-            if action == "list":
-                return pr.listing()
-            if name is None:
-                raise ProfileError(f"{action} needs a profile name")
-            if action == "create":
-                return pr.create(kind, name, spec or {}).to_dict()
-            if action in ("offline", "online"):
-                return pr.move(kind, name, action).to_dict()
-            if action == "delete":
-                pr.delete(kind, name)
-                return pr.listing()
-            if action == "default":
-                pr.set_default(kind, name)
-                return pr.listing()
-            raise ProfileError(f"profile action {action!r}: list, create, offline, online, "
-                               "delete or default")
-        except ProfileError as e:
-            raise VerbsError(str(e)) from None
-
-    def resize_window(self, qpn: int, mpr: int) -> dict[str, Any]:
-        """The QP's receive window (MPR, packets) changed by the NIC: advertised in its
-        SACKs; a peer with DYNAMIC_MPR follows it, one without keeps its RTR value."""
-        qp = self._qp(qpn)
-        if qp.tgt is None:
-            raise VerbsError(f"MRC QP {qpn:#x} is not connected")
-        try:
-            qp.tgt.resize(int(mpr))
-        except ValueError as e:
-            raise VerbsError(str(e)) from None
-        return {"qpn": qpn, "mpr": qp.tgt.mpr}
-
-    def ev_control(self, qpn: int, ev: int, action: str, now: float) -> None:
-        """The controller denies an EV or allows it again (``emu mrc ev … deny|allow``)."""
-        qp = self._qp(qpn)
-        if qp.ini is None:
-            raise VerbsError(f"MRC QP {qpn:#x} is not connected")
-        try:
-            if action == "deny":
-                qp.ini.evs.deny(ev, now)
-            elif action == "allow":
-                qp.ini.evs.allow(ev, now)
-            else:
-                raise VerbsError(f"EV action is deny or allow, not {action!r}")
-        except KeyError as e:
-            raise VerbsError(str(e.args[0])) from None
-
 
 def _why(status: WcStatus) -> str:
     return {WcStatus.RETRY_EXC_ERR: "retries exhausted (the peer does not answer)",

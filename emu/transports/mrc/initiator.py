@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from emu.cc.nscc import Nscc
 from emu.core.cq import WcStatus, WorkCompletion
@@ -56,10 +56,10 @@ from emu.core.psn import PSN24
 from emu.core.reliable.scoreboard import Scoreboard
 from emu.core.trace import NULL_TRACE, Trace
 from emu.core.verbs import SendWR, WrOpcode
+from emu.transports.mrc import fastpath
 from emu.transports.mrc.evset import EVSet, SackHint
 from emu.wire import mrc_defs
 from emu.wire.codec.mrc import (
-    METH,
     MPR_UNIT,
     MRC_RELIABILITY_PROBE,
     MRC_WRITE_FIRST,
@@ -81,8 +81,6 @@ from emu.wire.codec.roce import (
     AETH_ACK,
     AETH_NAK,
     BTH,
-    RETH,
-    ImmDt,
     RocePacket,
     aeth_kind,
     encode_packet,
@@ -110,6 +108,8 @@ PROBE_RTTS = 8
 #: many timeouts' worth of the base round trip, not at once
 OOR_BACKOFF = 0.25
 _M16, _M24 = 0xFFFF, 0xFFFFFF
+#: SETH.m as a hint (``mrc_defs.seth_read`` gives 0, 1 or 2): a tuple index, not an enum call
+_HINTS = tuple(SackHint)
 
 
 def timeout_of(code: int) -> float:
@@ -129,6 +129,7 @@ class TxMessage:
     data: memoryview | bytes
     next_offset: int = 0
     last: TxPacket | None = None  # its last packet, once sent (said again to ask for an ACK)
+    total: int = 0  # len(data)
 
 
 @dataclass(slots=True)
@@ -161,6 +162,7 @@ class InitiatorQP:
                              f"0..{RETRY_EXP_MAX}, not {retry_linear}/{retry_exp}")
         if pmtu < 256:
             raise ValueError(f"path MTU {pmtu} is below 256 bytes")
+        fastpath.check_qp(peer_qpn)  # every packet's BTH carries it (.fastpath)
         self.qpn = qpn
         self.peer = peer_qpn
         self.memory = memory
@@ -238,18 +240,20 @@ class InitiatorQP:
         except MemoryAccessError as e:
             raise ValueError(f"bad SGE: {e}") from None
         total = sum(len(v) for v in views)
+        # what each of its packets carries fits the wire (checked once, not per packet)
+        fastpath.check_message(wr.remote_addr, wr.rkey, total, wr.imm)
         data = views[0] if len(views) == 1 else gather(views, 0, total)
-        msg = TxMessage(wr, self.next_msn, data)
+        msg = TxMessage(wr, self.next_msn, data, total=total)
         self.next_msn = (self.next_msn + 1) & _M16
         self.queue.append(msg)
 
     # -- sending -------------------------------------------------------------------------
 
-    def pull(self, now: float) -> list[tuple[bytearray, int]]:
-        """What may go now: owed resends first, then new packets within MPR and NSCC —
-        and, behind a paced port, within its FIFO (:meth:`_held`; probes, which are
-        small, are not held but are charged to it)."""
-        out: list[tuple[bytearray, int]] = []
+    def pull(self, now: float) -> list[tuple[bytearray, int, int]]:
+        """What may go now, as ``(datagram, EV, its plane)``: owed resends first, then new
+        packets within MPR and NSCC — and, behind a paced port, within its FIFO
+        (:meth:`_held`; probes, which are small, are not held but are charged to it)."""
+        out: list[tuple[bytearray, int, int]] = []
         self.held = False
         if self.error is not None:
             return out
@@ -257,8 +261,8 @@ class InitiatorQP:
         if self.next_probe is not None and self.next_probe <= now:
             probes = self._probes(now)
             if gate is not None:
-                for d, ev in probes:
-                    gate.sent(ev, len(d), now)
+                for d, _, plane in probes:
+                    gate.charge(plane, len(d), now)
             out += probes
         if self.ack_request_due and not self._held(now):
             req = self._ack_request()
@@ -271,17 +275,17 @@ class InitiatorQP:
             pkt = sb.unacked.get(sb.retx.pop())
             if pkt is not None:
                 out.append(self._charged(self._resend(pkt, now), now))
-        while self.queue:
+        queue, cc, stats = self.queue, self.cc, self.stats
+        while queue:
             if sb.span >= self.mpr - 1:  # the peer takes [cack + 1, cack + MPR)
-                self.stats["tx_mpr_full"] += 1
+                stats["tx_mpr_full"] += 1
                 break
-            cwnd = self.cc.cwnd if self.cc is not None else None
-            if cwnd is not None and self.in_flight >= cwnd:
-                self.stats["tx_cwnd_full"] += 1
+            if cc is not None and self.in_flight >= cc.cwnd:
+                stats["tx_cwnd_full"] += 1
                 break
             if self._held(now):
                 break
-            out.append(self._charged(self._send_new(self.queue[0], now), now))
+            out.append(self._charged(self._send_new(queue[0], now), now))
         return out
 
     def _held(self, now: float) -> bool:
@@ -297,41 +301,45 @@ class InitiatorQP:
             self.stats["tx_lead_held"] += 1
         return True
 
-    def _charged(self, item: tuple[bytearray, int], now: float) -> tuple[bytearray, int]:
-        """``item`` (a datagram and its EV), charged to its plane's port when paced."""
+    def _charged(self, item: tuple[bytearray, int, int], now: float
+                 ) -> tuple[bytearray, int, int]:
+        """``item`` (a datagram, its EV and plane), charged to its plane's port when paced."""
         if self.gate is not None:
-            self.gate.sent(item[1], len(item[0]), now)
+            self.gate.charge(item[2], len(item[0]), now)
         return item
 
-    def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int]:
+    def _send_new(self, msg: TxMessage, now: float) -> tuple[bytearray, int, int]:
         off = msg.next_offset
-        total = len(msg.data)
+        total = msg.total
         n = min(self.pmtu, total - off)
-        msg.next_offset = off + n
+        msg.next_offset = end = off + n
         if off == 0:
             self.open.append(msg)
-        if msg.next_offset >= total:
+        if end >= total:
             self.queue.popleft()
         psn = self.sb.take(1)
-        ev = self.evs.next().ev
+        e = self.evs.next()
+        ev = e.ev
         self.tx_seq += 1
         pkt = TxPacket(psn, msg, off, n, ev, now, seq=self.tx_seq)
-        if msg.next_offset >= total:
+        if end >= total:
             msg.last = pkt
         self.sb.track(pkt)
         self.in_flight += n
-        self.stats["tx_packets"] += 1
-        self.stats["tx_bytes"] += n
+        stats = self.stats
+        stats["tx_packets"] += 1
+        stats["tx_bytes"] += n
         if self.trace.enabled:
             self.trace.packet_sent(now, qp=self.qpn, psn=psn & _M24, ev=ev, len=n)
         if self.cc is not None:
             self.cc.on_sent(n, now)
-        return self._encode(pkt, rtx=False), ev
+        return self._encode(pkt, rtx=False), ev, e.plane
 
-    def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int]:
+    def _resend(self, pkt: TxPacket, now: float) -> tuple[bytearray, int, int]:
         self.sb.resending(pkt, now)
         old = pkt.ev
-        pkt.ev = self.evs.next().ev  # another path than the one that lost it
+        e = self.evs.next()
+        pkt.ev = e.ev  # another path than the one that lost it
         pkt.trimmed = False
         self.tx_seq += 1
         pkt.seq = self.tx_seq
@@ -339,34 +347,34 @@ class InitiatorQP:
         if self.trace.enabled:
             self.trace.packet_retransmitted(now, qp=self.qpn, psn=pkt.psn & _M24, ev=pkt.ev,
                                             lost_on=old, len=pkt.length)
-        return self._encode(pkt, rtx=True), pkt.ev
+        return self._encode(pkt, rtx=True), pkt.ev, e.plane
 
     def _encode(self, pkt: TxPacket, rtx: bool) -> bytearray:
+        """A data packet (:func:`.fastpath.data`: its fields were checked when the QP and
+        the message were made)."""
         msg = pkt.msg
-        total = len(msg.data)
-        first, last = pkt.offset == 0, pkt.offset + pkt.length >= total
-        imm = msg.wr.imm is not None
+        wr = msg.wr
+        off = pkt.offset
+        end = off + pkt.length
+        total = msg.total
+        first, last = off == 0, end >= total
+        imm = wr.imm
         if first and last:
-            op = MRC_WRITE_ONLY_IMM if imm else MRC_WRITE_ONLY
+            op = MRC_WRITE_ONLY if imm is None else MRC_WRITE_ONLY_IMM
         elif first:
             op = MRC_WRITE_FIRST
         elif last:
-            op = MRC_WRITE_LAST_IMM if imm else MRC_WRITE_LAST
+            op = MRC_WRITE_LAST if imm is None else MRC_WRITE_LAST_IMM
         else:
             op = MRC_WRITE_MIDDLE
-        hdrs: list[Any] = [METH(rqmsn=0, msn=msg.msn),
-                           RETH(va=msg.wr.remote_addr + pkt.offset, rkey=msg.wr.rkey,
-                                dmalen=total)]
-        if last and imm:
-            hdrs.append(ImmDt(imm=msg.wr.imm or 0))
         ackreq = int(last or len(self.sb.unacked) >= self.mpr // 2)
-        bth = BTH(opcode=op, dqpn=self.peer, psn=pkt.psn & _M24, ackreq=ackreq, rtx=int(rtx),
-                  padcount=(-pkt.length) & 3)
-        return encode_packet(bth, hdrs, msg.data[pkt.offset:pkt.offset + pkt.length])
+        return fastpath.data(op, self.peer, pkt.psn & _M24, ackreq, int(rtx), msg.msn,
+                             wr.remote_addr + off, wr.rkey, total, imm if last else None,
+                             msg.data[off:end])
 
     # -- probes --------------------------------------------------------------------------
 
-    def _probes(self, now: float) -> list[tuple[bytearray, int]]:
+    def _probes(self, now: float) -> list[tuple[bytearray, int, int]]:
         """A RELIABILITY_PROBE on each retired (ASSUMED_BAD) EV not already being probed;
         a probe unanswered for a timeout is a miss. Probes consume no PSN."""
         out = []
@@ -385,7 +393,7 @@ class InitiatorQP:
             peth = PETH(probe_id=self.probe_id, spdcid=self.qpn & _M16, dpdcid=self.peer & _M16)
             bth = BTH(opcode=MRC_RELIABILITY_PROBE, dqpn=self.peer,
                       psn=self.sb.next_psn & _M24)
-            out.append((encode_packet(bth, [peth]), ev))
+            out.append((encode_packet(bth, [peth]), ev, self.evs.by_ev[ev].plane))
             self.probes[ev] = now
             self.evs.on_probe_sent(ev)
             self.stats["tx_probes"] += 1
@@ -394,7 +402,7 @@ class InitiatorQP:
         self._arm_probes(now)
         return out
 
-    def _ack_request(self) -> tuple[bytearray, int] | None:
+    def _ack_request(self) -> tuple[bytearray, int, int] | None:
         """The last packet of the oldest message still without its transport ACK, sent
         again (RTX, AckReq) on a usable EV: a target answers a duplicate asking for an ACK
         with its SACK and its last AETH (as an RC responder re-ACKs a duplicate)."""
@@ -403,8 +411,8 @@ class InitiatorQP:
         if last is None:
             return None
         self.stats["ack_requests"] += 1
-        ev = self.evs.next().ev
-        return self._encode(last, rtx=True), ev
+        e = self.evs.next()
+        return self._encode(last, rtx=True), e.ev, e.plane
 
     def _await_ack(self, now: float, progress: bool = False) -> None:
         """Note whether only transport ACKs are outstanding (every packet SACKed)."""
@@ -426,29 +434,38 @@ class InitiatorQP:
     # -- feedback ------------------------------------------------------------------------
 
     def on_sack(self, pkt: RocePacket, now: float) -> None:
-        """A RELIABILITY_SACK: release what it covers, tell the EV set and NSCC, owe
-        resends for what it shows lost."""
+        """A RELIABILITY_SACK, decoded (the general path: the engine's fast path reads the
+        same fields from the datagram, :func:`.fastpath.read_sack`, and calls
+        :meth:`sack`)."""
         seth = pkt.header(SETH)
-        if not isinstance(seth, SETH) or self.error is not None:
+        if isinstance(seth, SETH):
+            self.sack(seth.m, seth.pr, seth.ack_psn_offset, seth.ev, seth.cack_psn,
+                      seth.cc_flags, seth.mpr, seth.sack_offset, seth.sack_bitmap, now)
+
+    def sack(self, m: int, pr: int, ack_psn_offset: int, ev: int, cack_psn: int,
+             cc_flags: int, mpr: int, sack_offset: int, bitmap: int, now: float) -> None:
+        """A SACK's SETH fields: release what it covers, tell the EV set and NSCC, owe
+        resends for what it shows lost."""
+        if self.error is not None:
             return
         self.stats["rx_sacks"] += 1
-        if seth.pr:  # a probe's answer: that path works
-            if self.probes.pop(seth.ev, None) is not None:
+        if pr:  # a probe's answer: that path works
+            if self.probes.pop(ev, None) is not None:
                 self.stats["probe_ok"] += 1
                 if self.trace.enabled:
-                    self.trace.event("probe_answered", now, qp=self.qpn, ev=seth.ev)
-                self.evs.on_probe(seth.ev, now, answered=True)
+                    self.trace.event("probe_answered", now, qp=self.qpn, ev=ev)
+                self.evs.on_probe(ev, now, answered=True)
             return
         sb = self.sb
-        cack = sb.ext(seth.cack_psn)
-        acked_psn = cack + seth.ack_psn_offset
+        cack = sb.ext(cack_psn)
+        acked_psn = cack + ack_psn_offset
         rtt = sb.round_trip(acked_psn, now)
         if rtt is not None:  # smoothed as TCP's SRTT (RFC 6298, alpha 1/8)
             self.srtt = rtt if self.srtt is None else self.srtt + (rtt - self.srtt) / 8
             self.rtt_max = max(self.rtt_max, rtt)
         released = sb.ack_through(cack)
-        if seth.sack_bitmap:
-            released += sb.sack(cack + seth.sack_offset, seth.sack_bitmap)
+        if bitmap:
+            released += sb.sack(cack + sack_offset, bitmap)
         nbytes = 0
         delivered = self.ev_delivered
         for p in released:
@@ -457,15 +474,15 @@ class InitiatorQP:
                 delivered[p.ev] = p.seq
         self.in_flight -= nbytes
         # the CE echo and the skip hint, where the M-field setting puts them (mrc_defs)
-        ce, m = mrc_defs.seth_read(seth.m, seth.cc_flags)
-        hint = SackHint(m)
-        if self.dynamic_mpr and seth.mpr and seth.mpr * MPR_UNIT != self.mpr:
-            self.mpr = seth.mpr * MPR_UNIT
+        ce, h = mrc_defs.seth_read(m, cc_flags)
+        hint = _HINTS[h]
+        if self.dynamic_mpr and mpr and mpr * MPR_UNIT != self.mpr:
+            self.mpr = mpr * MPR_UNIT
             self.stats["mpr_changes"] += 1
         if self.trace.enabled:  # the per-EV feedback: which path, marked or not, the hint
-            self.trace.ack_received(now, qp=self.qpn, cack=seth.cack_psn, ev=seth.ev,
+            self.trace.ack_received(now, qp=self.qpn, cack=cack_psn, ev=ev,
                                     ce=ce, hint=hint.name, released=len(released))
-        if not self.evs.on_sack(seth.ev, now, hint=hint, ecn=ce):
+        if not self.evs.on_sack(ev, now, hint=hint, ecn=ce):
             # an echo naming no EV of ours: the peer rebuilt the EV from the wire another
             # way (specs/mrc.md: the STEV split), so no feedback reaches a path
             self.stats["rx_echo_unknown_ev"] += 1

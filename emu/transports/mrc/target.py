@@ -37,20 +37,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from emu.core.cq import WcOpcode, WcStatus, WorkCompletion
 from emu.core.memory import MemoryAccessError, MemoryTable, ProtectionDomain
 from emu.core.psn import PSN24
 from emu.core.reliable.window import RecvWindow, Rx
 from emu.core.verbs import RecvWR
+from emu.transports.mrc import fastpath
 from emu.wire import mrc_defs
 from emu.wire.codec.mrc import (
-    CC_STATE,
     METH,
     MPR_UNIT,
     MRC_RELIABILITY_NACK,
-    MRC_RELIABILITY_SACK,
     MRC_TRANSPORT_ACK,
     NACK_PSN_OOR_WINDOW,
     NACK_TRIMMED,
@@ -58,7 +56,6 @@ from emu.wire.codec.mrc import (
     NETH,
     PETH,
     RCVD_BYTES_UNIT,
-    SETH,
     TSETH,
     WRITE_IMM_OPCODES,
 )
@@ -80,7 +77,7 @@ NAK_REMOTE_ACCESS = 2
 CC_FLAG_CE = mrc_defs.CC_FLAG_CE
 #: the cc_type of a SACK's congestion fields: NSCC
 CC_TYPE_NSCC = 1
-_M16 = 0xFFFF
+_M16, _M24 = 0xFFFF, PSN24.mask
 
 
 @dataclass(slots=True)
@@ -119,6 +116,8 @@ class TargetQP:
             raise ValueError(f"MPR {mpr} packets is not a positive multiple of {MPR_UNIT}")
         if mpr > PSN24.half:
             raise ValueError(f"MPR {mpr} packets is more than half the PSN space")
+        fastpath.check_qp(peer_qpn)  # what every reply's BTH and SACK carry (.fastpath)
+        fastpath.check_mpr(mpr)
         self.qpn = qpn
         self.peer = peer_qpn
         self.memory = memory
@@ -150,42 +149,56 @@ class TargetQP:
     # -- the wire ------------------------------------------------------------------------
 
     def receive(self, pkt: RocePacket, ev: int, now: float, *, ce: bool = False) -> None:
-        """One whole WRITE packet that came on ``ev``; ``ce``: its IP header was CE-marked
-        (a trimmed one goes to :meth:`trimmed`)."""
-        st = self.stats
+        """One whole WRITE packet that came on ``ev``, decoded (the general path: the
+        engine's fast path reads the same fields straight from the datagram,
+        :func:`.fastpath.read_data`, and calls :meth:`write`); ``ce``: its IP header was
+        CE-marked (a trimmed one goes to :meth:`trimmed`)."""
+        meth, reth = pkt.header(METH), pkt.header(RETH)
+        if not isinstance(meth, METH) or not isinstance(reth, RETH):
+            self.stats["rx_drop_malformed"] += 1  # (a decoded WRITE always has both)
+            return
         bth = pkt.bth
-        psn = self.window.ext(bth.psn)
-        verdict = self.window.classify(psn)
+        ts = pkt.header(TSETH)
+        imm = pkt.header(ImmDt) if bth.opcode in WRITE_IMM_OPCODES else None
+        self.write(bth.opcode, bth.psn, bth.ackreq, meth.msn, reth.va, reth.rkey, reth.dmalen,
+                   (imm.imm if isinstance(imm, ImmDt) else 0)
+                   if bth.opcode in WRITE_IMM_OPCODES else None,
+                   pkt.payload, ev, now, ce, ts.tx_timestamp if isinstance(ts, TSETH) else 0)
+
+    def write(self, op: int, wire_psn: int, ackreq: int, msn: int, va: int, rkey: int,
+              dmalen: int, imm: int | None, payload: bytes | memoryview, ev: int, now: float,
+              ce: bool, ts: int = 0) -> None:
+        """A WRITE packet's fields (opcode, BTH PSN and AckReq, METH's MSN, RETH, the
+        immediate of an _IMM opcode, the payload, TSETH's timestamp or 0): the window's
+        verdict, placement, its SACK, completions in order."""
+        st = self.stats
+        window = self.window
+        psn = window.ext(wire_psn)
+        verdict = window.classify(psn)
         if verdict is Rx.OUT_OF_WINDOW:
             st["rx_out_of_window"] += 1
-            self._nack(NACK_PSN_OOR_WINDOW, bth.psn, ev, ce)
+            self._nack(NACK_PSN_OOR_WINDOW, wire_psn, ev, ce)
             return
         if verdict is Rx.STALE:
             st["rx_stale"] += 1  # a stray from before the window: only an ACK to repeat
-            if bth.ackreq:
+            if ackreq:
                 self._repeat_ack()
             return
-        meth = pkt.header(METH)
-        reth = pkt.header(RETH)
-        if not isinstance(meth, METH) or not isinstance(reth, RETH):
-            st["rx_drop_malformed"] += 1
-            return
-        ts = pkt.header(TSETH)
         st["rx_packets"] += 1
         st["rx_ce"] += ce
         if verdict is Rx.DUPLICATE:
             st["rx_duplicate"] += 1  # its SACK was lost or late: say it again
             self._sack(psn, ev, ce, ts)
-            if bth.ackreq:  # and the transport ACK, if one is asked for (it may be lost)
+            if ackreq:  # and the transport ACK, if one is asked for (it may be lost)
                 self._repeat_ack()
             return
-        n = len(pkt.payload)
-        if psn > self.window.first_missing:
+        n = len(payload)
+        if psn > window.first_missing:
             st["rx_ooo"] += 1
-        self.window.accept(psn)
+        window.accept(psn)
         st["rx_bytes"] += n
         self.rcvd_bytes += n
-        self._place(bth, meth, reth, pkt)
+        self._place(op, msn, va, rkey, dmalen, imm, payload)
         self._sack(psn, ev, ce, ts)
         self._complete_in_order()
 
@@ -205,6 +218,7 @@ class TargetQP:
         SACK's ``mpr`` field from now on; a sender with DYNAMIC_MPR follows it."""
         if mpr <= 0 or mpr % MPR_UNIT or mpr > PSN24.half:
             raise ValueError(f"MPR {mpr} packets is not a positive multiple of {MPR_UNIT}")
+        fastpath.check_mpr(mpr)
         self.mpr = mpr
         self.window.size = mpr - 1
 
@@ -217,8 +231,7 @@ class TargetQP:
             self.stats["rx_drop_malformed"] += 1
             return
         self.stats["rx_probes"] += 1
-        self._sack(self.window.first_missing - 1, ev, False, None, probe=True,
-                   ts=peth.tx_timestamp)
+        self._sack(self.window.first_missing - 1, ev, False, peth.tx_timestamp, probe=True)
         self._repeat_ack()  # and where the transport ACK stands: one may be lost
 
     def _repeat_ack(self) -> None:
@@ -226,22 +239,21 @@ class TargetQP:
             self.out.append((self.last_aeth, 0))
             self.stats["tx_ack_repeats"] += 1
 
-    def _place(self, bth: BTH, meth: METH, reth: RETH, pkt: RocePacket) -> None:
-        msg = self.msgs.get(meth.msn)
+    def _place(self, op: int, msn: int, va: int, rkey: int, dmalen: int, imm: int | None,
+               payload: bytes | memoryview) -> None:
+        msg = self.msgs.get(msn)
         if msg is None:
-            msg = self.msgs[meth.msn] = _Message(reth.dmalen)
-        payload = pkt.payload
+            msg = self.msgs[msn] = _Message(dmalen)
         try:
-            self.memory.remote_write(reth.rkey, reth.va, payload, self.pd)
+            self.memory.remote_write(rkey, va, payload, self.pd)
         except MemoryAccessError as e:
             self.stats["rx_access_error"] += 1
             if not msg.failed:
                 msg.failed = True
-                self._transport_nak(meth.msn, str(e))
+                self._transport_nak(msn, str(e))
         msg.got += len(payload)
-        if bth.opcode in WRITE_IMM_OPCODES:
-            imm = pkt.header(ImmDt)
-            msg.imm = imm.imm if isinstance(imm, ImmDt) else 0
+        if op in WRITE_IMM_OPCODES:
+            msg.imm = imm
             msg.seen_imm_packet = True
 
     def _complete_in_order(self) -> None:
@@ -269,20 +281,18 @@ class TargetQP:
     def _bth(self, opcode: int, psn: int) -> BTH:
         return BTH(opcode=opcode, dqpn=self.peer, psn=psn & PSN24.mask)
 
-    def _sack(self, psn: int, ev: int, ce: bool, tseth: Any, *, probe: bool = False,
-              ts: int | None = None) -> None:
+    def _sack(self, psn: int, ev: int, ce: bool, ts: int, *, probe: bool = False) -> None:
+        """The SACK answering extended ``psn`` (which came on ``ev``, CE-marked or not,
+        with timestamp ``ts`` to reflect): built in one call (:func:`.fastpath.sack`),
+        its fields in range by construction (the window's MPR by :meth:`resize`)."""
         cack, base, bitmap = self.window.sack(psn)
         m, cc_flags = mrc_defs.seth_feedback(ce)  # the CE echo where the M-field setting says
-        seth = SETH(m=m, pr=int(probe), ack_psn_offset=_s16(psn - cack), ev=ev,
-                    spdcid=self.qpn & _M16, dpdcid=self.peer & _M16, cack_psn=cack & PSN24.mask,
-                    cc_type=CC_TYPE_NSCC, cc_flags=cc_flags,
-                    mpr=self.mpr // MPR_UNIT, sack_offset=_s16(base - cack), sack_bitmap=bitmap)
-        if ts is None:
-            ts = tseth.tx_timestamp if isinstance(tseth, TSETH) else 0
-        cc = CC_STATE(tx_timestamp=ts,
-                      ooo_count=min(self.window.ooo, 0x7FFF),
-                      rcvd_bytes=(self.rcvd_bytes // RCVD_BYTES_UNIT) & 0xFFFFFF)
-        self.out.append((encode_packet(self._bth(MRC_RELIABILITY_SACK, cack), [seth, cc]), ev))
+        wire_cack = cack & _M24
+        self.out.append((fastpath.sack(
+            self.peer, wire_cack, m, int(probe), _s16(psn - cack), ev, self.qpn & _M16,
+            self.peer & _M16, cc_flags, CC_TYPE_NSCC, self.mpr // MPR_UNIT, _s16(base - cack),
+            bitmap, ts, min(self.window.ooo, 0x7FFF),
+            (self.rcvd_bytes // RCVD_BYTES_UNIT) & _M24), ev))
         self.stats["tx_sacks"] += 1
 
     def _nack(self, reason: int, psn: int, ev: int, ce: bool) -> None:
@@ -314,7 +324,7 @@ class TargetQP:
 def _s16(x: int) -> int:
     """``x`` as the signed 16-bit offset SETH carries (clamped: a 64-bit bitmap and the
     window keep real offsets far inside it)."""
-    return max(-0x8000, min(0x7FFF, x))
+    return x if -0x8000 <= x <= 0x7FFF else (0x7FFF if x > 0 else -0x8000)
 
 
 def trimmed_reason(last_hop: bool) -> int:

@@ -124,11 +124,9 @@ class QpGate:
                 return False
         return True
 
-    def sent(self, ev: int, nbytes: int, now: float) -> None:
-        """A datagram of ``nbytes`` went out on ``ev``: charged to its plane's port."""
-        e = self.evs.by_ev.get(ev)
-        p = e.plane if e is not None and e.plane < len(self.ports) else 0
-        self.ports[p].charge(now, nbytes)
+    def charge(self, plane: int, nbytes: int, now: float) -> None:
+        """A datagram of ``nbytes`` went out on an EV of ``plane``: charged to its port."""
+        self.ports[plane].charge(now, nbytes)
 
     def resume_at(self) -> float:
         """When a QP this gate held may send again: when the fullest live plane has
