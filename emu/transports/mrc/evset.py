@@ -337,6 +337,15 @@ class EVSet:
     def _demote(self, e: EVEntry, to: EVState, cause: str, now: float) -> None:
         if not e.usable or (e.state is EVState.SKIP and to is EVState.SKIP):
             return
+        if e not in self.slots:
+            # a retired EV that probes revived (its plane's spare, out of the rotation)
+            # and that news of an older packet sent on it still reaches — a timeout, a
+            # loss, a SACK's hint: it goes back to being probed; no slot to give up, and
+            # not floored by ev_min_active, which counts the EVs sprayed on
+            if to is EVState.ASSUMED_BAD:
+                e.streak = 0
+                self._set(e, to, cause, now)
+            return
         if e.plane not in self.down and self.active() - 1 < self.ev_min_active:
             return  # the floor: keep spraying on it
         self._set(e, to, cause, now)

@@ -584,3 +584,17 @@ def test_an_ev_probe_on_a_port_taken_down_is_port_down_at_once():
     (res,) = ea.take_probe_results()
     assert res["status"] == "PORT_DOWN" and res["rtt_ns"] is None
     assert not [w for w in link.wire if w[1] == "a"]  # nothing left the NIC
+
+
+def test_heavy_loss_with_timeouts_under_the_round_trip_completes_byte_exact():
+    """15 % loss and a local ACK timeout (code 6: 262 µs) far under what the losses cost:
+    EVs retire, probes revive some as spares, and news of packets sent on them earlier
+    still arrives. Every message lands byte-exact (the golden-trace driver checks), with
+    no exception out of the engines' timers (a revived spare timing out again raised
+    ValueError there)."""
+    import golden_trace as g
+
+    recs = g._mrc(43, {"ev_set": 16, "pmtu": 1024, "line_rate": 10e9, "base_rtt": 20e-6,
+                       "timeout": 6, "ev_min_active": 4}, g.MRC_MIXED,
+                  {**g.IMPAIR, "loss": 0.15}, 0.02)
+    assert recs

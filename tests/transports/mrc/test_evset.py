@@ -254,6 +254,27 @@ def test_a_revived_retired_ev_is_its_planes_spare_before_any_untried_value():
         (e.ev, e.old, e.new, e.cause) for e in events]
 
 
+def test_news_of_an_old_packet_on_a_revived_spare_sends_it_back_to_probing():
+    """A retired EV that probes revived is its plane's spare, in no slot; a timeout or a
+    loss of a packet sent on it before it retired can still arrive. It goes back to
+    ASSUMED_BAD and is probed again; the slots stay as they are. (It raised ValueError
+    from inside the engine's timer handler: an MRC run at 15 % loss with timeouts
+    shorter than the round trip.)"""
+    s = _set(size=4, planes=2, revive_after=1)
+    old = [e for e in s.slots if e.plane == 0][0]
+    s.on_timeout(old.ev, 1.0)
+    s.on_probe(old.ev, 2.0, answered=True)
+    assert old.state is EVState.GOOD and old in s.retired
+    slots = list(s.slots)
+    s.on_timeout(old.ev, 3.0)
+    assert old.state is EVState.ASSUMED_BAD and old in s.retired and s.slots == slots
+    assert old.ev in s.to_probe()
+    s.on_probe(old.ev, 4.0, answered=True)
+    s.on_lost(old.ev, 5.0)
+    s.on_sack(old.ev, 6.0, hint=SackHint.SKIP_ONCE)  # no slot to skip: unchanged
+    assert old.state is EVState.ASSUMED_BAD and s.slots == slots
+
+
 # -- ports, table, events -----------------------------------------------------------------
 
 
