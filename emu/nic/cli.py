@@ -247,6 +247,9 @@ def _run(a: argparse.Namespace) -> int:
     from emu.nic.daemon import NicDaemon
 
     schedule_daemon(a.sched)  # run as soon as it wakes, as the hardware it stands in for
+    from emu.nic import gcwatch
+
+    gcwatch.install()
 
     async def main() -> None:
         d = NicDaemon(cfg)

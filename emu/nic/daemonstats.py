@@ -13,6 +13,7 @@ import trio
 
 from emu.cpu import policy_in_force, slice_in_force
 from emu.fabricclock import wall
+from emu.nic import gcwatch
 from emu.nic.coalesce import describe_coalesce
 from emu.nic.overloadstat import ENGINE_OVERLOAD, ENGINE_OVERLOAD_TIME, overload
 from emu.nic.slot import line_counters
@@ -71,5 +72,5 @@ def daemon_stats(d: Any) -> dict[str, Any]:
             "transports": transports, "control": d.control.counters(),
             "pause": pause, "pause_errors": d.pause_errors,
             "memory": {"regions": len(d.memory)}, "warnings": d.warnings,
-            "worker": d.worker}
+            "worker": d.worker, "gc": gcwatch.counters()}
 

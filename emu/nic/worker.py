@@ -37,6 +37,7 @@ import sys
 from typing import Any
 
 from emu.fabricclock import FabricClock
+from emu.nic import gcwatch
 from emu.nic.cli import _run_args, config_from, reported, say_ready
 from emu.nic.clock import TrioFabricClock
 from emu.nic.udp import in_netns
@@ -193,6 +194,7 @@ def serve_main(path: str) -> int:
 
         first = next(iter(cfgs.values()))
         schedule_daemon(first[2])
+        gcwatch.install()
         daemons = open_daemons(cfgs)
         serve(daemons, FabricClock(first[0].time_scale, first[0].time_epoch))
 

@@ -234,6 +234,8 @@ def test_stats_json_then_sigterm_drains_and_exits_0(daemon_proc):
             "tx_backlog_drops", "rx_kernel_drops"} <= set(s["totals"])
     assert {"clients", "qps", "refused", "events_dropped"} <= set(s["control"])
     assert "malformed" in s["transports"]["loopback"]["engine"]
+    # the interpreter's own pauses, timed from the daemon's start (emu.nic.gcwatch)
+    assert len(s["gc"]["collections"]) == 3 and s["gc"]["threshold"]
     # inside the host namespace the daemon is found without naming it
     r = _emu("nicd", "stats", ns=fab.ns("h1"))
     assert r.returncode == 0 and "nicd " in r.stdout and "h1" in r.stdout, r.stderr

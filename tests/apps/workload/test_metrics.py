@@ -90,12 +90,17 @@ def test_steady_figures_leave_out_the_ramp_and_the_tail():
     assert s["jain"] < 0.95  # 8 against 5 Gb/s over each flow's life
 
 
-def test_steady_figures_need_two_overlapping_complete_flows():
-    one = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6])])
+def test_steady_figures_need_two_overlapping_complete_flows_of_a_few_messages():
+    four = [1e-6, 2e-6, 3e-6, 4e-6]
+    one = WorkloadResult("uet", 1.0, [flow("h1", 0.0, four)])
     assert metrics.steady(one)["steady_goodput_gbps"] is None
-    apart = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6]),
-                                        flow("h2", 3e-6, [4e-6, 5e-6])])
+    apart = WorkloadResult("uet", 1.0, [flow("h1", 0.0, four),
+                                        flow("h2", 5e-6, [t + 5e-6 for t in four])])
     assert metrics.steady(apart) == {"steady_goodput_gbps": None, "steady_jain": None}
-    unverified = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [1e-6, 2e-6]),
-                                             flow("h2", 0.0, [1e-6, 2e-6], verified=False)])
+    unverified = WorkloadResult("uet", 1.0, [flow("h1", 0.0, four),
+                                             flow("h2", 0.0, four, verified=False)])
     assert metrics.steady(unverified)["steady_jain"] is None
+    both = WorkloadResult("uet", 1.0, [flow("h1", 0.0, four), flow("h2", 0.0, four)])
+    assert metrics.steady(both)["steady_jain"] == pytest.approx(1.0)
+    single = WorkloadResult("uet", 1.0, [flow("h1", 0.0, [4e-6]), flow("h2", 0.0, [3e-6])])
+    assert metrics.steady(single)["steady_goodput_gbps"] is None  # one message a flow
