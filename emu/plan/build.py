@@ -51,9 +51,11 @@ TX_LEAD = 2e-3
 #: of a few ms left the port idle (tx_late) in one of two default UET write-bw runs. Why
 #: 2 µs and not 1: the FIFO is also the time a RoCEv2 QP's pacer may be served late
 #: (QueuePair.lead, BURST_SHARE_OF_FIFO), and a daemon serving three hosts of a 4 -> 1
-#: incast (emu run incast) was late by more than 1 µs x 5900-8900 in 6 of 6 DCQCN points
-#: (pacer_late 1-21 each), by more than 2 µs in 0 of 8; pair write-bw is the same with
-#: either (RoCEv2 390.5-391.1 and UET 386.3-388.4 Gb/s, four runs of each, same session)
+#: incast (emu run incast) was late by more than 1 µs x 5900-8900 in 8 of 8 DCQCN points
+#: (pacer_late 1-21 each), by more than 2 µs in 0 of 8 the same morning (later that day,
+#: the machine stalling in bursts, in 4 of 8 longer ones: the FIFO covers a daemon's
+#: ordinary lateness, not the hypervisor's); pair write-bw is the same with either
+#: (RoCEv2 390.5-391.1 and UET 386.3-388.4 Gb/s, four runs of each, same session)
 TX_FIFO = 2e-6
 TX_LEAD_MAX = 16e-3
 
