@@ -164,6 +164,8 @@ NIC_WALL = {
                  "(CLOCK_REALTIME) and the serializer's wall times to fabric time, receive "
                  "coalescing on the serializer's clock, and its start time (uptime)",
     "daemonstats.py": "the daemon's uptime in `emu nicd stats` (a fact of the process)",
+    "gcwatch.py": "how long the interpreter's garbage collections stopped the process: "
+                  "the emulator's own pauses, shown beside its overload, no protocol decision",
 }
 
 
